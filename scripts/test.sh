@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): unit + golden + HTTP tests on the release build,
+# the same tests under ASan+UBSan, then time-boxed libFuzzer runs. GPU tests (label gpu) run on the device only.
+# CLEF_TEST_QUICK=1 runs only the release-build tests (for development).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS="${JOBS:-$(nproc)}"
+FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCLEF_CUDA="${CLEF_CUDA:-AUTO}"
+fi
+cmake --build build -j "$JOBS"
+(cd build && ctest -LE gpu --output-on-failure -j "$JOBS")
+[ "${CLEF_TEST_QUICK:-0}" = 1 ] && exit 0
+
+echo "== sanitizer build (ASan+UBSan) ==" >&2
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLEF_CUDA=OFF -DCLEF_SANITIZE=ON \
+  -DCLEF_BENCHMARKS=OFF >/dev/null
+cmake --build build-asan -j "$JOBS"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest -LE gpu --output-on-failure -j "$JOBS")
+
+echo "== fuzzing (${FUZZ_SECONDS}s per target) ==" >&2
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLEF_CUDA=OFF \
+  -DCLEF_FUZZ=ON -DCLEF_TESTS=OFF -DCLEF_BENCHMARKS=OFF >/dev/null
+cmake --build build-fuzz -j "$JOBS"
+for f in build-fuzz/fuzz/fuzz_*; do
+  [ -x "$f" ] || continue
+  name=$(basename "$f"); corpus="fuzz/corpus/${name#fuzz_}"
+  work=$(mktemp -d); [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+  echo "fuzz: $name" >&2
+  "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=4096 -print_final_stats=1 "$work" 2>&1 | tail -n 12
+  rm -rf "$work"
+done
+echo "all tests, sanitizer tests and fuzzing passed"

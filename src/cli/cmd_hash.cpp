@@ -1,0 +1,17 @@
+// TEMPORARY placeholder until the owning issue lands this subcommand.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace clef::cli {
+
+void add_hash(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("hash", "(not implemented yet)");
+  cmd->allow_extras();
+  cmd->callback([&exit_code] {
+    std::fprintf(stderr, "clefserve hash: not implemented yet\n");
+    exit_code = 1;
+  });
+}
+
+}  // namespace clef::cli

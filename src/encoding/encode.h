@@ -1,0 +1,45 @@
+// Request -> token ids + spans, exactly as the reference's encode_record (spec/encoding.md §3-4).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "encoding/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace clef::encoding {
+
+struct Span {
+  int32_t start = 0;  // half-open [start, end), absolute positions in input_ids
+  int32_t end = 0;
+};
+
+struct EncodedQuestion {
+  std::string id;
+  QuestionType type = QuestionType::Noul;
+  Span question_span;
+  std::vector<Span> option_spans;       // model order
+  std::vector<std::string> option_ids;  // model order
+};
+
+struct EncodedRequest {
+  std::vector<int32_t> input_ids;
+  std::vector<EncodedQuestion> questions;  // request order
+  int32_t state_tokens = 0;                // state tokens kept
+  int32_t truncated_state_tokens = 0;      // state tokens cut (truncation "allow")
+};
+
+struct EncodeOptions {
+  int32_t max_length = 16384;
+  Truncation truncation = Truncation::Error;  // default when the request does not say
+};
+
+// Throws RequestError: schema_too_long, state_too_long (with token counts), lone surrogates, empty spans.
+EncodedRequest encode_request(const ValidatedRequest& req, const tokenizer::Tokenizer& tok,
+                              const EncodeOptions& opts);
+
+// The fixtures' "expected" format: {"input_ids", "questions": [{"id","type","question_span",...}]}.
+json::Value encoded_to_json(const EncodedRequest& enc);
+
+}  // namespace clef::encoding

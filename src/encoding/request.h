@@ -1,0 +1,64 @@
+// Validated System One request (spec/encoding.md §2, §5; spec/protocol.md "Request").
+// validate_request performs the reference's checks in the reference's order plus this project's limits,
+// and throws RequestError naming the field (FastAPI-style loc) on the first failure.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "json/value.h"
+
+namespace clef::encoding {
+
+// One FastAPI-style validation failure: loc like {"body", "questions", "q1", "criteria"}.
+struct FieldError {
+  std::vector<std::string> loc;
+  std::string msg;
+  std::string type;  // machine-readable kind, e.g. "missing", "value_error", "state_too_long"
+};
+
+class RequestError : public std::runtime_error {
+ public:
+  explicit RequestError(FieldError e, int http_status = 422)
+      : std::runtime_error(e.msg), error(std::move(e)), status(http_status) {}
+  FieldError error;
+  int status;  // 422 validation; 400 body not an object
+};
+
+enum class QuestionType { Noul = 0, Choice = 1, Score = 2 };
+const char* question_type_name(QuestionType t);
+
+enum class Truncation { Error, Allow };
+
+struct Option {
+  std::string id;
+  json::Value description;  // null = no description (key left out of the rendered option)
+};
+
+struct Question {
+  std::string id;
+  QuestionType type = QuestionType::Noul;
+  json::Value instructions;             // as sent (may be null / absent -> null)
+  std::vector<Option> options;          // MODEL order (choice: keys sorted by code point)
+  std::vector<size_t> request_order;    // indices into `options`, in the request's key order
+  json::Value criteria;                 // as sent (score legend uses it unchanged)
+};
+
+struct ValidatedRequest {
+  std::string model;
+  json::Value state;
+  std::vector<Question> questions;      // request order
+  std::optional<Truncation> truncation; // the request's own "truncation", if given
+};
+
+struct Limits {
+  size_t max_questions = 64;
+  size_t max_options_per_question = 255;
+  size_t max_options_per_request = 2048;
+  size_t max_question_id_chars = 256;  // code points
+};
+
+ValidatedRequest validate_request(const json::Value& body, const Limits& limits = {});
+
+}  // namespace clef::encoding

@@ -1,0 +1,47 @@
+// The request pipeline shared by `clefserve decide` and the HTTP server:
+// request JSON -> validated request -> token ids + spans -> engine logits -> answer JSON.
+#pragma once
+
+#include <memory>
+
+#include "encoding/encode.h"
+#include "encoding/request.h"
+#include "engine/engine.h"
+#include "json/value.h"
+#include "model/release.h"
+
+namespace clef::service {
+
+struct DeciderOptions {
+  encoding::Limits limits;
+  encoding::EncodeOptions encode;  // max_length, default truncation policy
+};
+
+struct Prepared {
+  encoding::ValidatedRequest request;
+  encoding::EncodedRequest encoded;
+};
+
+class Decider {
+ public:
+  Decider(std::shared_ptr<const model::Release> release, std::shared_ptr<engine::Engine> engine,
+          DeciderOptions opts);
+
+  // Validate + encode. Throws encoding::RequestError.
+  Prepared prepare(const json::Value& body) const;
+  // Logits -> response JSON (adds usage.truncated_state_tokens when the state was cut).
+  json::Value finish(const Prepared& p, const engine::ForwardOutput& out, bool raw = false) const;
+  // prepare + one forward + finish.
+  json::Value decide(const json::Value& body, bool raw = false);
+
+  const model::Release& release() const { return *release_; }
+  engine::Engine& engine() { return *engine_; }
+  const DeciderOptions& options() const { return opts_; }
+
+ private:
+  std::shared_ptr<const model::Release> release_;
+  std::shared_ptr<engine::Engine> engine_;
+  DeciderOptions opts_;
+};
+
+}  // namespace clef::service
