@@ -1,0 +1,37 @@
+// The CUDA backend (issue 6): bf16 production path and a float32 parity path behind the Engine interface.
+// Plain C++ header (no CUDA types) so create_engine.cpp and the CLI can include it without nvcc.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace clef::engine::cuda {
+
+// Milliseconds of device time per stage of one forward pass, measured with CUDA events (eager run).
+struct StageTimes {
+  std::map<std::string, double> ms;  // "gemm", "gdn_core", "attention", "norms_elementwise", "head"
+  double total_ms = 0;               // device time from the first to the last event
+};
+
+// The CUDA engine's diagnostics, used by `clefserve profile` and the GPU tests.
+class CudaEngine : public Engine {
+ public:
+  // One forward of a single request, eagerly, with events between stages.
+  virtual StageTimes forward_profiled(const encoding::EncodedRequest& req) = 0;
+  // Median time (ms) of all the backbone's linear layers at T tokens, as this engine fuses them,
+  // through cuBLASLt with the best timed algorithm per shape, replayed from a CUDA graph.
+  virtual double gemm_floor_ms(int T, int runs) = 0;
+  // The backbone's last_hidden_state (after the final norm) for these ids, [T, hidden] as float.
+  virtual std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) = 0;
+};
+
+// Throws std::runtime_error with one clear line when no CUDA device is usable or an option is invalid.
+std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const model::Release> release,
+                                         const EngineOptions& opts);
+
+}  // namespace clef::engine::cuda
