@@ -1,0 +1,434 @@
+// Causal GQA flash attention (see attention_core.h).
+//
+// bf16 kernel: one CTA of 4 warps per (64-query tile, query head); each warp owns 16 query rows.
+// Key/value tiles of 64 rows stream through shared memory with cp.async; the V load of tile j
+// overlaps S = Q K_j^T and the K load of tile j+1 overlaps O += P V_j (FlashAttention-2 ordering),
+// so one buffer each for Q, K and V suffices: 3 x 64 x (hd + 8) bf16 = 99 KiB at hd 256, which also
+// fits sm_86/sm_89 (99 KiB opt-in) and lets two CTAs share an sm_80/sm_90 SM. Rows are padded by 16
+// bytes so ldmatrix reads are bank-conflict free. Matrix products: mma.sync m16n8k16 bf16 -> fp32;
+// softmax in fp32 with exp2 and a running max.
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "engine/cuda/attention_core.h"
+
+namespace clef::engine::cuda {
+namespace {
+
+constexpr int kBr = 64;  // query rows per CTA
+constexpr int kBc = 64;  // key rows per tile
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+void check_launch(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void check_shape(int T, int n_heads, int n_kv_heads, int head_dim) {
+  if (T < 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
+    throw std::invalid_argument("attention_core: bad head counts (" + std::to_string(n_heads) +
+                                " / " + std::to_string(n_kv_heads) + ") or T " + std::to_string(T));
+  if (head_dim <= 0 || head_dim % 32 != 0 || head_dim > 256)
+    throw std::invalid_argument("attention_core: head_dim " + std::to_string(head_dim) +
+                                " is not a multiple of 32 in [32, 256]");
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes 0 zero-fills (rows past T must be finite zeros: 0 * garbage may be
+// NaN).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// D += A B, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Loads rows [row0, row0 + 64) of a [T, heads, HD] tensor's head h into a padded smem tile.
+template <int HD>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* base, int row0,
+                                          int T, int row_stride) {
+  constexpr int kChunksPerRow = HD / 8;  // 16-byte chunks
+  constexpr int kStride = HD + 8;
+  for (int c = threadIdx.x; c < kBr * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const int row = row0 + r;
+    const bool ok = row < T;
+    const __nv_bfloat16* src = base + static_cast<size_t>(ok ? row : 0) * row_stride + col;
+    cp_async16(tile + r * kStride + col, src, ok ? 16 : 0);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 2)
+    flash_attn_bf16_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                           const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out,
+                           int T, int n_heads, int group, float scale_log2) {
+  constexpr int kStride = HD + 8;
+  constexpr int kNT = HD / 8;  // output n-tiles of 8 columns per warp
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* sK = sQ + kBr * kStride;
+  __nv_bfloat16* sV = sK + kBc * kStride;
+
+  // Heaviest (last) query tiles first: causal work grows with the tile index.
+  const int qb = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y;
+  const int kvh = h / group;
+  const int n_kv = n_heads / group;
+  const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
+  const int q0 = qb * kBr;
+  const __nv_bfloat16* qh = q + static_cast<size_t>(h) * HD;
+  const __nv_bfloat16* kh = k + static_cast<size_t>(kvh) * HD;
+  const __nv_bfloat16* vh = v + static_cast<size_t>(kvh) * HD;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, tig = lane % 4;
+
+  load_tile<HD>(sQ, qh, q0, T, q_stride);
+  load_tile<HD>(sK, kh, 0, T, kv_stride);
+  cp_async_commit();
+
+  float o[kNT][4];
+#pragma unroll
+  for (int i = 0; i < kNT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY};  // running max (log2 domain) for rows g and g + 8
+  float l_run[2] = {0.f, 0.f};
+
+  const int n_tiles = qb + 1;            // causal: key tiles 0..qb (kBr == kBc)
+  const int row_a = q0 + warp * 16 + g;  // query positions of this thread's two rows
+  const int row_b = row_a + 8;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    load_tile<HD>(sV, vh, j * kBc, T, kv_stride);
+    cp_async_commit();
+    cp_async_wait<1>();  // Q and K_j have landed
+    __syncthreads();
+
+    // S = Q K_j^T for this warp's 16 rows x 64 keys.
+    float s[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, sQ + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {  // pairs of 8-key n-tiles
+        uint32_t b[4];
+        ldmatrix_x4(b, sK + (np * 16 + lane % 8 + (lane / 16) * 8) * kStride + kk * 16 +
+                           ((lane / 8) % 2) * 8);
+        mma_bf16(s[2 * np], a, b[0], b[1]);
+        mma_bf16(s[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+
+    // Causal mask: only the diagonal tile has keys past a query (also covers keys >= T).
+    if (j == qb) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int key = j * kBc + nt * 8 + tig * 2;
+        if (key > row_a) s[nt][0] = -INFINITY;
+        if (key + 1 > row_a) s[nt][1] = -INFINITY;
+        if (key > row_b) s[nt][2] = -INFINITY;
+        if (key + 1 > row_b) s[nt][3] = -INFINITY;
+      }
+    }
+
+    // Online softmax (log2 domain). Key 0 is always visible, so after tile 0 the max is finite.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+      // m_new is -inf only for a row with no visible key yet (cannot happen for real rows).
+      alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[r] - m_new);
+      m_run[r] = m_new;
+    }
+    const float mb0 = m_run[0] == -INFINITY ? 0.f : m_run[0];
+    const float mb1 = m_run[1] == -INFINITY ? 0.f : m_run[1];
+    float rs[2] = {0.f, 0.f};
+    uint32_t p[4][4];  // P as A fragments, one per 16-key k-step
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float p0 = exp2f(s[nt][0] * scale_log2 - mb0);
+      const float p1 = exp2f(s[nt][1] * scale_log2 - mb0);
+      const float p2 = exp2f(s[nt][2] * scale_log2 - mb1);
+      const float p3 = exp2f(s[nt][3] * scale_log2 - mb1);
+      rs[0] += p0 + p1;
+      rs[1] += p2 + p3;
+      p[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p0, p1);
+      p[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
+#pragma unroll
+    for (int i = 0; i < kNT; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
+    }
+
+    __syncthreads();  // every warp is done with sK
+    if (j + 1 < n_tiles) load_tile<HD>(sK, kh, (j + 1) * kBc, T, kv_stride);
+    cp_async_commit();
+    cp_async_wait<1>();  // V_j has landed
+    __syncthreads();
+
+    // O += P V_j.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {  // pairs of 8-column n-tiles
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride + np * 16 +
+                                 (lane / 16) * 8);
+        mma_bf16(o[2 * np], p[kk], b[0], b[1]);
+        mma_bf16(o[2 * np + 1], p[kk], b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with sV before the next V load
+  }
+  cp_async_wait<0>();
+
+  // Normalise and store (row sums reduced over the quad that shares a row).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+  const float inv0 = 1.f / l_run[0], inv1 = 1.f / l_run[1];
+  __nv_bfloat16* oh = out + static_cast<size_t>(h) * HD;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int col = nt * 8 + tig * 2;
+    if (row_a < T)
+      *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_a) * q_stride + col) =
+          __floats2bfloat162_rn(o[nt][0] * inv0, o[nt][1] * inv0);
+    if (row_b < T)
+      *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_b) * q_stride + col) =
+          __floats2bfloat162_rn(o[nt][2] * inv1, o[nt][3] * inv1);
+  }
+}
+
+template <int HD>
+void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                 __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(kBr + 2 * kBc) * (HD + 8) * sizeof(__nv_bfloat16);
+  // Opting in is per function and cheap; repeating it keeps this free of global state.
+  cudaError_t e =
+      cudaFuncSetAttribute(flash_attn_bf16_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
+  if (e != cudaSuccess)
+    throw std::runtime_error("attention_core_bf16: cannot get " + std::to_string(smem) +
+                             " bytes of shared memory: " + cudaGetErrorString(e));
+  const dim3 grid((T + kBr - 1) / kBr, n_heads);
+  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(HD));
+  flash_attn_bf16_kernel<HD><<<grid, kThreads, smem, stream>>>(q, k, v, out, T, n_heads,
+                                                               n_heads / n_kv_heads, scale_log2);
+  check_launch("attention_core_bf16");
+}
+
+// ---- fp32 (parity) kernel ---------------------------------------------------------------------
+// One CTA of 128 threads per (32-query tile, head); thread t owns query row t / 4 and, within it,
+// every fourth key of a 32-key tile (scores) and every fourth output column (accumulators). K and V
+// tiles share one smem buffer (loaded one after the other): simple, and fast enough for a parity
+// mode.
+constexpr int kFBr = 32;
+constexpr int kFBc = 32;
+constexpr int kFThreads = 128;
+
+template <int HD>
+__global__ void __launch_bounds__(kFThreads)
+    flash_attn_f32_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                          const float* __restrict__ v, float* __restrict__ out, int T, int n_heads,
+                          int group, float scale) {
+  constexpr int kS = HD + 1;  // padded rows: threads of a warp read 4 different rows at one column
+  extern __shared__ float fsm[];
+  float* sQ = fsm;              // [kFBr][kS]
+  float* sKV = sQ + kFBr * kS;  // [kFBc][kS]
+  float* sP = sKV + kFBc * kS;  // [kFBr][kFBc + 1]
+
+  const int qb = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, kvh = h / group, n_kv = n_heads / group;
+  const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
+  const int q0 = qb * kFBr;
+  const int r = threadIdx.x / 4, sub = threadIdx.x % 4;
+  const int row = q0 + r;
+
+  for (int i = threadIdx.x; i < kFBr * HD; i += kFThreads) {
+    const int rr = i / HD, c = i % HD, t = q0 + rr;
+    sQ[rr * kS + c] = t < T ? q[static_cast<size_t>(t) * q_stride + h * HD + c] : 0.f;
+  }
+  float acc[HD / 4];
+#pragma unroll
+  for (int i = 0; i < HD / 4; ++i) acc[i] = 0.f;
+  float m_run = -INFINITY, l_run = 0.f;
+
+  const int last_key = min(q0 + kFBr, T) - 1;
+  for (int k0 = 0; k0 <= last_key; k0 += kFBc) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < kFBc * HD; i += kFThreads) {
+      const int rr = i / HD, c = i % HD, t = k0 + rr;
+      sKV[rr * kS + c] = t < T ? k[static_cast<size_t>(t) * kv_stride + kvh * HD + c] : 0.f;
+    }
+    __syncthreads();
+    float s[kFBc / 4];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kFBc / 4; ++i) {
+      const int c = sub + 4 * i;
+      float d = 0.f;
+#pragma unroll 8
+      for (int e = 0; e < HD; ++e) d = fmaf(sQ[r * kS + e], sKV[c * kS + e], d);
+      s[i] = (k0 + c <= row && k0 + c < T) ? d * scale : -INFINITY;
+      mx = fmaxf(mx, s[i]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run, mx);
+    const float alpha = m_new == -INFINITY ? 1.f : expf(m_run - m_new);
+    const float mb = m_new == -INFINITY ? 0.f : m_new;
+    m_run = m_new;
+    float rs = 0.f;
+#pragma unroll
+    for (int i = 0; i < kFBc / 4; ++i) {
+      const float p = expf(s[i] - mb);
+      rs += p;
+      sP[r * (kFBc + 1) + sub + 4 * i] = p;
+    }
+    l_run = l_run * alpha + rs;
+#pragma unroll
+    for (int i = 0; i < HD / 4; ++i) acc[i] *= alpha;
+    __syncthreads();  // scores done with K; sP complete
+    for (int i = threadIdx.x; i < kFBc * HD; i += kFThreads) {
+      const int rr = i / HD, c = i % HD, t = k0 + rr;
+      sKV[rr * kS + c] = t < T ? v[static_cast<size_t>(t) * kv_stride + kvh * HD + c] : 0.f;
+    }
+    __syncthreads();
+    for (int c = 0; c < kFBc; ++c) {
+      const float p = sP[r * (kFBc + 1) + c];
+#pragma unroll
+      for (int i = 0; i < HD / 4; ++i) acc[i] = fmaf(p, sKV[c * kS + sub + 4 * i], acc[i]);
+    }
+  }
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+  if (row < T) {
+    const float inv = 1.f / l_run;
+    float* orow = out + static_cast<size_t>(row) * q_stride + h * HD;
+#pragma unroll
+    for (int i = 0; i < HD / 4; ++i) orow[sub + 4 * i] = acc[i] * inv;
+  }
+}
+
+template <int HD>
+void launch_f32(const float* q, const float* k, const float* v, float* out, int T, int n_heads,
+                int n_kv_heads, cudaStream_t stream) {
+  const size_t smem =
+      (static_cast<size_t>(kFBr + kFBc) * (HD + 1) + kFBr * (kFBc + 1)) * sizeof(float);
+  cudaError_t e =
+      cudaFuncSetAttribute(flash_attn_f32_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
+  if (e != cudaSuccess)
+    throw std::runtime_error("attention_core_f32: cannot get " + std::to_string(smem) +
+                             " bytes of shared memory: " + cudaGetErrorString(e));
+  const dim3 grid((T + kFBr - 1) / kFBr, n_heads);
+  flash_attn_f32_kernel<HD><<<grid, kFThreads, smem, stream>>>(
+      q, k, v, out, T, n_heads, n_heads / n_kv_heads, 1.f / sqrtf(static_cast<float>(HD)));
+  check_launch("attention_core_f32");
+}
+
+// The runtime head_dim (a multiple of 32 up to 256) as a template argument.
+#define CLEF_HEAD_DIM_CASES(CALL) \
+  case 32:                        \
+    CALL(32);                     \
+    break;                        \
+  case 64:                        \
+    CALL(64);                     \
+    break;                        \
+  case 96:                        \
+    CALL(96);                     \
+    break;                        \
+  case 128:                       \
+    CALL(128);                    \
+    break;                        \
+  case 160:                       \
+    CALL(160);                    \
+    break;                        \
+  case 192:                       \
+    CALL(192);                    \
+    break;                        \
+  case 224:                       \
+    CALL(224);                    \
+    break;                        \
+  case 256:                       \
+    CALL(256);                    \
+    break;
+
+}  // namespace
+
+void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                         __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
+                         cudaStream_t stream) {
+  check_shape(T, n_heads, n_kv_heads, head_dim);
+  if (T == 0) return;
+#define CLEF_CALL(HD) launch_bf16<HD>(q, k, v, out, T, n_heads, n_kv_heads, stream)
+  switch (head_dim) { CLEF_HEAD_DIM_CASES(CLEF_CALL) }
+#undef CLEF_CALL
+}
+
+void attention_core_f32(const float* q, const float* k, const float* v, float* out, int T,
+                        int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream) {
+  check_shape(T, n_heads, n_kv_heads, head_dim);
+  if (T == 0) return;
+#define CLEF_CALL(HD) launch_f32<HD>(q, k, v, out, T, n_heads, n_kv_heads, stream)
+  switch (head_dim) { CLEF_HEAD_DIM_CASES(CLEF_CALL) }
+#undef CLEF_CALL
+}
+
+}  // namespace clef::engine::cuda
