@@ -1,0 +1,277 @@
+// attention_core_{bf16,f32} against a plain CPU reference (double accumulation) on fresh random
+// inputs, outputs poisoned with NaN before every launch; plus the kernel's throughput at the
+// Clef-flash shape.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "engine/cuda/attention_core.h"
+
+namespace {
+
+using clef::engine::cuda::attention_core_bf16;
+using clef::engine::cuda::attention_core_f32;
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+// Reference for query rows `rows` (all when empty); out[t][h][d] for those rows, others untouched.
+void reference(const std::vector<float>& q, const std::vector<float>& k,
+               const std::vector<float>& v, int T, int nh, int nkv, int hd,
+               const std::vector<int>& rows, std::vector<double>& out) {
+  out.assign(static_cast<size_t>(T) * nh * hd, 0.0);
+  const int group = nh / nkv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> s(T);
+  auto one = [&](int t) {
+    for (int h = 0; h < nh; ++h) {
+      const int kh = h / group;
+      const float* qr = &q[(static_cast<size_t>(t) * nh + h) * hd];
+      double mx = -INFINITY;
+      for (int j = 0; j <= t; ++j) {
+        const float* kr = &k[(static_cast<size_t>(j) * nkv + kh) * hd];
+        double d = 0;
+        for (int e = 0; e < hd; ++e) d += static_cast<double>(qr[e]) * kr[e];
+        s[j] = d * scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+      double* o = &out[(static_cast<size_t>(t) * nh + h) * hd];
+      for (int j = 0; j <= t; ++j) {
+        const float* vr = &v[(static_cast<size_t>(j) * nkv + kh) * hd];
+        for (int e = 0; e < hd; ++e) o[e] += s[j] / sum * vr[e];
+      }
+    }
+  };
+  if (rows.empty())
+    for (int t = 0; t < T; ++t) one(t);
+  else
+    for (int t : rows) one(t);
+}
+
+struct Case {
+  int T, nh, nkv, hd;
+};
+
+struct Errors {
+  double rel_l2 = 0, max_abs = 0;
+  size_t non_finite = 0;
+};
+
+Errors compare(const std::vector<float>& got, const std::vector<double>& ref, int nh, int hd,
+               const std::vector<int>& rows, int T) {
+  Errors e;
+  double num = 0, den = 0;
+  auto row_cmp = [&](int t) {
+    for (size_t i = static_cast<size_t>(t) * nh * hd; i < static_cast<size_t>(t + 1) * nh * hd;
+         ++i) {
+      if (!std::isfinite(got[i])) {
+        ++e.non_finite;
+        continue;
+      }
+      const double d = got[i] - ref[i];
+      num += d * d;
+      den += ref[i] * ref[i];
+      e.max_abs = std::max(e.max_abs, std::abs(d));
+    }
+  };
+  if (rows.empty())
+    for (int t = 0; t < T; ++t) row_cmp(t);
+  else
+    for (int t : rows) row_cmp(t);
+  e.rel_l2 = std::sqrt(num / std::max(den, 1e-300));
+  return e;
+}
+
+// Random inputs; q is scaled up so that some softmax rows are peaked (exercises the running max).
+void random_qkv(std::mt19937_64& rng, const Case& c, std::vector<float>& q, std::vector<float>& k,
+                std::vector<float>& v, bool round_bf16) {
+  std::normal_distribution<float> n01(0.f, 1.f);
+  std::uniform_real_distribution<float> qscale(0.5f, 3.f);
+  q.resize(static_cast<size_t>(c.T) * c.nh * c.hd);
+  k.resize(static_cast<size_t>(c.T) * c.nkv * c.hd);
+  v.resize(k.size());
+  const float qs = qscale(rng);
+  for (auto& x : q) x = n01(rng) * qs;
+  for (auto& x : k) x = n01(rng);
+  for (auto& x : v) x = n01(rng);
+  if (round_bf16)
+    for (auto* vec : {&q, &k, &v})
+      for (auto& x : *vec) x = __bfloat162float(__float2bfloat16(x));
+}
+
+template <typename T>
+struct DevBuf {
+  T* p = nullptr;
+  explicit DevBuf(size_t n) {
+    if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) p = nullptr;
+  }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+const Case kCases[] = {
+    {1, 8, 2, 32},   {7, 8, 2, 32},    {64, 8, 2, 32},  {65, 8, 2, 32},  {300, 8, 2, 32},
+    {1, 4, 4, 32},   {7, 4, 4, 32},    {64, 4, 4, 32},  {65, 4, 4, 32},  {300, 4, 4, 32},
+    {1, 8, 2, 256},  {7, 8, 2, 256},   {64, 8, 2, 256}, {65, 8, 2, 256}, {300, 8, 2, 256},
+    {1, 4, 4, 256},  {7, 4, 4, 256},   {64, 4, 4, 256}, {65, 4, 4, 256}, {300, 4, 4, 256},
+    {130, 4, 1, 64}, {130, 6, 3, 128}, {129, 2, 2, 96}, {77, 2, 1, 224},
+};
+
+TEST(AttentionCore, Bf16MatchesReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " T " << c.T << " nh " << c.nh << " nkv "
+                                    << c.nkv << " hd " << c.hd);
+    std::vector<float> q, k, v;
+    random_qkv(rng, c, q, k, v, true);
+    std::vector<__nv_bfloat16> hq(q.size()), hk(k.size()), hv(v.size());
+    for (size_t i = 0; i < q.size(); ++i) hq[i] = __float2bfloat16(q[i]);
+    for (size_t i = 0; i < k.size(); ++i)
+      hk[i] = __float2bfloat16(k[i]), hv[i] = __float2bfloat16(v[i]);
+    DevBuf<__nv_bfloat16> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size());
+    ASSERT_TRUE(dq.p && dk.p && dv.p && dout.p);
+    CUDA_OK(cudaMemcpy(dq.p, hq.data(), q.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dk.p, hk.data(), k.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv.p, hv.data(), v.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dout.p, 0xFF, q.size() * 2));  // NaN poison
+    attention_core_bf16(dq.p, dk.p, dv.p, dout.p, c.T, c.nh, c.nkv, c.hd, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<__nv_bfloat16> hout(q.size());
+    CUDA_OK(cudaMemcpy(hout.data(), dout.p, q.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> got(q.size());
+    for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(hout[i]);
+    std::vector<double> ref;
+    reference(q, k, v, c.T, c.nh, c.nkv, c.hd, {}, ref);
+    const Errors e = compare(got, ref, c.nh, c.hd, {}, c.T);
+    EXPECT_EQ(e.non_finite, 0u);
+    // bf16 output rounding alone is ~2^-9 relative; P is rounded to bf16 for the PV product.
+    EXPECT_LT(e.rel_l2, 8e-3);
+    EXPECT_LT(e.max_abs, 5e-2);
+  }
+}
+
+TEST(AttentionCore, F32MatchesReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " T " << c.T << " nh " << c.nh << " nkv "
+                                    << c.nkv << " hd " << c.hd);
+    std::vector<float> q, k, v;
+    random_qkv(rng, c, q, k, v, false);
+    DevBuf<float> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size());
+    ASSERT_TRUE(dq.p && dk.p && dv.p && dout.p);
+    CUDA_OK(cudaMemcpy(dq.p, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dk.p, k.data(), k.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dout.p, 0xFF, q.size() * 4));
+    attention_core_f32(dq.p, dk.p, dv.p, dout.p, c.T, c.nh, c.nkv, c.hd, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> got(q.size());
+    CUDA_OK(cudaMemcpy(got.data(), dout.p, q.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<double> ref;
+    reference(q, k, v, c.T, c.nh, c.nkv, c.hd, {}, ref);
+    const Errors e = compare(got, ref, c.nh, c.hd, {}, c.T);
+    EXPECT_EQ(e.non_finite, 0u);
+    EXPECT_LT(e.rel_l2, 1e-5);
+    EXPECT_LT(e.max_abs, 1e-4);
+  }
+}
+
+TEST(AttentionCore, RefusesBadShapes) {
+  EXPECT_THROW(attention_core_bf16(nullptr, nullptr, nullptr, nullptr, 8, 16, 5, 256, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(attention_core_bf16(nullptr, nullptr, nullptr, nullptr, 8, 16, 4, 48, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(attention_core_f32(nullptr, nullptr, nullptr, nullptr, 8, 16, 4, 288, nullptr),
+               std::invalid_argument);
+}
+
+// Clef-flash shape (16 heads, 4 kv heads, hd 256): throughput, plus sampled rows checked against
+// the reference so the timed kernel is also a correct one at full length.
+TEST(AttentionCore, Bf16ThroughputFlashShape) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int T : {361, 961, 2761, 5661}) {
+    const Case c{T, 16, 4, 256};
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " T " << T);
+    std::vector<float> q, k, v;
+    random_qkv(rng, c, q, k, v, true);
+    std::vector<__nv_bfloat16> hq(q.size()), hk(k.size()), hv(v.size());
+    for (size_t i = 0; i < q.size(); ++i) hq[i] = __float2bfloat16(q[i]);
+    for (size_t i = 0; i < k.size(); ++i)
+      hk[i] = __float2bfloat16(k[i]), hv[i] = __float2bfloat16(v[i]);
+    DevBuf<__nv_bfloat16> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size());
+    ASSERT_TRUE(dq.p && dk.p && dv.p && dout.p);
+    CUDA_OK(cudaMemcpy(dq.p, hq.data(), q.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dk.p, hk.data(), k.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv.p, hv.data(), v.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dout.p, 0xFF, q.size() * 2));
+    attention_core_bf16(dq.p, dk.p, dv.p, dout.p, T, 16, 4, 256, nullptr);  // warm-up + check
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<__nv_bfloat16> hout(q.size());
+    CUDA_OK(cudaMemcpy(hout.data(), dout.p, q.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> got(q.size());
+    for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(hout[i]);
+    std::vector<int> rows = {0, 1, 63, 64, T / 2, T - 2, T - 1};
+    std::uniform_int_distribution<int> pick(0, T - 1);
+    for (int i = 0; i < 9; ++i) rows.push_back(pick(rng));
+    std::vector<double> ref;
+    reference(q, k, v, T, 16, 4, 256, rows, ref);
+    const Errors e = compare(got, ref, 16, 256, rows, T);
+    EXPECT_EQ(e.non_finite, 0u);
+    EXPECT_LT(e.rel_l2, 8e-3);
+    size_t non_finite = 0;
+    for (float x : got) non_finite += !std::isfinite(x);
+    EXPECT_EQ(non_finite, 0u) << "unwritten or non-finite outputs";
+
+    cudaEvent_t a, b;
+    CUDA_OK(cudaEventCreate(&a));
+    CUDA_OK(cudaEventCreate(&b));
+    const int reps = 20;
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; ++r) {
+      CUDA_OK(cudaEventRecord(a));
+      attention_core_bf16(dq.p, dk.p, dv.p, dout.p, T, 16, 4, 256, nullptr);
+      CUDA_OK(cudaEventRecord(b));
+      CUDA_OK(cudaEventSynchronize(b));
+      CUDA_OK(cudaEventElapsedTime(&ms[r], a, b));
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[reps / 2];
+    // Causal FLOPs: QK^T and PV over the lower triangle (incl. diagonal), 2 FLOP per MAC.
+    const double flop = 4.0 * 16 * 256 * (static_cast<double>(T) * (T + 1) / 2);
+    std::printf(
+        "[attention_core_bf16] T %5d  16/4 heads hd 256: median %.4f ms, %.1f TFLOP/s (causal)\n",
+        T, med, flop / (med * 1e-3) / 1e12);
+  }
+}
+
+}  // namespace
