@@ -1,14 +1,27 @@
-// Backend selection. TEMPORARY: the CPU engine (issue 3) and the CUDA engine (issue 6) wire in here.
+// Backend selection: "cpu" -> the float32 CPU engine, "cuda" -> the CUDA engine when this build has
+// it.
 #include <stdexcept>
 
+#include "engine/cpu/cpu_engine.h"
 #include "engine/engine.h"
+#ifdef CLEF_HAVE_CUDA
+#include "engine/cuda/cuda_engine.h"
+#endif
 
 namespace clef::engine {
 
 std::unique_ptr<Engine> create_engine(std::shared_ptr<const model::Release> release,
                                       const EngineOptions& opts) {
-  (void)release;
-  throw std::runtime_error("no engine backend for device '" + opts.device + "' is built yet");
+  if (!release) throw std::runtime_error("create_engine: no release loaded");
+  if (opts.device == "cpu") return cpu::make_cpu_engine(std::move(release), opts);
+  if (opts.device == "cuda") {
+#ifdef CLEF_HAVE_CUDA
+    return cuda::make_cuda_engine(std::move(release), opts);
+#else
+    throw std::runtime_error("this build has no CUDA backend (device 'cuda' unavailable)");
+#endif
+  }
+  throw std::runtime_error("unknown device '" + opts.device + "' (expected cpu or cuda)");
 }
 
 }  // namespace clef::engine

@@ -1,5 +1,5 @@
-// The joint schema head (spec/model.md §4) in float32 on the CPU: final hidden states + spans -> one logit
-// per option. Exposed on its own so the GPU head can be checked against it.
+// The joint schema head (spec/model.md §4) in float32 on the CPU: final hidden states + spans ->
+// one logit per option. Exposed on its own so the GPU head can be checked against it.
 #pragma once
 
 #include <vector>
@@ -9,10 +9,11 @@
 
 namespace clef::engine::cpu {
 
-// hidden: [T, D] row-major, the backbone's final-norm output ("last_hidden_state") for enc.input_ids.
-// Returns logits[k] = question k's option logits in MODEL order (questions in request order).
-// Throws std::runtime_error on an empty span or a span/id outside the sequence/vocabulary.
-std::vector<std::vector<float>> run_joint_head(const model::Release& release, const float* hidden, int T,
-                                               const encoding::EncodedRequest& enc);
+// hidden: [T, D] row-major, the backbone's final-norm output ("last_hidden_state") for
+// enc.input_ids. Returns logits[k] = question k's option logits in MODEL order (questions in
+// request order). Throws std::runtime_error on an empty span or a span/id outside the
+// sequence/vocabulary.
+std::vector<std::vector<float>> run_joint_head(const model::Release& release, const float* hidden,
+                                               int T, const encoding::EncodedRequest& enc);
 
 }  // namespace clef::engine::cpu

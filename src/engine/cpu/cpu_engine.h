@@ -1,0 +1,31 @@
+// The float32 CPU engine: backbone (backbone.h) + joint head (joint_head.h), one request at a time.
+#pragma once
+
+#include <memory>
+
+#include "engine/engine.h"
+
+namespace clef::engine::cpu {
+
+class CpuEngine : public Engine {
+ public:
+  // threads: 0 = all cores (OpenBLAS and the per-head std::thread fan-out).
+  CpuEngine(std::shared_ptr<const model::Release> release, int threads);
+
+  std::vector<ForwardOutput> forward(
+      const std::vector<const encoding::EncodedRequest*>& batch) override;
+  EngineInfo info() const override;
+
+  // One request: backbone then head.
+  ForwardOutput run(const encoding::EncodedRequest& enc) const;
+
+ private:
+  std::shared_ptr<const model::Release> release_;
+  int threads_;
+};
+
+// dtype "" or "float32" only; anything else is refused with a clear message.
+std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const model::Release> release,
+                                        const EngineOptions& opts);
+
+}  // namespace clef::engine::cpu

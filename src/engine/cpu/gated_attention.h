@@ -1,0 +1,28 @@
+// The gated full-attention mixer (spec/model.md §3): q/k RMSNorm1p per head, partial rotate-half
+// RoPE, causal GQA softmax attention, sigmoid output gate.
+#pragma once
+
+#include <vector>
+
+#include "model/release.h"
+
+namespace clef::engine::cpu {
+
+// cos/sin tables [T, rd/2] for positions 0..T-1, computed in float32 like transformers' default
+// RoPE (inv_freq = 1 / theta^(2i/rd), angle = float(pos) * inv_freq).
+void rope_tables(int T, int rd, double theta, std::vector<float>& cos_t, std::vector<float>& sin_t);
+
+// Rotate-half RoPE on the first rd dims of each of `heads` vectors of head_dim at position t.
+void apply_rope(float* x, int heads, int head_dim, int rd, const float* cos_row,
+                const float* sin_row);
+
+// Causal softmax attention. q: [T, nh, hd] (row stride ldq), k/v: [T, nkv, hd] (row stride ldkv);
+// query head j uses kv head j / (nh / nkv). out: [T, nh, hd] (row stride ldo).
+void causal_attention(const float* q, int ldq, const float* k, const float* v, int ldkv, int T,
+                      int nh, int nkv, int hd, float* out, int ldo, int threads);
+
+// Layer `layer`'s mixer on u = RMSNorm1p(h) [T, H]; returns [T, H] (before the residual add).
+std::vector<float> gated_attention_mixer(const model::Release& release, int layer, const float* u,
+                                         int T, int threads);
+
+}  // namespace clef::engine::cpu

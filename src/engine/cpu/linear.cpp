@@ -1,0 +1,63 @@
+#include "engine/cpu/linear.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace clef::engine::cpu {
+
+namespace {
+
+// ~4 MiB of float32 per converted block: large enough for efficient sgemm, small next to the model.
+constexpr size_t kBlockElems = size_t(1) << 20;
+
+int64_t inner_dim(const model::Tensor& w) {
+  if (w.shape.empty()) throw std::runtime_error("tensor " + w.name + " is a scalar, not a matrix");
+  int64_t in = 1;
+  for (size_t i = 1; i < w.shape.size(); ++i) in *= w.shape[i];
+  return in;
+}
+
+}  // namespace
+
+void linear(const model::Tensor& w, const float* x, int rows, int ldx, float* y, int ldy,
+            const float* bias, int row0, int n_out) {
+  const int64_t out_total = w.shape.empty() ? 0 : w.shape[0];
+  const int64_t in = inner_dim(w);
+  if (n_out < 0) n_out = static_cast<int>(out_total - row0);
+  if (row0 < 0 || n_out < 0 || row0 + n_out > out_total)
+    throw std::runtime_error("linear: rows [" + std::to_string(row0) + ", " +
+                             std::to_string(row0 + n_out) + ") outside " + w.name);
+  if (rows <= 0 || n_out == 0) return;
+  const int block = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(n_out, static_cast<int64_t>(kBlockElems) / in)));
+  std::vector<float> wbuf(static_cast<size_t>(block) * in);
+  for (int r = 0; r < n_out; r += block) {
+    const int nb = std::min(block, n_out - r);
+    w.to_float(wbuf.data(), static_cast<size_t>(row0 + r) * in, static_cast<size_t>(nb) * in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, static_cast<int>(in), 1.0f, x,
+                ldx, wbuf.data(), static_cast<int>(in), 0.0f, y + r, ldy);
+  }
+  if (bias) {
+    for (int t = 0; t < rows; ++t) {
+      float* yr = y + static_cast<size_t>(t) * ldy;
+      for (int o = 0; o < n_out; ++o) yr[o] += bias[o];
+    }
+  }
+}
+
+std::vector<float> linear(const model::Tensor& w, const float* x, int rows, const float* bias) {
+  const int out = w.shape.empty() ? 0 : static_cast<int>(w.shape[0]);
+  const int in = static_cast<int>(inner_dim(w));
+  std::vector<float> y(static_cast<size_t>(rows) * out);
+  linear(w, x, rows, in, y.data(), out, bias);
+  return y;
+}
+
+std::vector<float> to_f32(const model::Tensor& t) {
+  return t.to_float();
+}
+
+}  // namespace clef::engine::cpu
