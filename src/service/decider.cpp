@@ -1,0 +1,45 @@
+#include "service/decider.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include "answer/answer.h"
+
+namespace clef::service {
+
+Decider::Decider(std::shared_ptr<const model::Release> release,
+                 std::shared_ptr<engine::Engine> engine, DeciderOptions opts)
+    : release_(std::move(release)), engine_(std::move(engine)), opts_(std::move(opts)) {
+  if (!release_ || !engine_) throw std::invalid_argument("Decider needs a release and an engine");
+  if (!release_->tokenizer) throw std::invalid_argument("Decider: the release has no tokenizer");
+}
+
+Prepared Decider::prepare(const json::Value& body) const {
+  Prepared p;
+  p.request = encoding::validate_request(body, opts_.limits);
+  p.encoded = encoding::encode_request(p.request, *release_->tokenizer, opts_.encode);
+  return p;
+}
+
+json::Value Decider::finish(const Prepared& p, const engine::ForwardOutput& out, bool raw) const {
+  if (out.logits.size() != p.encoded.questions.size())
+    throw std::runtime_error("engine returned logits for " + std::to_string(out.logits.size()) +
+                             " questions, expected " + std::to_string(p.encoded.questions.size()));
+  json::Value response = answer::make_response(p.request, p.encoded, out.logits, raw);
+  if (p.encoded.truncated_state_tokens > 0) {
+    for (auto& [key, value] : response.members()) {
+      if (key == "usage" && value.is_object())
+        value.set("truncated_state_tokens", json::Value::integer(p.encoded.truncated_state_tokens));
+    }
+  }
+  return response;
+}
+
+json::Value Decider::decide(const json::Value& body, bool raw) {
+  const Prepared p = prepare(body);
+  const std::vector<engine::ForwardOutput> outs = engine_->forward({&p.encoded});
+  if (outs.size() != 1) throw std::runtime_error("engine returned no output for the request");
+  return finish(p, outs[0], raw);
+}
+
+}  // namespace clef::service
