@@ -1,0 +1,39 @@
+// The evidence a report needs to be trusted and compared (spec/benchmark.md): tool version and
+// commit, the server's /health body, GPU name, driver and CUDA versions. What cannot be found is
+// stated as "unknown" (never omitted) and listed in `missing`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/json.h"
+#include "bench/target.h"
+
+namespace clef::bench {
+
+inline constexpr const char* kUnknown = "unknown";
+
+struct GpuInfo {
+  std::string name = kUnknown, driver = kUnknown, cuda = kUnknown;
+  std::string source = "none";  // "health", "nvidia-smi", "health+nvidia-smi", "cpu backend"
+};
+
+struct ServerEvidence {
+  Json health;  // the /health body, or the string "unknown"
+  std::string health_error;
+  GpuInfo gpu;
+};
+
+// GET /health (once). With a CPU backend the GPU fields are "not applicable"; else they come from
+// health fields when the server reports them, then from local `nvidia-smi` when the URL is this
+// machine.
+ServerEvidence gather_server_evidence(const Target& t, const ClientOptions& opts);
+
+// GPU name / driver / CUDA version from `nvidia-smi` on this machine; fields stay "unknown" on
+// failure.
+GpuInfo local_nvidia_smi();
+
+// Evidence paths whose value is "unknown" (the report is incomplete when this is non-empty).
+std::vector<std::string> missing_evidence(const Json& evidence);
+
+}  // namespace clef::bench

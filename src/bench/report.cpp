@@ -1,0 +1,285 @@
+#include "bench/report.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include "bench/quality.h"
+#include "bench/stats.h"
+#include "bench/svg_plot.h"
+
+namespace clef::bench {
+
+namespace {
+
+Json opt(const std::optional<double>& v) {
+  return v ? Json(*v) : Json();
+}
+
+Json latency_json(const std::vector<double>& v) {
+  const LatencySummary s = summarize(v);
+  Json j = Json::object();
+  j["count"] = s.count;
+  j["p50"] = opt(s.p50);
+  j["p95"] = opt(s.p95);
+  j["mean"] = opt(s.mean);
+  j["max"] = opt(s.max);
+  j["min"] = opt(s.min);
+  return j;
+}
+
+Json request_json(const Manifest& m, const RequestRecord& r) {
+  Json j = Json::object();
+  j["id"] = m.items[r.item].id;
+  j["tier"] = m.items[r.item].tier;
+  j["traversal"] = r.traversal;
+  j["input_tokens"] = r.input_tokens >= 0 ? Json(r.input_tokens) : Json();
+  j["latency_ms"] = r.latency_ms;
+  j["status"] = r.http_status ? Json(r.http_status) : Json();
+  j["outcome"] = outcome_name(r.outcome);
+  if (!r.error.empty()) j["error"] = r.error;
+  j["answer"] = r.answers;
+  return j;
+}
+
+std::string fmt(const Json& v, const char* spec = "%.1f") {
+  if (v.is_null()) return "n/a";
+  if (v.is_number_float()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, spec, v.get<double>());
+    return buf;
+  }
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+std::string pct(const Json& v) {
+  if (v.is_null()) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * v.get<double>());
+  return buf;
+}
+
+}  // namespace
+
+Json build_report(const ReportInputs& in) {
+  const Manifest& m = *in.manifest;
+  const CampaignResult& c = *in.campaign;
+  Json r = Json::object();
+  r["tool"] = "clefserve bench";
+  r["clock"] = kClockName;
+  r["url"] = in.url;
+  r["model"] = in.model;
+  r["concurrency"] = in.run.concurrency;
+  r["warmup"] = in.run.warmup;
+  r["traversals"] = in.run.traversals;
+  r["items"] = m.items.size();
+  r["planned"] = c.measured.size();
+
+  std::vector<double> ok_latency, ok_tokens;
+  std::map<std::string, std::vector<double>> tier_latency;
+  size_t successful = 0, decisions = 0;
+  std::map<std::string, size_t> by_status;
+  size_t n_http = 0, n_transport = 0, n_invalid = 0;
+  for (const auto& q : c.measured) {
+    switch (q.outcome) {
+      case Outcome::Ok:
+        ++successful;
+        decisions += m.items[q.item].questions.size();
+        ok_latency.push_back(q.latency_ms);
+        tier_latency[m.items[q.item].tier].push_back(q.latency_ms);
+        if (q.input_tokens >= 0) ok_tokens.push_back(static_cast<double>(q.input_tokens));
+        break;
+      case Outcome::HttpStatus:
+        ++n_http;
+        ++by_status[std::to_string(q.http_status)];
+        break;
+      case Outcome::Transport:
+        ++n_transport;
+        break;
+      case Outcome::InvalidBody:
+        ++n_invalid;
+        break;
+    }
+  }
+  r["successful"] = successful;
+  Json failures = Json::object();
+  failures["total"] = n_http + n_transport + n_invalid;
+  failures["http_status"] = n_http;
+  failures["transport"] = n_transport;
+  failures["invalid_body"] = n_invalid;
+  failures["by_http_status"] = Json::object();
+  for (const auto& [s, n] : by_status) failures["by_http_status"][s] = n;
+  r["failures"] = failures;
+  size_t warm_failed = 0;
+  for (const auto& q : c.warmup) warm_failed += q.outcome != Outcome::Ok;
+  r["warmup_failures"] = warm_failed;
+  r["successful_latency_ms"] = latency_json(ok_latency);
+  Json per_tier = Json::object();
+  for (const auto& [tier, v] : tier_latency) per_tier[tier] = latency_json(v);
+  r["successful_latency_ms_per_tier"] = per_tier;
+  Json tokens = Json::object();
+  tokens["p50"] = opt(nearest_rank(ok_tokens, 50));
+  tokens["p95"] = opt(nearest_rank(ok_tokens, 95));
+  tokens["max"] =
+      ok_tokens.empty() ? Json() : Json(*std::max_element(ok_tokens.begin(), ok_tokens.end()));
+  r["input_tokens"] = tokens;
+  Json tp = Json::object();
+  tp["wall_s"] = c.measured_wall_s;
+  tp["requests_per_s"] = c.measured_wall_s > 0 ? Json(successful / c.measured_wall_s) : Json();
+  tp["decisions_per_s"] = c.measured_wall_s > 0 ? Json(decisions / c.measured_wall_s) : Json();
+  r["throughput"] = tp;
+  r["cold_start_ms"] = opt(in.cold_start_ms);
+
+  // Quality: each item's first valid measured answer (answers of one server run do not change).
+  bool any_expected = false;
+  for (const auto& it : m.items) any_expected = any_expected || it.has_expected();
+  if (any_expected) {
+    std::vector<const Json*> first(m.items.size(), nullptr);
+    for (const auto& q : c.measured) {
+      if (q.outcome == Outcome::Ok && !first[q.item]) first[q.item] = &q.answers;
+    }
+    QualityCounts overall;
+    std::map<std::string, QualityCounts> tiers;
+    for (size_t i = 0; i < m.items.size(); ++i) {
+      const QualityCounts qc = score_item(m.items[i], first[i]);
+      overall.add(qc);
+      tiers[m.items[i].tier].add(qc);
+    }
+    Json q = quality_json(overall);
+    q["per_tier"] = Json::object();
+    for (const auto& [tier, qc] : tiers) q["per_tier"][tier] = quality_json(qc);
+    r["quality"] = q;
+  } else {
+    r["quality"] = nullptr;
+    r["quality_note"] = "the manifest has no expected values";
+  }
+
+  const ServerEvidence& sv = *in.server;
+  Json ev = Json::object();
+  ev["tool"] = {{"name", "clefserve"}, {"version", CLEF_VERSION}, {"git_commit", CLEF_GIT_COMMIT}};
+  ev["server_health"] = sv.health;
+  if (!sv.health_error.empty()) ev["server_health_error"] = sv.health_error;
+  ev["gpu"] = {{"name", sv.gpu.name},
+               {"driver", sv.gpu.driver},
+               {"cuda", sv.gpu.cuda},
+               {"source", sv.gpu.source}};
+  ev["manifest"] = {{"path", m.path}, {"sha256", m.sha256}, {"items", m.items.size()}};
+  ev["model"] = in.model;
+  ev["clock"] = kClockName;
+  ev["warmup"] = in.run.warmup;
+  ev["concurrency"] = in.run.concurrency;
+  ev["traversals"] = in.run.traversals;
+  ev["start_time"] = c.start_utc;
+  ev["end_time"] = c.end_utc;
+  if (!in.spawn_command.empty()) ev["spawn_command"] = in.spawn_command;
+  const auto missing = missing_evidence(ev);
+  r["evidence"] = ev;
+  r["evidence_complete"] = missing.empty();
+  r["evidence_missing"] = missing;
+
+  Json warm = Json::array();
+  for (const auto& q : c.warmup) warm.push_back(request_json(m, q));
+  r["warmup_requests"] = warm;
+  Json reqs = Json::array();
+  for (const auto& q : c.measured) reqs.push_back(request_json(m, q));
+  r["requests"] = reqs;
+  return r;
+}
+
+std::string report_markdown(const Json& r) {
+  const Json& lat = r["successful_latency_ms"];
+  const Json& f = r["failures"];
+  const Json& ev = r["evidence"];
+  std::string o;
+  o += "| clock | C | warm-up | traversals | planned | successful | failures "
+       "(http/transport/invalid) | "
+       "p50 ms | p95 ms | mean ms | max ms | req/s | decisions/s | cold start ms |\n";
+  o += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  o += "| " + r["clock"].get<std::string>() + " | " + r["concurrency"].dump() + " | " +
+       r["warmup"].dump() + " | " + r["traversals"].dump() + " | " + r["planned"].dump() + " | " +
+       r["successful"].dump() + " | " + f["total"].dump() + " (" + f["http_status"].dump() + "/" +
+       f["transport"].dump() + "/" + f["invalid_body"].dump() + ") | " + fmt(lat["p50"]) + " | " +
+       fmt(lat["p95"]) + " | " + fmt(lat["mean"]) + " | " + fmt(lat["max"]) + " | " +
+       fmt(r["throughput"]["requests_per_s"], "%.2f") + " | " +
+       fmt(r["throughput"]["decisions_per_s"], "%.2f") + " | " + fmt(r["cold_start_ms"]) + " |\n";
+  if (r["successful_latency_ms_per_tier"].size() > 1) {
+    o +=
+        "\n| tier | successful | p50 ms | p95 ms | mean ms | max ms |\n|---|---|---|---|---|---|\n";
+    for (const auto& [tier, t] : r["successful_latency_ms_per_tier"].items())
+      o += "| " + tier + " | " + t["count"].dump() + " | " + fmt(t["p50"]) + " | " + fmt(t["p95"]) +
+           " | " + fmt(t["mean"]) + " | " + fmt(t["max"]) + " |\n";
+  }
+  if (r["quality"].is_object()) {
+    o += "\n| quality | choice_acc | noul_acc | score_acc | score_mae | scored (choice/noul/score) "
+         "| "
+         "unanswered |\n|---|---|---|---|---|---|---|\n";
+    auto row = [&](const std::string& name, const Json& q) {
+      o += "| " + name + " | " + pct(q["choice_acc"]) + " | " + pct(q["noul_acc"]) + " | " +
+           pct(q["score_acc"]) + " | " + fmt(q["score_mae"], "%.4f") + " | " +
+           q["n_choice"].dump() + "/" + q["n_noul"].dump() + "/" + q["n_score"].dump() + " | " +
+           q["unanswered"].dump() + " |\n";
+    };
+    row("overall", r["quality"]);
+    for (const auto& [tier, q] : r["quality"]["per_tier"].items()) row(tier, q);
+  }
+  const Json& h = ev["server_health"];
+  auto hs = [&](const char* k) {
+    return h.is_object() && h.contains(k) ? fmt(h[k]) : std::string("unknown");
+  };
+  o += "\nEvidence: clefserve " + ev["tool"]["version"].get<std::string>() + " (" +
+       ev["tool"]["git_commit"].get<std::string>() + "); server backend " + hs("backend") +
+       ", device " + hs("device") + ", dtype " + hs("dtype") + ", kernels " + hs("kernels") +
+       ", revision " + hs("model_revision") + ", weights verified " +
+       hs("weights_sha256_verified") + ", server version " + hs("version") + "; GPU " +
+       ev["gpu"]["name"].get<std::string>() + ", driver " + ev["gpu"]["driver"].get<std::string>() +
+       ", CUDA " + ev["gpu"]["cuda"].get<std::string>() + "; model " +
+       ev["model"].get<std::string>() + "; manifest " + ev["manifest"]["path"].get<std::string>() +
+       " (sha256 " + ev["manifest"]["sha256"].get<std::string>() + ", " +
+       ev["manifest"]["items"].dump() + " items); " + ev["start_time"].get<std::string>() + " to " +
+       ev["end_time"].get<std::string>() + ".\n";
+  if (!r["evidence_complete"].get<bool>())
+    o += "\n**Evidence incomplete**: unknown " + r["evidence_missing"].dump() + ".\n";
+  return o;
+}
+
+std::string report_svg(const Json& r) {
+  std::vector<LatencyPoint> pts;
+  for (const auto& q : r["requests"]) {
+    if (q["outcome"] != "ok") continue;
+    LatencyPoint p;
+    p.latency_ms = q["latency_ms"].get<double>();
+    p.input_tokens = q["input_tokens"].is_number() ? q["input_tokens"].get<double>() : -1.0;
+    p.tier = q["tier"].get<std::string>();
+    pts.push_back(p);
+  }
+  const std::string title = "clefserve bench: " + r["model"].get<std::string>() + " at " +
+                            r["url"].get<std::string>() + ", concurrency " +
+                            r["concurrency"].dump();
+  const std::string sub =
+      "clock " + r["clock"].get<std::string>() + "; " + r["successful"].dump() + " successful of " +
+      r["planned"].dump() + " planned (" + r["failures"]["total"].dump() + " failed), warm-up " +
+      r["warmup"].dump() + " excluded; " + r["evidence"]["start_time"].get<std::string>();
+  return latency_svg(pts, title, sub);
+}
+
+void write_report_files(const Json& report, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create " + dir + ": " + ec.message());
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    f.close();
+    if (!f) throw std::runtime_error("cannot write " + path);
+  };
+  // replace: error excerpts of server bodies may hold invalid UTF-8; the report must still be
+  // written.
+  write("report.json", report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
+  write("report.md", report_markdown(report));
+  write("latency.svg", report_svg(report));
+}
+
+}  // namespace clef::bench

@@ -1,0 +1,36 @@
+// The campaign report (spec/benchmark.md): report.json with every number, the evidence and every
+// request; report.md, a short Markdown table; latency.svg.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "bench/evidence.h"
+#include "bench/json.h"
+#include "bench/manifest.h"
+#include "bench/runner.h"
+
+namespace clef::bench {
+
+inline constexpr const char* kClockName = "post_to_body_json_and_schema_validation";
+
+struct ReportInputs {
+  const Manifest* manifest = nullptr;
+  const CampaignResult* campaign = nullptr;
+  const ServerEvidence* server = nullptr;
+  std::string url;
+  std::string model;
+  RunOptions run;
+  std::optional<double> cold_start_ms;  // set when --spawn started the server
+  std::string spawn_command;
+};
+
+Json build_report(const ReportInputs& in);
+std::string report_markdown(const Json& report);
+std::string report_svg(const Json& report);
+
+// Writes DIR/report.json, DIR/report.md and DIR/latency.svg (creating DIR). Throws
+// std::runtime_error.
+void write_report_files(const Json& report, const std::string& dir);
+
+}  // namespace clef::bench
