@@ -1,0 +1,96 @@
+// `clefserve decide` end to end: stdin request -> stdout response, exit statuses 0 / 1 / 2.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "engine/golden_models.h"
+
+namespace clef {
+namespace {
+
+struct Proc {
+  int status = -1;
+  std::string out;
+};
+
+Proc run_decide(const std::string& args, const std::string& stdin_text) {
+  const std::string in_path = ::testing::TempDir() + "clef_decide_stdin.json";
+  {
+    std::ofstream f(in_path, std::ios::binary);
+    f << stdin_text;
+  }
+  const std::string cmd = std::string(CLEF_BINARY) + " decide " + args + " < " + in_path + " 2>&1";
+  Proc r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string model_arg(const std::string& m) {
+  return "--model " + testing::golden_dir() + "/" + m;
+}
+
+TEST(CliDecide, RawProbabilitiesMatchReferenceOnTinyR3) {
+  const auto records = testing::load_golden("tiny-r3");
+  for (const auto& r : records) {
+    if (r.max_length != 16384) continue;
+    SCOPED_TRACE("line " + std::to_string(r.line));
+    const Proc run = run_decide(model_arg("tiny-r3") + " --device cpu --raw --truncation allow",
+                                json::dumps(r.request));
+    ASSERT_EQ(run.status, 0) << run.out;
+    json::ParseError err;
+    auto resp = json::parse(run.out, &err);
+    ASSERT_TRUE(resp) << run.out;
+    EXPECT_EQ(json::dumps(*resp->find("answers")), json::dumps(*r.response.find("answers")));
+    const json::Value* raw = resp->find("raw");
+    ASSERT_NE(raw, nullptr);
+    for (const auto& [qid, probs] : r.probabilities)
+      for (const auto& [oid, ref] : probs)
+        EXPECT_NEAR(raw->find(qid)->find("probabilities")->find(oid)->as_double(), ref, 1e-4);
+  }
+}
+
+TEST(CliDecide, RefusedRequestPrintsErrorAndExits2) {
+  Proc r = run_decide(model_arg("tiny-r2"), R"({"model":"m","state":"x","questions":{}})");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("\"error\""), std::string::npos) << r.out;
+  r = run_decide(model_arg("tiny-r2"), "{not json");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("\"error\""), std::string::npos) << r.out;
+}
+
+TEST(CliDecide, StateTooLongIsRefusedUnlessTruncationAllowed) {
+  const std::string body = R"({"model":"m","state":")" + std::string(3000, 'a') + " b" +
+                           R"(","questions":{"q":{"type":"noul"}}})";
+  Proc r = run_decide(model_arg("tiny-r2") + " --max-length 300", body);
+  EXPECT_EQ(r.status, 2) << r.out;
+  r = run_decide(model_arg("tiny-r2") + " --max-length 300 --truncation allow", body);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"truncated_state_tokens\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"input_tokens\":300"), std::string::npos) << r.out;
+}
+
+TEST(CliDecide, LoadFailureIsOneLineOnStderrAndExit1) {
+  const Proc r = run_decide("--model /nonexistent/clef-model", "{}");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("clefserve decide:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
+}
+
+TEST(CliDecide, CpuRefusesBfloat16) {
+  const Proc r = run_decide(model_arg("tiny-r2") + " --dtype bfloat16", "{}");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("float32"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace clef

@@ -1,0 +1,106 @@
+// The shared pipeline (validate -> encode -> CPU engine -> answer) against the reference's rounded
+// systemone() responses for every golden request, plus truncation reporting and refusals.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/golden_models.h"
+#include "service/decider.h"
+
+namespace clef {
+namespace {
+
+service::Decider make_decider(const std::string& model, int32_t max_length,
+                              encoding::Truncation tr) {
+  auto release = testing::load_golden_model(model);
+  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, {});
+  service::DeciderOptions opts;
+  opts.encode.max_length = max_length;
+  opts.encode.truncation = tr;
+  return service::Decider(release, eng, opts);
+}
+
+json::Value without_truncation_note(json::Value response) {
+  for (auto& [key, value] : response.members()) {
+    if (key != "usage") continue;
+    auto& m = value.members();
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (it->first == "truncated_state_tokens") {
+        m.erase(it);
+        break;
+      }
+    }
+  }
+  return response;
+}
+
+void check_model(const std::string& model) {
+  const auto records = testing::load_golden(model);
+  ASSERT_FALSE(records.empty());
+  int truncated = 0;
+  for (const auto& r : records) {
+    SCOPED_TRACE(model + " line " + std::to_string(r.line));
+    auto decider = make_decider(model, r.max_length, encoding::Truncation::Allow);
+    const json::Value response = decider.decide(r.request);
+    const json::Value* usage = response.find("usage");
+    ASSERT_NE(usage, nullptr);
+    if (const json::Value* cut = usage->find("truncated_state_tokens")) {
+      ++truncated;
+      EXPECT_GT(*cut->as_int64(), 0);
+      // The same request with truncation "error" must be refused instead.
+      auto strict = make_decider(model, r.max_length, encoding::Truncation::Error);
+      EXPECT_THROW(strict.decide(r.request), encoding::RequestError);
+    }
+    // Exact equality of the rounded response (numbers printed as Python prints them).
+    EXPECT_EQ(json::dumps(without_truncation_note(response)), json::dumps(r.response));
+  }
+  // Every fixture with a max_length had its state cut by the reference.
+  int with_limit = 0;
+  for (const auto& r : records) with_limit += r.max_length != 16384;
+  EXPECT_EQ(truncated, with_limit);
+}
+
+TEST(DeciderGolden, TinyR2ResponsesMatchReference) {
+  check_model("tiny-r2");
+}
+TEST(DeciderGolden, TinyR3ResponsesMatchReference) {
+  check_model("tiny-r3");
+}
+
+TEST(Decider, RawAddsUnroundedProbabilities) {
+  const auto records = testing::load_golden("tiny-r3");
+  auto decider = make_decider("tiny-r3", records[0].max_length, encoding::Truncation::Allow);
+  const json::Value response = decider.decide(records[0].request, /*raw=*/true);
+  const json::Value* raw = response.find("raw");
+  ASSERT_NE(raw, nullptr);
+  for (const auto& [qid, probs] : records[0].probabilities) {
+    const json::Value* q = raw->find(qid);
+    ASSERT_NE(q, nullptr) << qid;
+    const json::Value* p = q->find("probabilities");
+    ASSERT_NE(p, nullptr);
+    for (const auto& [oid, ref] : probs)
+      EXPECT_NEAR(p->find(oid)->as_double(), ref, 1e-4) << qid << " " << oid;
+  }
+}
+
+TEST(Decider, RefusesInvalidRequestsBeforeTheEngine) {
+  auto decider = make_decider("tiny-r2", 16384, encoding::Truncation::Error);
+  json::ParseError err;
+  auto no_questions = json::parse(R"({"model":"m","state":"x","questions":{}})", &err);
+  ASSERT_TRUE(no_questions);
+  EXPECT_THROW(decider.decide(*no_questions), encoding::RequestError);
+  auto bad_type =
+      json::parse(R"({"model":"m","state":"x","questions":{"q":{"type":"maybe"}}})", &err);
+  ASSERT_TRUE(bad_type);
+  EXPECT_THROW(decider.decide(*bad_type), encoding::RequestError);
+}
+
+TEST(Decider, SchemaTooLongIsRefusedEvenWithTruncationAllowed) {
+  auto decider = make_decider("tiny-r2", 20, encoding::Truncation::Allow);
+  json::ParseError err;
+  auto body = json::parse(R"({"model":"m","state":"x","questions":{"q":{"type":"noul"}}})", &err);
+  ASSERT_TRUE(body);
+  EXPECT_THROW(decider.decide(*body), encoding::RequestError);
+}
+
+}  // namespace
+}  // namespace clef
