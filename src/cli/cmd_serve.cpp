@@ -1,17 +1,245 @@
-// TEMPORARY placeholder until the owning issue lands this subcommand.
+// `clefserve serve`: the HTTP service (spec/protocol.md). Start-up order: load (progress on stderr)
+// -> verify -> one warm-up forward -> bind; any failure exits non-zero before the port opens, with
+// one clear line. SIGTERM/SIGINT: stop accepting, drain in-flight requests (bounded by
+// --shutdown-timeout), exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "cli/commands.h"
+#include "encoding/request.h"
+#include "engine/engine.h"
+#include "model/release.h"
+#include "server/demo_model.h"
+#include "server/gpu_memory.h"
+#include "server/log.h"
+#include "server/server.h"
+#include "server/warm_up.h"
+#include "service/decider.h"
 
 namespace clef::cli {
 
-void add_serve(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("serve", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([&exit_code] {
-    std::fprintf(stderr, "clefserve serve: not implemented yet\n");
-    exit_code = 1;
+namespace {
+
+struct ServeArgs {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string device = "cpu";
+  std::string dtype;
+  std::string kernels = "auto";
+  int threads = 0;
+  int max_length = 16384;
+  std::string truncation = "error";
+  size_t max_queue = 64;
+  size_t max_batch_tokens = 0;  // 0 = --max-length
+  std::string api_key;
+  std::vector<std::string> served_model_names;
+  std::string verify;
+  std::string revision;
+  double shutdown_timeout = 30.0;
+  std::string log_format = "text";
+};
+
+using Clock = std::chrono::steady_clock;
+
+int run_serve(const ServeArgs& a) {
+  server::Log log(a.log_format == "json" ? server::LogFormat::Json : server::LogFormat::Text);
+  const std::string version = std::string(CLEF_VERSION) + " (" + CLEF_GIT_COMMIT + ")";
+
+  // SIGTERM/SIGINT are blocked in every thread (threads inherit the mask) and taken by one waiting
+  // thread, so shutdown runs as ordinary code instead of inside a signal handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::atomic<server::Server*> running{nullptr};
+  std::atomic<bool> run_returned{false};
+  std::atomic<bool> exiting{false};
+  std::atomic<bool> signaled{false};
+  std::atomic<bool> drained_cleanly{true};
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (exiting) return;
+    signaled = true;
+    server::Server* srv = running.load();
+    if (!srv) {
+      log.error("startup_failed", {{"error", std::string("interrupted by ") + strsignal(sig)}});
+      std::_Exit(1);
+    }
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(a.shutdown_timeout));
+    log.info("shutdown", {{"signal", strsignal(sig)},
+                          {"in_flight", srv->in_flight()},
+                          {"timeout_s", a.shutdown_timeout}});
+    srv->begin_shutdown();
+    bool idle = srv->wait_idle(deadline);
+    if (!idle) {
+      drained_cleanly = false;
+      log.warn("shutdown_timeout", {{"abandoned_requests", srv->in_flight()}});
+    }
+    // Connection threads end after their current request (idle keep-alive ones within seconds);
+    // repeat stop() in case the signal came before the accept loop started.
+    while (!run_returned && Clock::now() < deadline) {
+      srv->begin_shutdown();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!run_returned) {
+      log.warn("shutdown_forced", {{"reason", "connections still open at the shutdown timeout"}});
+      std::_Exit(0);
+    }
   });
+  auto stop_signal_thread = [&] {
+    exiting = true;
+    pthread_kill(signal_thread.native_handle(), SIGTERM);
+    signal_thread.join();
+  };
+
+  std::unique_ptr<server::Server> srv;
+  int port = 0;
+  try {
+    auto progress = [&log](const std::string& line) { log.info("load", {{"step", line}}); };
+    std::string dir = a.model_dir;
+    bool demo = dir.empty();
+    if (demo) {
+      dir = server::ensure_demo_model(CLEF_VERSION, progress);
+      log.warn("demo_model", {{"dir", dir},
+                              {"note",
+                               "no --model given: serving the built-in DEMO model with "
+                               "random weights; its answers are meaningless"}});
+    }
+    model::LoadOptions lo;
+    lo.verify_file = a.verify;
+    lo.revision = a.revision;
+    lo.progress = progress;
+    auto t0 = Clock::now();
+    std::shared_ptr<const model::Release> release = model::Release::load(dir, lo);
+    engine::EngineOptions eo;
+    eo.device = a.device;
+    eo.dtype = a.dtype;
+    eo.kernels = a.kernels;
+    eo.threads = a.threads;
+    std::shared_ptr<engine::Engine> engine = engine::create_engine(release, eo);
+    engine::EngineInfo info = engine->info();
+    log.info("loaded", {{"model", release->dir},
+                        {"revision", release->revision},
+                        {"weights_sha256_verified", release->weights_sha256_verified},
+                        {"backend", info.backend},
+                        {"device", info.device},
+                        {"dtype", info.dtype},
+                        {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}});
+
+    service::DeciderOptions dopts;
+    dopts.encode.max_length = a.max_length;
+    dopts.encode.truncation =
+        a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
+    auto decider = std::make_shared<service::Decider>(release, engine, dopts);
+
+    auto t1 = Clock::now();
+    server::warm_up(*decider);
+    log.info("warm_up", {{"seconds", std::chrono::duration<double>(Clock::now() - t1).count()}});
+
+    server::ServerOptions so;
+    so.host = a.host;
+    so.port = a.port;
+    so.max_queue = a.max_queue;
+    so.max_batch_tokens =
+        a.max_batch_tokens ? a.max_batch_tokens : static_cast<size_t>(a.max_length);
+    so.api_key = a.api_key;
+    so.model_name = demo ? server::kDemoModelName : release->name;
+    so.served_model_names = a.served_model_names;
+    so.demo = demo;
+    so.version = version;
+    if (info.backend == "cuda") so.gpu_memory_used = server::cuda_memory_used_bytes;
+    srv = std::make_unique<server::Server>(decider, so, log);
+    port = srv->bind();
+  } catch (const std::exception& e) {
+    log.error("startup_failed", {{"error", e.what()}});
+    stop_signal_thread();
+    return 1;
+  }
+
+  log.info("listening", {{"url", "http://" + a.host + ":" + std::to_string(port)},
+                         {"port", port},
+                         {"max_queue", a.max_queue},
+                         {"api_key", a.api_key.empty() ? "off" : "on"}});
+  running = srv.get();
+  srv->run();
+  run_returned = true;
+  if (signaled) {
+    signal_thread.join();  // it finishes its drain bookkeeping
+  } else {
+    stop_signal_thread();  // the accept loop failed on its own
+    log.error("listen_failed", {{"error", "the listening socket failed"}});
+    srv.reset();
+    return 1;
+  }
+  srv.reset();  // joins the engine worker after its queue is empty
+  log.info("stopped", {{"drained", drained_cleanly.load()}});
+  return 0;
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve", "Serve the System One API over HTTP (spec/protocol.md)");
+  cmd->add_option("--model", args->model_dir,
+                  "Clef release folder (default: the built-in demo model, random weights)");
+  cmd->add_option("--host", args->host, "Address to bind")->capture_default_str();
+  cmd->add_option("--port", args->port, "Port (0 = any free port, printed at start-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--device", args->device, "cpu | cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--dtype", args->dtype, "Engine dtype (default: backend default)");
+  cmd->add_option("--kernels", args->kernels, "CUDA kernels: auto | generic | hopper")
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU engine threads (0 = all cores)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-length", args->max_length, "Context length in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--truncation", args->truncation,
+                  "Default when a request does not say: error | allow")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"error", "allow"}));
+  cmd->add_option("--max-queue", args->max_queue, "Requests waiting for the engine; beyond -> 429")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-batch-tokens", args->max_batch_tokens,
+                  "Tokens per forward pass across batched requests (default: --max-length)")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--api-key", args->api_key,
+                  "Require Authorization: Bearer KEY on every endpoint but /health")
+      ->envname("CLEF_API_KEY");
+  cmd->add_option("--served-model-name", args->served_model_names,
+                  "Accepted model name (repeatable; default: accept any, list the folder name)");
+  cmd->add_option("--verify", args->verify, "sha256sum-format file to check the release against");
+  cmd->add_option("--revision", args->revision, "Model revision to report in /health");
+  cmd->add_option("--shutdown-timeout", args->shutdown_timeout,
+                  "Seconds to finish in-flight requests after SIGTERM/SIGINT")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--log-format", args->log_format, "text | json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->callback([args, &exit_code] { exit_code = run_serve(*args); });
 }
 
 }  // namespace clef::cli

@@ -1,0 +1,83 @@
+#include "server/inference_queue.h"
+
+#include <chrono>
+#include <stdexcept>
+#include <vector>
+
+namespace clef::server {
+
+InferenceQueue::InferenceQueue(engine::Engine& engine, QueueOptions opts, Metrics& metrics)
+    : engine_(engine), opts_(opts), metrics_(metrics) {
+  worker_ = std::thread([this] { run(); });
+}
+
+InferenceQueue::~InferenceQueue() {
+  stop();
+}
+
+std::optional<std::future<engine::ForwardOutput>> InferenceQueue::submit(
+    const encoding::EncodedRequest& enc) {
+  std::future<engine::ForwardOutput> fut;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || jobs_.size() >= opts_.max_queue) return std::nullopt;
+    jobs_.push_back(Job{&enc, {}});
+    fut = jobs_.back().result.get_future();
+  }
+  cv_.notify_one();
+  return fut;
+}
+
+size_t InferenceQueue::depth() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return jobs_.size();
+}
+
+void InferenceQueue::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void InferenceQueue::run() {
+  for (;;) {
+    std::vector<Job> batch;
+    size_t tokens = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping and drained
+      // Arrival order; the first job always runs even when it alone exceeds the token budget.
+      while (!jobs_.empty()) {
+        size_t n = jobs_.front().enc->input_ids.size();
+        if (!batch.empty() && tokens + n > opts_.max_batch_tokens) break;
+        tokens += n;
+        batch.push_back(std::move(jobs_.front()));
+        jobs_.pop_front();
+      }
+    }
+    std::vector<const encoding::EncodedRequest*> inputs;
+    inputs.reserve(batch.size());
+    for (const auto& j : batch) inputs.push_back(j.enc);
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      auto outputs = engine_.forward(inputs);
+      if (outputs.size() != batch.size()) {
+        throw std::runtime_error("engine returned " + std::to_string(outputs.size()) +
+                                 " outputs for a batch of " + std::to_string(batch.size()));
+      }
+      for (size_t i = 0; i < batch.size(); ++i) batch[i].result.set_value(std::move(outputs[i]));
+    } catch (...) {
+      // Every request of a failed batch gets the error (HTTP 500, logged with its request id).
+      auto err = std::current_exception();
+      for (auto& j : batch) j.result.set_exception(err);
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    metrics_.observe_batch(batch.size(), tokens, secs);
+  }
+}
+
+}  // namespace clef::server

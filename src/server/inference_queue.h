@@ -1,0 +1,58 @@
+// The bounded queue between HTTP threads and the ONE engine worker thread. A request enters only
+// after its body was read, parsed and encoded, so a slow client never holds an inference slot. The
+// worker takes queued requests in arrival order, up to max_batch_tokens worth (always at least
+// one), into one Engine::forward call; the engine guarantees answers do not depend on batch
+// company.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "encoding/encode.h"
+#include "engine/engine.h"
+#include "server/metrics.h"
+
+namespace clef::server {
+
+struct QueueOptions {
+  size_t max_queue = 64;            // waiting requests; beyond -> submit() refuses (HTTP 429)
+  size_t max_batch_tokens = 16384;  // tokens per forward pass (a longer request runs alone)
+};
+
+class InferenceQueue {
+ public:
+  InferenceQueue(engine::Engine& engine, QueueOptions opts, Metrics& metrics);
+  ~InferenceQueue();  // finishes queued work, then joins the worker
+  InferenceQueue(const InferenceQueue&) = delete;
+  InferenceQueue& operator=(const InferenceQueue&) = delete;
+
+  // `enc` must outlive the returned future's completion. nullopt: the queue is full.
+  std::optional<std::future<engine::ForwardOutput>> submit(const encoding::EncodedRequest& enc);
+  size_t depth() const;
+  size_t capacity() const { return opts_.max_queue; }
+  // Stops taking new work, runs what is queued, joins the worker. Idempotent.
+  void stop();
+
+ private:
+  struct Job {
+    const encoding::EncodedRequest* enc;
+    std::promise<engine::ForwardOutput> result;
+  };
+  void run();
+
+  engine::Engine& engine_;
+  QueueOptions opts_;
+  Metrics& metrics_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace clef::server

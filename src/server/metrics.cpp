@@ -1,0 +1,121 @@
+#include "server/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace clef::server {
+
+namespace {
+
+// Prometheus floats: Go's strconv style is not required, any decimal the parser accepts is fine;
+// %.17g round-trips a double.
+std::string num(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    std::string le = i < bounds_.size() ? num(bounds_[i]) : "+Inf";
+    out += name + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) + '\n';
+  }
+  out += name + "_sum " + num(sum_) + '\n';
+  out += name + "_count " + std::to_string(count_) + '\n';
+}
+
+Metrics::Metrics()
+    : latency_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      batch_requests_({1, 2, 4, 8, 16, 32, 64}),
+      batch_tokens_({64, 256, 1024, 4096, 16384, 65536, 262144}),
+      forward_seconds_(
+          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}) {}
+
+void Metrics::observe_request(const std::string& path, int status, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{path, status}];
+  if (path == "/v1/systemone") latency_.observe(seconds);
+}
+
+void Metrics::add_tokens(size_t input_tokens, size_t truncated_state_tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  input_tokens_ += input_tokens;
+  truncated_tokens_ += truncated_state_tokens;
+}
+
+void Metrics::observe_batch(size_t requests, size_t tokens, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++batches_;
+  batch_requests_.observe(static_cast<double>(requests));
+  batch_tokens_.observe(static_cast<double>(tokens));
+  forward_seconds_.observe(seconds);
+}
+
+std::string Metrics::render(const Gauges& g) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out;
+  header(out, "clef_http_requests_total", "counter", "HTTP requests answered, by path and status.");
+  for (const auto& [key, n] : requests_) {
+    out += "clef_http_requests_total{path=\"" + key.first + "\",status=\"" +
+           std::to_string(key.second) + "\"} " + std::to_string(n) + '\n';
+  }
+  header(out, "clef_request_duration_seconds", "histogram",
+         "POST /v1/systemone latency from request start to response, in seconds.");
+  latency_.render(out, "clef_request_duration_seconds");
+  header(out, "clef_input_tokens_total", "counter", "Input tokens of answered requests.");
+  out += "clef_input_tokens_total " + std::to_string(input_tokens_) + '\n';
+  header(out, "clef_truncated_state_tokens_total", "counter",
+         "State tokens cut under truncation \"allow\".");
+  out += "clef_truncated_state_tokens_total " + std::to_string(truncated_tokens_) + '\n';
+  header(out, "clef_batches_total", "counter", "Engine forward passes run.");
+  out += "clef_batches_total " + std::to_string(batches_) + '\n';
+  header(out, "clef_batch_size_requests", "histogram", "Requests per engine forward pass.");
+  batch_requests_.render(out, "clef_batch_size_requests");
+  header(out, "clef_batch_size_tokens", "histogram", "Tokens per engine forward pass.");
+  batch_tokens_.render(out, "clef_batch_size_tokens");
+  header(out, "clef_forward_duration_seconds", "histogram",
+         "Engine forward pass time, in seconds.");
+  forward_seconds_.render(out, "clef_forward_duration_seconds");
+  header(out, "clef_queue_depth", "gauge", "Requests waiting for the engine.");
+  out += "clef_queue_depth " + std::to_string(g.queue_depth) + '\n';
+  header(out, "clef_queue_capacity", "gauge",
+         "Queue bound (--max-queue); beyond it requests get 429.");
+  out += "clef_queue_capacity " + std::to_string(g.queue_capacity) + '\n';
+  header(out, "clef_in_flight_requests", "gauge", "HTTP requests being handled.");
+  out += "clef_in_flight_requests " + std::to_string(g.in_flight) + '\n';
+  header(out, "clef_gpu_memory_used_bytes", "gauge",
+         "GPU memory in use on the engine's device (0 on the CPU backend).");
+  out += "clef_gpu_memory_used_bytes " +
+         std::to_string(g.gpu_memory_used_bytes < 0 ? 0 : g.gpu_memory_used_bytes) + '\n';
+  return out;
+}
+
+}  // namespace clef::server

@@ -1,0 +1,289 @@
+#include "server/openapi.h"
+
+#include <nlohmann/json.hpp>
+
+namespace clef::server {
+
+namespace {
+
+// Written as JSON text (easier to review against protocol.md than builder code); parsed once per
+// call so a typo fails loudly in the tests rather than producing a broken document.
+constexpr const char* kDocument = R"json({
+  "openapi": "3.1.0",
+  "info": {
+    "title": "clefserve",
+    "summary": "System One decisions from Cloudflare's Clef models",
+    "description": "One forward pass answers every question of a request. Errors follow FastAPI: 422 bodies carry {\"detail\": [{\"loc\", \"msg\", \"type\"}]}, other errors {\"detail\": \"...\"}.",
+    "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+    "version": "0"
+  },
+  "paths": {
+    "/v1/systemone": {
+      "post": {
+        "operationId": "systemone",
+        "summary": "Answer a System One request",
+        "parameters": [{"$ref": "#/components/parameters/RequestId"}],
+        "requestBody": {
+          "required": true,
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}
+        },
+        "responses": {
+          "200": {
+            "description": "The answers, in request question order.",
+            "headers": {
+              "X-Request-Id": {"$ref": "#/components/headers/RequestId"},
+              "X-Clef-State-Truncated": {
+                "description": "State tokens cut (only with truncation \"allow\" when the state did not fit).",
+                "schema": {"type": "integer", "minimum": 1}
+              }
+            },
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneResponse"}}}
+          },
+          "400": {"$ref": "#/components/responses/Error", "description": "Malformed JSON, or a body that is not an object."},
+          "401": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "415": {"$ref": "#/components/responses/Error"},
+          "422": {"$ref": "#/components/responses/ValidationError"},
+          "429": {"$ref": "#/components/responses/QueueFull"},
+          "500": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/health": {
+      "get": {
+        "operationId": "health",
+        "summary": "Readiness and what is being served (no key required)",
+        "security": [],
+        "responses": {
+          "200": {"description": "Ready.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/v1/models": {
+      "get": {
+        "operationId": "listModels",
+        "summary": "The served model names (OpenAI-style list)",
+        "responses": {
+          "200": {"description": "Served models.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelList"}}}},
+          "401": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/metrics": {
+      "get": {
+        "operationId": "metrics",
+        "summary": "Prometheus metrics (text exposition format 0.0.4)",
+        "responses": {
+          "200": {"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}},
+          "401": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/openapi.json": {
+      "get": {
+        "operationId": "openapi",
+        "summary": "This document",
+        "responses": {
+          "200": {"description": "OpenAPI 3.1 document.", "content": {"application/json": {"schema": {"type": "object"}}}},
+          "401": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    }
+  },
+  "components": {
+    "parameters": {
+      "RequestId": {
+        "name": "X-Request-Id", "in": "header", "required": false,
+        "description": "Echoed back; a fresh id is made when absent.",
+        "schema": {"type": "string", "maxLength": 128}
+      }
+    },
+    "headers": {
+      "RequestId": {"description": "The request id (the client's, or a fresh one).", "schema": {"type": "string"}}
+    },
+    "responses": {
+      "Error": {
+        "description": "An error with a human-readable detail.",
+        "headers": {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
+      },
+      "QueueFull": {
+        "description": "The request queue is full; retry later.",
+        "headers": {
+          "Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}},
+          "X-Request-Id": {"$ref": "#/components/headers/RequestId"}
+        },
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
+      },
+      "ValidationError": {
+        "description": "The request failed validation (field path in loc).",
+        "headers": {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}}
+      }
+    },
+    "securitySchemes": {
+      "bearer": {"type": "http", "scheme": "bearer", "description": "--api-key / CLEF_API_KEY"}
+    },
+    "schemas": {
+      "SystemOneRequest": {
+        "type": "object",
+        "required": ["model", "state", "questions"],
+        "properties": {
+          "model": {"type": "string", "description": "Echoed back."},
+          "state": {"description": "Any JSON: a string is used raw, anything else as compact sorted JSON."},
+          "questions": {
+            "type": "object", "minProperties": 1, "maxProperties": 64,
+            "additionalProperties": {"$ref": "#/components/schemas/Question"},
+            "description": "Question id -> question; order matters."
+          },
+          "truncation": {"type": "string", "enum": ["error", "allow"], "default": "error"},
+          "thinking": {
+            "type": "object",
+            "properties": {"enabled": {"type": "boolean", "const": false}}
+          },
+          "images": {"type": ["array", "null"], "maxItems": 0},
+          "videos": {"type": ["array", "null"], "maxItems": 0}
+        }
+      },
+      "Question": {
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+          "type": {"type": "string", "enum": ["noul", "choice", "score"]},
+          "instructions": {"description": "Any JSON."},
+          "criteria": {
+            "description": "choice: non-empty object option -> description; score: non-empty array of level descriptions; noul: optional object with true/false.",
+            "oneOf": [
+              {"type": "object", "minProperties": 1},
+              {"type": "array", "minItems": 1},
+              {"type": "null"}
+            ]
+          }
+        }
+      },
+      "SystemOneResponse": {
+        "type": "object",
+        "required": ["model", "answers", "usage"],
+        "properties": {
+          "model": {"type": "string"},
+          "answers": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/Answer"}},
+          "usage": {"$ref": "#/components/schemas/Usage"}
+        }
+      },
+      "Usage": {
+        "type": "object",
+        "required": ["input_tokens", "output_tokens"],
+        "properties": {
+          "input_tokens": {"type": "integer"},
+          "output_tokens": {"type": "integer", "const": 0},
+          "truncated_state_tokens": {"type": "integer", "minimum": 1}
+        }
+      },
+      "Answer": {
+        "oneOf": [
+          {"$ref": "#/components/schemas/NoulAnswer"},
+          {"$ref": "#/components/schemas/ChoiceAnswer"},
+          {"$ref": "#/components/schemas/ScoreAnswer"}
+        ],
+        "discriminator": {"propertyName": "type"}
+      },
+      "NoulAnswer": {
+        "type": "object",
+        "required": ["type", "noul"],
+        "properties": {"type": {"const": "noul"}, "noul": {"type": "number"}}
+      },
+      "ChoiceAnswer": {
+        "type": "object",
+        "required": ["type", "choice", "confidence", "probabilities"],
+        "properties": {
+          "type": {"const": "choice"},
+          "choice": {"type": "string"},
+          "confidence": {"type": "number"},
+          "probabilities": {"type": "object", "additionalProperties": {"type": "number"}}
+        }
+      },
+      "ScoreAnswer": {
+        "type": "object",
+        "required": ["type", "score", "confidence", "legend", "probabilities"],
+        "properties": {
+          "type": {"const": "score"},
+          "score": {"type": "number"},
+          "confidence": {"type": "number"},
+          "legend": {"type": "object"},
+          "probabilities": {"type": "object", "additionalProperties": {"type": "number"}}
+        }
+      },
+      "ValidationError": {
+        "type": "object",
+        "required": ["loc", "msg", "type"],
+        "properties": {
+          "loc": {"type": "array", "items": {"type": ["string", "integer"]}},
+          "msg": {"type": "string"},
+          "type": {"type": "string"}
+        }
+      },
+      "HTTPValidationError": {
+        "type": "object",
+        "required": ["detail"],
+        "properties": {"detail": {"type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}}}
+      },
+      "ErrorDetail": {
+        "type": "object",
+        "required": ["detail"],
+        "properties": {"detail": {"type": "string"}}
+      },
+      "Health": {
+        "type": "object",
+        "required": ["status", "model", "backend", "device", "dtype", "kernels", "model_revision",
+                     "weights_sha256_verified", "max_length", "version", "demo"],
+        "properties": {
+          "status": {"type": "string", "const": "ok"},
+          "model": {"type": "string"},
+          "backend": {"type": "string", "enum": ["cpu", "cuda"]},
+          "device": {"type": "string"},
+          "dtype": {"type": "string"},
+          "kernels": {"type": "object", "additionalProperties": {"type": "string"}},
+          "model_revision": {"type": "string"},
+          "weights_sha256_verified": {"type": "boolean"},
+          "max_length": {"type": "integer"},
+          "version": {"type": "string"},
+          "demo": {"type": "boolean", "description": "true: the built-in demo model (random weights)."}
+        }
+      },
+      "Model": {
+        "type": "object",
+        "required": ["id", "object", "created", "owned_by"],
+        "properties": {
+          "id": {"type": "string"},
+          "object": {"type": "string", "const": "model"},
+          "created": {"type": "integer"},
+          "owned_by": {"type": "string"}
+        }
+      },
+      "ModelList": {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {
+          "object": {"type": "string", "const": "list"},
+          "data": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}}
+        }
+      }
+    }
+  }
+})json";
+
+}  // namespace
+
+std::string openapi_document(const std::string& version, bool api_key) {
+  auto doc = nlohmann::ordered_json::parse(kDocument);
+  doc["info"]["version"] = version;
+  if (api_key)
+    doc["security"] =
+        nlohmann::ordered_json::array({{{"bearer", nlohmann::ordered_json::array()}}});
+  return doc.dump();
+}
+
+}  // namespace clef::server

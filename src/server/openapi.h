@@ -1,0 +1,12 @@
+// The OpenAPI 3.1 description of every endpoint the server answers (spec/protocol.md), served at
+// GET /openapi.json.
+#pragma once
+
+#include <string>
+
+namespace clef::server {
+
+// api_key: whether the server requires a bearer key (adds the security requirement).
+std::string openapi_document(const std::string& version, bool api_key);
+
+}  // namespace clef::server
