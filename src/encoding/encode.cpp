@@ -1,0 +1,174 @@
+// Piecewise tokenization of a validated request (spec/encoding.md §3-4): every piece is tokenized
+// on its own so that no BPE merge crosses a piece boundary, exactly as the reference's
+// encode_record.
+#include "encoding/encode.h"
+
+#include <string>
+#include <unordered_map>
+
+#include "encoding/render.h"
+
+namespace clef::encoding {
+namespace {
+
+const char* kPrefix =
+    "<|im_start|>system\nRead the complete state and schema. Decide every field jointly. Each "
+    "answer must be exactly one of that field's allowed options.<|im_end|>\n<|im_start|>user\n"
+    "STATE:\n";
+const char* kSchemaHeader = "\n\nSCHEMA FIELDS:\n";
+const char* kSuffix =
+    "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:";
+
+[[noreturn]] void refuse(std::vector<std::string> loc, std::string msg, std::string type) {
+  throw RequestError(FieldError{std::move(loc), std::move(msg), std::move(type)});
+}
+
+// Tokenizes pieces, refusing text the tokenizer must never see; repeated pieces ("\n", "OPTION 1:
+// ", default noul options ...) are tokenized once per request.
+class PieceTokenizer {
+ public:
+  explicit PieceTokenizer(const tokenizer::Tokenizer& tok) : tok_(tok) {}
+
+  const std::vector<int32_t>& operator()(const std::string& piece,
+                                         const std::vector<std::string>& loc) {
+    auto it = cache_.find(piece);
+    if (it != cache_.end()) return it->second;
+    if (has_surrogate_bytes(piece))
+      refuse(loc, "contains a lone UTF-16 surrogate escape, which cannot be tokenized",
+             "value_error");
+    std::vector<int32_t> ids;
+    try {
+      ids = tok_.encode(piece);
+    } catch (const tokenizer::TokenizerError& e) {
+      refuse(loc, std::string("cannot be tokenized: ") + e.what(), "value_error");
+    }
+    return cache_.emplace(piece, std::move(ids)).first->second;
+  }
+
+ private:
+  const tokenizer::Tokenizer& tok_;
+  std::unordered_map<std::string, std::vector<int32_t>> cache_;
+};
+
+void append(std::vector<int32_t>& out, const std::vector<int32_t>& ids) {
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+}  // namespace
+
+EncodedRequest encode_request(const ValidatedRequest& req, const tokenizer::Tokenizer& tok,
+                              const EncodeOptions& opts) {
+  PieceTokenizer pieces(tok);
+  const std::vector<std::string> body_loc{"body"};
+  const std::vector<int32_t> prefix = pieces(kPrefix, body_loc);
+  std::vector<int32_t> state = pieces(render(req.state), {"body", "state"});
+
+  // The schema, with spans relative to its own start.
+  EncodedRequest enc;
+  std::vector<int32_t> schema = pieces(kSchemaHeader, body_loc);
+  for (size_t k = 0; k < req.questions.size(); ++k) {
+    const Question& q = req.questions[k];
+    const std::vector<std::string> loc{"body", "questions", q.id};
+    EncodedQuestion eq;
+    eq.id = q.id;
+    eq.type = q.type;
+    append(schema, pieces("\nFIELD " + std::to_string(k + 1) + "\nID: " + q.id +
+                              "\nTYPE: " + question_type_name(q.type) + "\nINSTRUCTION: ",
+                          loc));
+    const json::Value& ins = q.instructions;
+    bool use_id = ins.is_null() || (ins.is_string() && ins.as_string().empty());
+    const std::vector<int32_t>& ins_ids =
+        pieces(use_id ? q.id : render(ins), {"body", "questions", q.id, "instructions"});
+    // The reference would pool zero tokens and answer NaN: refuse instead.
+    if (ins_ids.empty())
+      refuse({"body", "questions", q.id, "instructions"},
+             "question \"" + q.id + "\" renders to no tokens (empty id and no instructions)",
+             "value_error");
+    eq.question_span = {static_cast<int32_t>(schema.size()),
+                        static_cast<int32_t>(schema.size() + ins_ids.size())};
+    append(schema, ins_ids);
+    append(schema, pieces("\nALLOWED OPTIONS:\n", loc));
+    for (size_t j = 0; j < q.options.size(); ++j) {
+      const Option& o = q.options[j];
+      append(schema, pieces("OPTION " + std::to_string(j + 1) + ": ", loc));
+      const std::vector<int32_t>& opt_ids =
+          pieces(render_option(o.id, o.description), {"body", "questions", q.id, "criteria"});
+      eq.option_spans.push_back({static_cast<int32_t>(schema.size()),
+                                 static_cast<int32_t>(schema.size() + opt_ids.size())});
+      append(schema, opt_ids);
+      append(schema, pieces("\n", loc));
+      eq.option_ids.push_back(o.id);
+    }
+    append(schema, pieces("END FIELD\n", loc));
+    enc.questions.push_back(std::move(eq));
+  }
+  const std::vector<int32_t> suffix = pieces(kSuffix, body_loc);
+
+  // Length limit (§4): everything but the state must fit; the state gets what is left.
+  const size_t fixed = prefix.size() + schema.size() + suffix.size();
+  const size_t max_length = opts.max_length > 0 ? static_cast<size_t>(opts.max_length) : 0;
+  if (fixed > max_length)
+    refuse({"body", "questions"},
+           "schema requires " + std::to_string(fixed) + " tokens before state; maximum is " +
+               std::to_string(max_length),
+           "schema_too_long");
+  const size_t room = max_length - fixed;
+  const Truncation policy = req.truncation.value_or(opts.truncation);
+  if (state.size() > room) {
+    if (policy == Truncation::Error)
+      refuse({"body", "state"},
+             "state is " + std::to_string(state.size()) + " tokens but only " +
+                 std::to_string(room) + " fit (max_length " + std::to_string(max_length) +
+                 ", of which the prompt and schema take " + std::to_string(fixed) +
+                 "); send \"truncation\": \"allow\" to cut it from the end",
+             "state_too_long");
+    enc.truncated_state_tokens = static_cast<int32_t>(state.size() - room);
+    state.resize(room);
+  }
+  enc.state_tokens = static_cast<int32_t>(state.size());
+
+  enc.input_ids.reserve(fixed + state.size());
+  append(enc.input_ids, prefix);
+  append(enc.input_ids, state);
+  const int32_t offset = static_cast<int32_t>(enc.input_ids.size());
+  append(enc.input_ids, schema);
+  append(enc.input_ids, suffix);
+  for (EncodedQuestion& eq : enc.questions) {
+    eq.question_span.start += offset;
+    eq.question_span.end += offset;
+    for (Span& s : eq.option_spans) {
+      s.start += offset;
+      s.end += offset;
+    }
+  }
+  return enc;
+}
+
+json::Value encoded_to_json(const EncodedRequest& enc) {
+  auto span = [](const Span& s) {
+    return json::Value::array({json::Value::integer(s.start), json::Value::integer(s.end)});
+  };
+  json::Value ids = json::Value::array();
+  ids.items().reserve(enc.input_ids.size());
+  for (int32_t id : enc.input_ids) ids.push_back(json::Value::integer(id));
+  json::Value questions = json::Value::array();
+  for (const EncodedQuestion& q : enc.questions) {
+    json::Value spans = json::Value::array();
+    json::Value option_ids = json::Value::array();
+    for (const Span& s : q.option_spans) spans.push_back(span(s));
+    for (const std::string& id : q.option_ids) option_ids.push_back(json::Value::string(id));
+    json::Value jq = json::Value::object();
+    jq.set("id", json::Value::string(q.id));
+    jq.set("type", json::Value::integer(static_cast<int64_t>(q.type)));
+    jq.set("question_span", span(q.question_span));
+    jq.set("option_spans", std::move(spans));
+    jq.set("option_ids", std::move(option_ids));
+    questions.push_back(std::move(jq));
+  }
+  json::Value out = json::Value::object();
+  out.set("input_ids", std::move(ids));
+  out.set("questions", std::move(questions));
+  return out;
+}
+
+}  // namespace clef::encoding

@@ -1,0 +1,219 @@
+// Request validation: the reference's checks in its order (spec/encoding.md §5), the project's
+// tightenings (§2) and limits (spec/protocol.md). The first failure is reported.
+#include "encoding/request.h"
+
+#include <algorithm>
+#include <string>
+
+#include "encoding/render.h"
+
+namespace clef::encoding {
+namespace {
+
+const char* kDefaultTrue = "The proposition is true or the answer is yes.";
+const char* kDefaultFalse = "The proposition is false or the answer is no.";
+
+[[noreturn]] void refuse(std::vector<std::string> loc, std::string msg, std::string type,
+                         int status = 422) {
+  throw RequestError(FieldError{std::move(loc), std::move(msg), std::move(type)}, status);
+}
+
+std::vector<std::string> qloc(const std::string& qid, const char* field = nullptr) {
+  std::vector<std::string> loc{"body", "questions", qid};
+  if (field) loc.emplace_back(field);
+  return loc;
+}
+
+// Python-style kind name for messages.
+const char* kind_name(const json::Value& v) {
+  switch (v.kind()) {
+    case json::Kind::Null:
+      return "null";
+    case json::Kind::Bool:
+      return "a boolean";
+    case json::Kind::Int:
+    case json::Kind::Float:
+      return "a number";
+    case json::Kind::String:
+      return "a string";
+    case json::Kind::Array:
+      return "an array";
+    case json::Kind::Object:
+      return "an object";
+  }
+  return "?";
+}
+
+void check_request_options(const json::Value& body) {
+  if (const json::Value* t = body.find("truncation"); t && !t->is_null()) {
+    if (!t->is_string() || (t->as_string() != "error" && t->as_string() != "allow"))
+      refuse({"body", "truncation"}, "truncation must be \"error\" or \"allow\"", "literal_error");
+  }
+  if (const json::Value* th = body.find("thinking"); th && !th->is_null()) {
+    if (!th->is_object()) refuse({"body", "thinking"}, "thinking must be an object", "dict_type");
+    if (const json::Value* en = th->find("enabled"); en && en->truthy())
+      refuse({"body", "thinking", "enabled"},
+             "thinking is not supported: Clef models answer without thinking", "value_error");
+  }
+  for (const char* media : {"images", "videos"}) {
+    const json::Value* m = body.find(media);
+    if (!m || !m->truthy()) continue;  // absent, null, [] (and other falsy values): a text request
+    if (!m->is_array())
+      refuse({"body", media}, std::string(media) + " must be a list", "list_type");
+    refuse({"body", media},
+           std::string(media) + " are not supported: this server runs the text path only",
+           "not_supported");
+  }
+}
+
+}  // namespace
+
+const char* question_type_name(QuestionType t) {
+  switch (t) {
+    case QuestionType::Noul:
+      return "noul";
+    case QuestionType::Choice:
+      return "choice";
+    case QuestionType::Score:
+      return "score";
+  }
+  return "?";
+}
+
+ValidatedRequest validate_request(const json::Value& body, const Limits& limits) {
+  // 1. The body is an object.
+  if (!body.is_object())
+    refuse({"body"}, "the request body must be a JSON object", "model_attributes_type", 400);
+
+  // 2. model is a string and state is present (one check in the reference; null state is allowed).
+  const json::Value* model = body.find("model");
+  const json::Value* state = body.find("state");
+  if (!model || !model->is_string() || !state) {
+    if (!model) refuse({"body", "model"}, "model and state are required", "missing");
+    if (!model->is_string())
+      refuse({"body", "model"}, "model and state are required (model must be a string)",
+             "string_type");
+    refuse({"body", "state"}, "model and state are required", "missing");
+  }
+  // The model name is echoed in the response, which must be valid UTF-8.
+  if (model->has_lone_surrogate())
+    refuse({"body", "model"}, "model contains a lone UTF-16 surrogate", "value_error");
+
+  // 3. questions is a non-empty object.
+  const json::Value* questions = body.find("questions");
+  if (!questions || !questions->truthy())
+    refuse({"body", "questions"}, "at least one question is required", "missing");
+  if (!questions->is_object())
+    refuse({"body", "questions"},
+           std::string("questions must be an object {id: question}, not ") + kind_name(*questions),
+           "dict_type");
+  if (questions->members().size() > limits.max_questions)
+    refuse({"body", "questions"},
+           "too many questions: " + std::to_string(questions->members().size()) + " (limit " +
+               std::to_string(limits.max_questions) + ")",
+           "too_many_questions");
+
+  check_request_options(body);
+
+  ValidatedRequest out;
+  out.model = model->as_string();
+  out.state = *state;
+  if (const json::Value* t = body.find("truncation"); t && t->is_string())
+    out.truncation = t->as_string() == "allow" ? Truncation::Allow : Truncation::Error;
+
+  // 4. Per question, in request order: type, then non-empty criteria for choice/score.
+  for (const auto& [qid, q] : questions->members()) {
+    if (count_code_points(qid) > limits.max_question_id_chars)
+      refuse(
+          qloc(qid),
+          "question id longer than " + std::to_string(limits.max_question_id_chars) + " characters",
+          "string_too_long");
+    if (!q.is_object())
+      refuse(qloc(qid), qid + ": a question must be an object, not " + kind_name(q), "dict_type");
+    const json::Value* type = q.find("type");
+    Question question;
+    question.id = qid;
+    if (type && type->is_string() && type->as_string() == "noul")
+      question.type = QuestionType::Noul;
+    else if (type && type->is_string() && type->as_string() == "choice")
+      question.type = QuestionType::Choice;
+    else if (type && type->is_string() && type->as_string() == "score")
+      question.type = QuestionType::Score;
+    else
+      refuse(qloc(qid, "type"), qid + ": type must be noul, choice, or score", "literal_error");
+    const json::Value* criteria = q.find("criteria");
+    if (question.type != QuestionType::Noul && (!criteria || !criteria->truthy()))
+      refuse(qloc(qid, "criteria"), qid + ": criteria must not be empty", "value_error");
+    if (const json::Value* ins = q.find("instructions")) question.instructions = *ins;
+    if (criteria) question.criteria = *criteria;
+    out.questions.push_back(std::move(question));
+  }
+
+  // 5. The schema: each question's options in model order (malformed criteria fail here).
+  size_t total_options = 0;
+  for (Question& question : out.questions) {
+    const json::Value& c = question.criteria;
+    const std::string& qid = question.id;
+    switch (question.type) {
+      case QuestionType::Noul: {
+        // A truthy non-object would be read as key/value pairs by the reference: refused here.
+        if (c.truthy() && !c.is_object())
+          refuse(qloc(qid, "criteria"),
+                 qid + ": noul criteria must be an object with \"true\"/\"false\" descriptions",
+                 "dict_type");
+        json::Value d_true = json::Value::string(kDefaultTrue);
+        json::Value d_false = json::Value::string(kDefaultFalse);
+        if (c.is_object()) {
+          if (const json::Value* t = c.find("true")) d_true = *t;
+          if (const json::Value* f = c.find("false")) d_false = *f;
+        }
+        question.options = {{"true", d_true}, {"false", d_false}};
+        question.request_order = {0, 1};
+        break;
+      }
+      case QuestionType::Choice: {
+        if (!c.is_object())
+          refuse(qloc(qid, "criteria"),
+                 qid + ": choice criteria must be an object {option: description}", "dict_type");
+        for (const auto& [key, desc] : c.members()) question.options.push_back({key, desc});
+        // Model order: keys by code point (UTF-8 byte order is code point order).
+        std::vector<size_t> sorted(question.options.size());
+        for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = i;
+        std::sort(sorted.begin(), sorted.end(), [&](size_t a, size_t b) {
+          return question.options[a].id < question.options[b].id;
+        });
+        std::vector<Option> model_order;
+        question.request_order.assign(sorted.size(), 0);
+        for (size_t pos = 0; pos < sorted.size(); ++pos) {
+          model_order.push_back(question.options[sorted[pos]]);
+          question.request_order[sorted[pos]] = pos;
+        }
+        question.options = std::move(model_order);
+        break;
+      }
+      case QuestionType::Score: {
+        if (!c.is_array())
+          refuse(qloc(qid, "criteria"),
+                 qid + ": score criteria must be an array of level descriptions", "list_type");
+        for (size_t i = 0; i < c.items().size(); ++i)
+          question.options.push_back({std::to_string(i), c.items()[i]});
+        for (size_t i = 0; i < c.items().size(); ++i) question.request_order.push_back(i);
+        break;
+      }
+    }
+    if (question.options.size() > limits.max_options_per_question)
+      refuse(qloc(qid, "criteria"),
+             qid + ": too many options: " + std::to_string(question.options.size()) + " (limit " +
+                 std::to_string(limits.max_options_per_question) + ")",
+             "too_many_options");
+    total_options += question.options.size();
+  }
+  if (total_options > limits.max_options_per_request)
+    refuse({"body", "questions"},
+           "too many options in the request: " + std::to_string(total_options) + " (limit " +
+               std::to_string(limits.max_options_per_request) + ")",
+           "too_many_options");
+  return out;
+}
+
+}  // namespace clef::encoding
