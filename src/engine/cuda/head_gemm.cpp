@@ -1,0 +1,83 @@
+#include "engine/cuda/head_gemm.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace clef::engine::cuda {
+namespace {
+
+constexpr size_t kWorkspace = 32u << 20;
+
+// Frees the cuBLASLt descriptors of one call on every path (a throw included).
+struct Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+void set_batch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
+  if (batch <= 1) return;
+  int32_t count = batch;
+  CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                     sizeof count));
+  CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                     &stride, sizeof stride));
+}
+
+}  // namespace
+
+HeadGemm::HeadGemm() : workspace_(kWorkspace) {
+  CLEF_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+HeadGemm::~HeadGemm() {
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+// Row-major C = A op(B) is column-major C^T = op(B)^T A^T: cuBLASLt's "A" is our B, its "B" our A.
+void HeadGemm::run(bool bf16, int M, int N, int K, const GemmOperand& A, const GemmOperand& B,
+                   bool b_is_nk, float* C, int ldc, int64_t c_batch_stride, int batch, float alpha,
+                   float beta, cudaStream_t stream) {
+  if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return;
+  const cudaDataType in_t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  Descs d;
+  CLEF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = b_is_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  CLEF_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CLEF_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  // Lt "A" = our B: stored column-major as K x N (b_is_nk) or N x K.
+  if (b_is_nk)
+    CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, in_t, K, N, B.ld));
+  else
+    CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, in_t, N, K, B.ld));
+  CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, in_t, K, M, A.ld));
+  CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, ldc));
+  set_batch(d.a, batch, B.batch_stride);
+  set_batch(d.b, batch, A.batch_stride);
+  set_batch(d.c, batch, c_batch_stride);
+
+  CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  const size_t ws = workspace_.bytes();
+  CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  CLEF_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found));
+  if (found == 0)
+    throw std::runtime_error("joint head: cuBLASLt has no algorithm for a " + std::to_string(M) +
+                             "x" + std::to_string(N) + "x" + std::to_string(K) + " GEMM");
+  CLEF_CUBLAS_CHECK(cublasLtMatmul(handle_, d.op, &alpha, B.ptr, d.a, A.ptr, d.b, &beta, C, d.c, C,
+                                   d.c, &heur.algo, workspace_.get(), ws, stream));
+}
+
+}  // namespace clef::engine::cuda
