@@ -1,0 +1,85 @@
+// Error checking and an owning device allocation for the CUDA backend: every CUDA/cuBLASLt call is
+// checked and a failure becomes one std::runtime_error line naming the call (never an abort).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace clef::engine::cuda {
+
+[[noreturn]] inline void throw_cuda(cudaError_t e, const char* what, const char* file, int line) {
+  throw std::runtime_error(std::string("CUDA error in ") + what + " (" + file + ":" +
+                           std::to_string(line) + "): " + cudaGetErrorString(e));
+}
+[[noreturn]] inline void throw_cublas(cublasStatus_t s, const char* what, const char* file,
+                                      int line) {
+  throw std::runtime_error(std::string("cuBLASLt error in ") + what + " (" + file + ":" +
+                           std::to_string(line) + "): status " +
+                           std::to_string(static_cast<int>(s)));
+}
+
+#define CLEF_CUDA_CHECK(call)                                               \
+  do {                                                                      \
+    cudaError_t clef_e_ = (call);                                           \
+    if (clef_e_ != cudaSuccess)                                             \
+      ::clef::engine::cuda::throw_cuda(clef_e_, #call, __FILE__, __LINE__); \
+  } while (0)
+#define CLEF_CUBLAS_CHECK(call)                                               \
+  do {                                                                        \
+    cublasStatus_t clef_s_ = (call);                                          \
+    if (clef_s_ != CUBLAS_STATUS_SUCCESS)                                     \
+      ::clef::engine::cuda::throw_cublas(clef_s_, #call, __FILE__, __LINE__); \
+  } while (0)
+// After a kernel launch: launch-configuration errors surface here.
+#define CLEF_CUDA_LAUNCH_CHECK() CLEF_CUDA_CHECK(cudaGetLastError())
+
+// Owning cudaMalloc'd bytes. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) { resize(bytes); }
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  // Reallocates (contents lost) when `bytes` exceeds the current size.
+  void resize(size_t bytes) {
+    if (bytes <= bytes_) return;
+    release();
+    CLEF_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    bytes_ = bytes;
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace clef::engine::cuda

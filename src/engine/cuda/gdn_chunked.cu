@@ -1,0 +1,292 @@
+// Chunked gated delta rule (see gdn_chunked.h). Notation of spec/gpu.md §4.1 with C = 64:
+//   gamma_i = sum_{j<=i} g_j (in-chunk), A_ij = beta_i (k_i.k_j) e^{gamma_i-gamma_j} (i > j),
+//   Tm = (I + A)^-1, W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V,
+//   Vn = U - W S, O = diag(e^gamma) Q S + ((Q K^T) o Gamma_incl) Vn,
+//   S' = e^{gamma_C} S + K^T diag(e^{gamma_C - gamma}) Vn.
+// Positions past T are loaded as k = v = q = 0, g = beta = 0, so they neither move the state nor
+// are written.
+#include <algorithm>
+#include <stdexcept>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/device_math.cuh"
+#include "engine/cuda/gdn_chunked.h"
+
+namespace clef::engine::cuda {
+namespace {
+
+constexpr int C = kGdnChunk;
+constexpr int kThreads = 256;
+constexpr int kMaxHeadDim = 128;
+constexpr int kBV = 16;  // value columns per CTA of the sequential kernel
+
+struct Workspace {
+  float* W;
+  float* U;
+  float* P;
+  float* G;
+};
+
+Workspace carve(void* ws, int Tc, int Hv, int dk, int dv) {
+  float* p = static_cast<float*>(ws);
+  Workspace w;
+  w.W = p;
+  p += static_cast<size_t>(Hv) * Tc * dk;
+  w.U = p;
+  p += static_cast<size_t>(Hv) * Tc * dv;
+  w.P = p;
+  p += static_cast<size_t>(Hv) * Tc * C;
+  w.G = p;
+  return w;
+}
+
+// grid (n_chunks, Hv). Shared: Ks [C][dk+1], Xs [C][max(dk,dv)+1] (V, then Q), Am, Tm [C][C+1],
+// gam, bet.
+__global__ void __launch_bounds__(kThreads)
+    gdn_chunk_prep_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                          const float* __restrict__ v, const float* __restrict__ g,
+                          const float* __restrict__ beta, int T, int Tc, int Hk, int Hv, int dk,
+                          int dv, Workspace ws) {
+  extern __shared__ float smem[];
+  const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
+  const int t0 = chunk * C;
+  const int ldk = dk + 1, ldx = max(dk, dv) + 1;
+  float* Ks = smem;
+  float* Xs = Ks + C * ldk;
+  float* Am = Xs + C * ldx;
+  float* Tm = Am + C * (C + 1);
+  float* gam = Tm + C * (C + 1);
+  float* bet = gam + C;
+  const int tid = threadIdx.x;
+
+  for (int e = tid; e < C * dk; e += kThreads) {
+    const int i = e / dk, d = e % dk, t = t0 + i;
+    Ks[i * ldk + d] = t < T ? k[(static_cast<size_t>(t) * Hk + kh) * dk + d] : 0.0f;
+  }
+  for (int e = tid; e < C * dv; e += kThreads) {
+    const int i = e / dv, d = e % dv, t = t0 + i;
+    Xs[i * ldx + d] = t < T ? v[(static_cast<size_t>(t) * Hv + h) * dv + d] : 0.0f;
+  }
+  if (tid < C) {
+    const int t = t0 + tid;
+    gam[tid] = t < T ? g[static_cast<size_t>(t) * Hv + h] : 0.0f;
+    bet[tid] = t < T ? beta[static_cast<size_t>(t) * Hv + h] : 0.0f;
+  }
+  __syncthreads();
+  if (tid < 32) {  // inclusive prefix sum of g over the chunk (one warp, two values per lane)
+    float a0 = gam[2 * tid], a1 = gam[2 * tid + 1];
+    float s = a0 + a1;
+    for (int o = 1; o < 32; o <<= 1) {
+      const float n = __shfl_up_sync(0xffffffffu, s, o);
+      if (tid >= o) s += n;
+    }
+    const float excl = s - (a0 + a1);
+    gam[2 * tid] = excl + a0;
+    gam[2 * tid + 1] = excl + a0 + a1;
+  }
+  __syncthreads();
+  // A (strictly lower) and Tm's identity.
+  for (int e = tid; e < C * C; e += kThreads) {
+    const int i = e / C, j = e % C;
+    float a = 0.0f;
+    if (i > j) {
+      float dot = 0.0f;
+      for (int d = 0; d < dk; ++d) dot += Ks[i * ldk + d] * Ks[j * ldk + d];
+      a = bet[i] * dot * expf(gam[i] - gam[j]);
+    }
+    Am[i * (C + 1) + j] = a;
+    Tm[i * (C + 1) + j] = i == j ? 1.0f : 0.0f;
+  }
+  __syncthreads();
+  // Forward substitution: Tm[i][j] = -sum_{m=j}^{i-1} A[i][m] Tm[m][j], j < i; rows depend on
+  // earlier rows.
+  for (int i = 1; i < C; ++i) {
+    if (tid < i) {
+      const int j = tid;
+      float s = 0.0f;
+      for (int m = j; m < i; ++m) s += Am[i * (C + 1) + m] * Tm[m * (C + 1) + j];
+      Tm[i * (C + 1) + j] = -s;
+    }
+    __syncthreads();
+  }
+  // W = Tm diag(beta e^gamma) K ; U = Tm diag(beta) V (lower-triangular Tm: j <= i).
+  const size_t row0 = static_cast<size_t>(h) * Tc + t0;
+  for (int e = tid; e < C * dk; e += kThreads) {
+    const int i = e / dk, d = e % dk;
+    float s = 0.0f;
+    for (int j = 0; j <= i; ++j)
+      s += Tm[i * (C + 1) + j] * (bet[j] * expf(gam[j])) * Ks[j * ldk + d];
+    ws.W[(row0 + i) * dk + d] = s;
+  }
+  for (int e = tid; e < C * dv; e += kThreads) {
+    const int i = e / dv, d = e % dv;
+    float s = 0.0f;
+    for (int j = 0; j <= i; ++j) s += Tm[i * (C + 1) + j] * bet[j] * Xs[j * ldx + d];
+    ws.U[(row0 + i) * dv + d] = s;
+  }
+  __syncthreads();
+  for (int e = tid; e < C * dk; e += kThreads) {
+    const int i = e / dk, d = e % dk, t = t0 + i;
+    Xs[i * ldx + d] = t < T ? q[(static_cast<size_t>(t) * Hk + kh) * dk + d] : 0.0f;
+  }
+  __syncthreads();
+  // P = (Q K^T) o Gamma, lower triangle including the diagonal.
+  for (int e = tid; e < C * C; e += kThreads) {
+    const int i = e / C, j = e % C;
+    float p = 0.0f;
+    if (i >= j) {
+      float dot = 0.0f;
+      for (int d = 0; d < dk; ++d) dot += Xs[i * ldx + d] * Ks[j * ldk + d];
+      p = dot * expf(gam[i] - gam[j]);
+    }
+    ws.P[(row0 + i) * C + j] = p;
+  }
+  if (tid < C) ws.G[row0 + tid] = gam[tid];
+}
+
+// grid (ceil(dv / kBV), Hv): sequential over chunks. Shared: S [dk][kBV], A_s/B_s [C][dk+1] (W and
+// Q, then K and P), Vn [C][kBV+1], gam [C].
+template <typename E>
+__global__ void __launch_bounds__(kThreads)
+    gdn_chunk_scan_kernel(const float* __restrict__ q, const float* __restrict__ k, int T, int Tc,
+                          int Hk, int Hv, int dk, int dv, Workspace ws, E* __restrict__ o) {
+  extern __shared__ float smem[];
+  const int h = blockIdx.y, kh = h / (Hv / Hk), c0 = blockIdx.x * kBV;
+  const int ldk = dk + 1, ldp = C + 1, ldv = kBV + 1;
+  const int bufsz = C * max(ldk, ldp);
+  float* S = smem;
+  float* As = S + kMaxHeadDim * kBV;
+  float* Bs = As + bufsz;
+  float* Vn = Bs + bufsz;
+  float* gam = Vn + C * ldv;
+  const int tid = threadIdx.x;
+  const int n_chunks = Tc / C;
+  for (int e = tid; e < dk * kBV; e += kThreads) S[e] = 0.0f;
+
+  for (int chunk = 0; chunk < n_chunks; ++chunk) {
+    const int t0 = chunk * C;
+    const size_t row0 = static_cast<size_t>(h) * Tc + t0;
+    __syncthreads();  // previous chunk's readers of As/Bs/S are done
+    for (int e = tid; e < C * dk; e += kThreads) {
+      const int i = e / dk, d = e % dk, t = t0 + i;
+      As[i * ldk + d] = ws.W[(row0 + i) * dk + d];
+      Bs[i * ldk + d] = t < T ? q[(static_cast<size_t>(t) * Hk + kh) * dk + d] : 0.0f;
+    }
+    if (tid < C) gam[tid] = ws.G[row0 + tid];
+    __syncthreads();
+    // Vn = U - W S and QS = e^gamma Q S; thread -> (row i, 4 columns).
+    float qs[C * (kBV / 4) / kThreads][4];
+#pragma unroll
+    for (int r = 0; r < C * (kBV / 4) / kThreads; ++r) {
+      const int e = tid + r * kThreads, i = e / (kBV / 4), cb = (e % (kBV / 4)) * 4;
+      float ws4[4] = {0, 0, 0, 0}, qs4[4] = {0, 0, 0, 0};
+      for (int d = 0; d < dk; ++d) {
+        const float w = As[i * ldk + d], qq = Bs[i * ldk + d];
+        const float4 s4 = *reinterpret_cast<const float4*>(&S[d * kBV + cb]);
+        ws4[0] += w * s4.x, ws4[1] += w * s4.y, ws4[2] += w * s4.z, ws4[3] += w * s4.w;
+        qs4[0] += qq * s4.x, qs4[1] += qq * s4.y, qs4[2] += qq * s4.z, qs4[3] += qq * s4.w;
+      }
+      const float eg = expf(gam[i]);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = c0 + cb + c;
+        const float u = col < dv ? ws.U[(row0 + i) * dv + col] : 0.0f;
+        Vn[i * ldv + cb + c] = u - ws4[c];
+        qs[r][c] = eg * qs4[c];
+      }
+    }
+    __syncthreads();
+    for (int e = tid; e < C * dk; e += kThreads) {
+      const int i = e / dk, d = e % dk, t = t0 + i;
+      As[i * ldk + d] = t < T ? k[(static_cast<size_t>(t) * Hk + kh) * dk + d] : 0.0f;
+    }
+    for (int e = tid; e < C * C; e += kThreads)
+      Bs[(e / C) * ldp + e % C] = ws.P[(row0 + e / C) * C + e % C];
+    __syncthreads();
+    // O = QS + P Vn
+#pragma unroll
+    for (int r = 0; r < C * (kBV / 4) / kThreads; ++r) {
+      const int e = tid + r * kThreads, i = e / (kBV / 4), cb = (e % (kBV / 4)) * 4;
+      float acc[4] = {qs[r][0], qs[r][1], qs[r][2], qs[r][3]};
+      for (int j = 0; j <= i; ++j) {
+        const float p = Bs[i * ldp + j];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[c] += p * Vn[j * ldv + cb + c];
+      }
+      const int t = t0 + i;
+      if (t < T) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int col = c0 + cb + c;
+          if (col < dv) o[(static_cast<size_t>(t) * Hv + h) * dv + col] = from_f<E>(acc[c]);
+        }
+      }
+    }
+    // S' = e^{gamma_C} S + K^T diag(e^{gamma_C - gamma}) Vn; thread -> (row d, 8 columns).
+    const float gl = gam[C - 1];
+    const float egl = expf(gl);
+    for (int e = tid; e < dk * (kBV / 8); e += kThreads) {
+      const int d = e / (kBV / 8), cb = (e % (kBV / 8)) * 8;
+      float acc[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[c] = egl * S[d * kBV + cb + c];
+      for (int j = 0; j < C; ++j) {
+        const float kd = As[j * ldk + d] * expf(gl - gam[j]);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[c] += kd * Vn[j * ldv + cb + c];
+      }
+#pragma unroll
+      for (int c = 0; c < 8; ++c) S[d * kBV + cb + c] = acc[c];
+    }
+  }
+}
+
+size_t prep_smem(int dk, int dv) {
+  return sizeof(float) *
+         (static_cast<size_t>(C) * (dk + 1) + static_cast<size_t>(C) * (std::max(dk, dv) + 1) +
+          2 * C * (C + 1) + 2 * C);
+}
+size_t scan_smem(int dk) {
+  const size_t bufsz = static_cast<size_t>(C) * std::max(dk + 1, C + 1);
+  return sizeof(float) * (kMaxHeadDim * kBV + 2 * bufsz + C * (kBV + 1) + C);
+}
+
+}  // namespace
+
+size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv) {
+  const size_t Tc = (static_cast<size_t>(std::max(T, 1)) + C - 1) / C * C;
+  return sizeof(float) * static_cast<size_t>(Hv) * Tc * (dk + dv + C + 1);
+}
+
+template <typename E>
+void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                 int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, cudaStream_t s) {
+  if (T <= 0) return;
+  if (dk > kMaxHeadDim || dv > kMaxHeadDim || dk < 1 || dv < 1)
+    throw std::invalid_argument("gdn_chunked: head dims must be in [1, 128]");
+  if (Hk <= 0 || Hv % Hk != 0)
+    throw std::invalid_argument("gdn_chunked: Hv must be a multiple of Hk");
+  const int Tc = (T + C - 1) / C * C;
+  const Workspace ws = carve(workspace, Tc, Hv, dk, dv);
+  const size_t ps = prep_smem(dk, dv), ss = scan_smem(dk);
+  static_assert(C * (kBV / 4) % kThreads == 0, "thread mapping of the scan kernel");
+  CLEF_CUDA_CHECK(cudaFuncSetAttribute(
+      gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)));
+  CLEF_CUDA_CHECK(cudaFuncSetAttribute(
+      gdn_chunk_scan_kernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ss)));
+  gdn_chunk_prep_kernel<<<dim3(Tc / C, Hv), kThreads, ps, s>>>(q, k, v, g, beta, T, Tc, Hk, Hv, dk,
+                                                               dv, ws);
+  CLEF_CUDA_LAUNCH_CHECK();
+  gdn_chunk_scan_kernel<E>
+      <<<dim3((dv + kBV - 1) / kBV, Hv), kThreads, ss, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
+  CLEF_CUDA_LAUNCH_CHECK();
+}
+
+template void gdn_chunked<float>(const float*, const float*, const float*, const float*,
+                                 const float*, int, int, int, int, int, float*, void*,
+                                 cudaStream_t);
+template void gdn_chunked<__nv_bfloat16>(const float*, const float*, const float*, const float*,
+                                         const float*, int, int, int, int, int, __nv_bfloat16*,
+                                         void*, cudaStream_t);
+
+}  // namespace clef::engine::cuda

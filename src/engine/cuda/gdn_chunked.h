@@ -1,0 +1,28 @@
+// The chunked gated delta rule (spec/gpu.md §4, chunk 64, fp32 state), the GPU form of the exact
+// sequential recurrence in spec/model.md §3. Two kernels: a parallel one over (chunk, value head)
+// that builds the UT transform Tm = (I + A)^-1 and W = Tm diag(beta e^gamma) K, U = Tm diag(beta)
+// V, P = (Q K^T) o Gamma; then the only sequential kernel, over chunks, with the value columns
+// split across CTAs so that a batch-1 prefill fills the GPU. Only non-positive log-decay
+// differences are ever exponentiated.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace clef::engine::cuda {
+
+constexpr int kGdnChunk = 64;
+
+// Scratch the two kernels share, fp32: W [Hv, Tc, dk], U [Hv, Tc, dv], P [Hv, Tc, 64], gamma [Hv,
+// Tc], Tc = T rounded up to 64.
+size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv);
+
+// q, k: [T, Hk, dk] fp32 (q l2-normalised and scaled, k l2-normalised); v: [T, Hv, dv]; g, beta:
+// [T, Hv]. o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128.
+template <typename E>
+void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                 int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, cudaStream_t s);
+
+}  // namespace clef::engine::cuda
