@@ -31,6 +31,19 @@ void set_batch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
                                                      &stride, sizeof stride));
 }
 
+// The alignment every batch's pointer keeps (cuBLASLt assumes 256 bytes unless told; row offsets
+// into weights and per-head column offsets are less aligned).
+uint32_t alignment(const void* p, int64_t batch_stride_bytes) {
+  uint64_t a = reinterpret_cast<uintptr_t>(p) | 256u;
+  if (batch_stride_bytes > 0) a |= static_cast<uint64_t>(batch_stride_bytes);
+  return static_cast<uint32_t>(a & (~a + 1));  // lowest set bit
+}
+
+void set_align(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+               uint32_t bytes) {
+  CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes));
+}
+
 }  // namespace
 
 HeadGemm::HeadGemm() : workspace_(kWorkspace) {
@@ -69,6 +82,15 @@ void HeadGemm::run(bool bf16, int M, int N, int K, const GemmOperand& A, const G
   const size_t ws = workspace_.bytes();
   CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  const int64_t esz = bf16 ? 2 : 4;
+  const int64_t bs = batch > 1 ? 1 : 0;  // strides matter only with several batches
+  set_align(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+            alignment(B.ptr, bs * B.batch_stride * esz));
+  set_align(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            alignment(A.ptr, bs * A.batch_stride * esz));
+  const uint32_t c_align = alignment(C, bs * c_batch_stride * 4);
+  set_align(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c_align);
+  set_align(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c_align);
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   CLEF_CUBLAS_CHECK(

@@ -1,0 +1,222 @@
+// CudaJointHead against the CPU engine's joint head (engine/cpu/joint_head.h) on the tiny golden
+// releases, with fresh random hidden states and random spans every run.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/joint_head.h"
+#include "engine/cuda/head.h"
+#include "model/bf16.h"
+#include "model/release.h"
+
+namespace {
+
+using clef::encoding::EncodedRequest;
+using clef::encoding::QuestionType;
+using clef::encoding::Span;
+using clef::engine::cuda::CudaJointHead;
+using clef::engine::cuda::HeadPrecision;
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+std::shared_ptr<const clef::model::Release> load(const std::string& m) {
+  return clef::model::Release::load(std::string(CLEF_SOURCE_DIR) + "/tests/golden/models/" + m);
+}
+
+Span random_span(std::mt19937_64& rng, int T, int max_len) {
+  std::uniform_int_distribution<int> len_d(1, std::min(max_len, T));
+  const int len = len_d(rng);
+  std::uniform_int_distribution<int> start_d(0, T - len);
+  const int a = start_d(rng);
+  return {a, a + len};
+}
+
+EncodedRequest random_request(std::mt19937_64& rng, int T, int64_t vocab, int max_questions,
+                              int max_options) {
+  EncodedRequest enc;
+  std::uniform_int_distribution<int32_t> id_d(0, static_cast<int32_t>(vocab - 1));
+  for (int t = 0; t < T; ++t) enc.input_ids.push_back(id_d(rng));
+  std::uniform_int_distribution<int> nq_d(1, max_questions), no_d(1, max_options), type_d(0, 2);
+  const int nq = nq_d(rng);
+  for (int k = 0; k < nq; ++k) {
+    clef::encoding::EncodedQuestion q;
+    q.id = "q" + std::to_string(k);
+    q.type = static_cast<QuestionType>(type_d(rng));
+    q.question_span = random_span(rng, T, 40);
+    const int no = no_d(rng);
+    for (int j = 0; j < no; ++j) {
+      q.option_spans.push_back(random_span(rng, T, 6));
+      q.option_ids.push_back("o" + std::to_string(j));
+    }
+    enc.questions.push_back(std::move(q));
+  }
+  return enc;
+}
+
+std::vector<double> softmax(const std::vector<float>& x) {
+  double mx = -INFINITY, s = 0;
+  for (float v : x) mx = std::max(mx, static_cast<double>(v));
+  std::vector<double> p(x.size());
+  for (size_t i = 0; i < x.size(); ++i) s += (p[i] = std::exp(x[i] - mx));
+  for (double& v : p) v /= s;
+  return p;
+}
+
+struct Diff {
+  double logit = 0, logit_rel = 0, prob = 0;
+  size_t non_finite = 0;
+};
+
+Diff diff(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
+  Diff d;
+  EXPECT_EQ(got.size(), ref.size());
+  for (size_t k = 0; k < std::min(got.size(), ref.size()); ++k) {
+    EXPECT_EQ(got[k].size(), ref[k].size());
+    if (got[k].size() != ref[k].size()) continue;
+    for (size_t j = 0; j < got[k].size(); ++j) {
+      if (!std::isfinite(got[k][j])) {
+        ++d.non_finite;
+        continue;
+      }
+      const double e = std::abs(static_cast<double>(got[k][j]) - ref[k][j]);
+      d.logit = std::max(d.logit, e);
+      d.logit_rel =
+          std::max(d.logit_rel, e / std::max(1.0, std::abs(static_cast<double>(ref[k][j]))));
+    }
+    const std::vector<double> pg = softmax(got[k]), pr = softmax(ref[k]);
+    for (size_t j = 0; j < pg.size(); ++j) d.prob = std::max(d.prob, std::abs(pg[j] - pr[j]));
+  }
+  return d;
+}
+
+struct DevHidden {
+  void* p = nullptr;
+  DevHidden(const std::vector<float>& h, bool bf16) {
+    if (bf16) {
+      std::vector<__nv_bfloat16> b(h.size());
+      for (size_t i = 0; i < h.size(); ++i) b[i] = __float2bfloat16(h[i]);
+      if (cudaMalloc(&p, b.size() * 2) == cudaSuccess)
+        cudaMemcpy(p, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+    } else if (cudaMalloc(&p, h.size() * 4) == cudaSuccess) {
+      cudaMemcpy(p, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    }
+  }
+  ~DevHidden() { cudaFree(p); }
+  DevHidden(const DevHidden&) = delete;
+  DevHidden& operator=(const DevHidden&) = delete;
+};
+
+void run_model(const std::string& model, HeadPrecision prec) {
+  const auto rel = load(model);
+  const int D = rel->head.hidden_size;
+  const int64_t vocab = rel->backbone("lm_head.weight").shape[0];
+  CudaJointHead head(*rel, prec);
+  const bool bf16 = prec == HeadPrecision::BFloat16;
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n01(0.f, 1.f);
+  std::uniform_real_distribution<float> scale_d(0.2f, 8.f), shift_d(-2.f, 2.f);
+  Diff worst;
+  // Sizes vary so the head's scratch buffers grow and are reused across requests.
+  for (int T : {1, 9, 300, 57, 1200, 33}) {
+    SCOPED_TRACE(testing::Message()
+                 << model << (bf16 ? " bf16" : " fp32") << " seed " << seed << " T " << T);
+    const EncodedRequest enc = random_request(rng, T, vocab, 5, 6);
+    std::vector<float> hidden(static_cast<size_t>(T) * D);
+    const float scale = scale_d(rng), shift = shift_d(rng);
+    for (auto& x : hidden) x = n01(rng) * scale + shift;
+    // The bf16 head reads bf16 hidden states: the CPU reference gets the same rounded values.
+    if (bf16)
+      for (auto& x : hidden) x = clef::model::round_to_bf16(x);
+    const auto ref = clef::engine::cpu::run_joint_head(*rel, hidden.data(), T, enc);
+    DevHidden dh(hidden, bf16);
+    ASSERT_NE(dh.p, nullptr);
+    const auto got = head.run(dh.p, T, enc, nullptr);
+    const Diff d = diff(got, ref);
+    EXPECT_EQ(d.non_finite, 0u);
+    if (bf16) {
+      // bf16 operands in the T-row GEMMs (memory projection, memory keys/values): ~2^-9 relative
+      // per operand; the fixture bound for bf16 engines is ~0.05 in probability.
+      EXPECT_LT(d.logit_rel, 3e-2);
+      EXPECT_LT(d.prob, 1e-2);
+    } else {
+      EXPECT_LT(d.logit_rel, 1e-4);
+      EXPECT_LT(d.prob, 1e-5);
+    }
+    worst.logit = std::max(worst.logit, d.logit);
+    worst.logit_rel = std::max(worst.logit_rel, d.logit_rel);
+    worst.prob = std::max(worst.prob, d.prob);
+  }
+  std::printf("[joint head] %s %s: max |dlogit| %.3g (relative %.3g), max |dp| %.3g vs CPU fp32\n",
+              model.c_str(), bf16 ? "bf16" : "fp32", worst.logit, worst.logit_rel, worst.prob);
+}
+
+TEST(CudaJointHead, Fp32MatchesCpuTinyR2) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_model("tiny-r2", HeadPrecision::Float32);
+}
+TEST(CudaJointHead, Fp32MatchesCpuTinyR3) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_model("tiny-r3", HeadPrecision::Float32);
+}
+TEST(CudaJointHead, Bf16CloseToCpuTinyR2) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_model("tiny-r2", HeadPrecision::BFloat16);
+}
+TEST(CudaJointHead, Bf16CloseToCpuTinyR3) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_model("tiny-r3", HeadPrecision::BFloat16);
+}
+
+TEST(CudaJointHead, RefusesBadRequests) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const auto rel = load("tiny-r2");
+  const int D = rel->head.hidden_size;
+  CudaJointHead head(*rel, HeadPrecision::Float32);
+  std::mt19937_64 rng(fresh_seed());
+  const int T = 20;
+  std::normal_distribution<float> n01(0.f, 1.f);
+  std::vector<float> hidden(static_cast<size_t>(T) * D);
+  for (auto& x : hidden) x = n01(rng);
+  DevHidden dh(hidden, false);
+  ASSERT_NE(dh.p, nullptr);
+  const EncodedRequest good =
+      random_request(rng, T, rel->backbone("lm_head.weight").shape[0], 2, 3);
+
+  EncodedRequest empty_span = good;
+  empty_span.questions[0].option_spans[0] = {4, 4};
+  EXPECT_THROW(head.run(dh.p, T, empty_span, nullptr), std::runtime_error);
+  EncodedRequest outside = good;
+  outside.questions[0].question_span = {10, T + 1};
+  EXPECT_THROW(head.run(dh.p, T, outside, nullptr), std::runtime_error);
+  EncodedRequest bad_id = good;
+  bad_id.input_ids[3] = static_cast<int32_t>(rel->backbone("lm_head.weight").shape[0]);
+  EXPECT_THROW(head.run(dh.p, T, bad_id, nullptr), std::runtime_error);
+  EXPECT_THROW(head.run(dh.p, T - 1, good, nullptr), std::runtime_error);
+  EncodedRequest no_questions = good;
+  no_questions.questions.clear();
+  EXPECT_THROW(head.run(dh.p, T, no_questions, nullptr), std::runtime_error);
+  // Still usable after the refusals.
+  const auto ref = clef::engine::cpu::run_joint_head(*rel, hidden.data(), T, good);
+  const Diff d = diff(head.run(dh.p, T, good, nullptr), ref);
+  EXPECT_LT(d.logit_rel, 1e-4);
+}
+
+}  // namespace
