@@ -1,6 +1,6 @@
-// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (spec/model.md §5): NFC normalizer,
-// Split(regex, Isolated) + ByteLevel pre-tokenizer, BPE merges, added tokens matched first in raw text.
-// Nothing model-specific is hard-coded: everything comes from the file.
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (spec/model.md §5): NFC
+// normalizer, Split(regex, Isolated) + ByteLevel pre-tokenizer, BPE merges, added tokens matched
+// first in raw text. Nothing model-specific is hard-coded: everything comes from the file.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +28,8 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
-  // Like HF tokenizer(text, add_special_tokens=False).input_ids. Throws TokenizerError on invalid UTF-8.
-  // Thread-safe (the merge cache is internally synchronised or per-thread).
+  // Like HF tokenizer(text, add_special_tokens=False).input_ids. Throws TokenizerError on invalid
+  // UTF-8. Thread-safe (the merge cache is internally synchronised or per-thread).
   std::vector<int32_t> encode(std::string_view utf8) const;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
