@@ -1,5 +1,6 @@
 #include "bench/spawn.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,16 +11,28 @@
 
 namespace clef::bench {
 
-SpawnedServer::SpawnedServer(const std::string& command) {
+SpawnedServer::SpawnedServer(const std::string& command, const std::string& log_path) {
+  int log_fd = -1;
+  if (!log_path.empty()) {
+    log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0)
+      throw SpawnError("--spawn: cannot open " + log_path + ": " + std::strerror(errno));
+  }
   started_ = std::chrono::steady_clock::now();
   pid_ = fork();
+  if (pid_ < 0 && log_fd >= 0) close(log_fd);
   if (pid_ < 0) throw SpawnError(std::string("--spawn: fork failed: ") + std::strerror(errno));
   if (pid_ == 0) {
     setpgid(0, 0);  // own group: stop() reaches the server even when the shell forked it
+    if (log_fd >= 0) {
+      dup2(log_fd, STDOUT_FILENO);
+      dup2(log_fd, STDERR_FILENO);
+    }
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   setpgid(pid_, pid_);  // also from the parent, so the group exists before any kill
+  if (log_fd >= 0) close(log_fd);
 }
 
 SpawnedServer::~SpawnedServer() {

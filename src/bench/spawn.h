@@ -18,8 +18,10 @@ struct SpawnError : std::runtime_error {
 
 class SpawnedServer {
  public:
-  // Starts `/bin/sh -c command`. Throws SpawnError when fork/exec fails.
-  explicit SpawnedServer(const std::string& command);
+  // Starts `/bin/sh -c command`, its stdout and stderr appended to `log_path` when non-empty (so
+  // the server's access log does not bury the bench's progress). Throws SpawnError when fork/open
+  // fails.
+  explicit SpawnedServer(const std::string& command, const std::string& log_path = "");
   ~SpawnedServer();  // stop()
   SpawnedServer(const SpawnedServer&) = delete;
   SpawnedServer& operator=(const SpawnedServer&) = delete;

@@ -114,7 +114,9 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
     if (step >= raw) break;
   }
   std::vector<double> t;
-  for (double v = std::floor(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(v);
+  // Multiples of the step (not a running sum, which would accumulate rounding error).
+  const double first = std::floor(lo / step);
+  for (double k = first; k * step <= hi + step * 1e-9; k += 1.0) t.push_back(k * step);
   if (t.size() < 2) t.push_back(t.back() + step);
   return t;
 }
