@@ -15,11 +15,22 @@
 #include <vector>
 
 #include "engine/cuda/attention_core.h"
+#include "engine/cuda/attention_core_tuning.h"
 
 namespace {
 
 using clef::engine::cuda::attention_core_bf16;
+using clef::engine::cuda::attention_core_bf16_warps;
 using clef::engine::cuda::attention_core_f32;
+
+// warps 0: the public entry point (its own pick); 4 or 8: that kernel shape.
+void run_bf16(int warps, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+              __nv_bfloat16* out, int T, int nh, int nkv, int hd) {
+  if (warps == 0)
+    attention_core_bf16(q, k, v, out, T, nh, nkv, hd, nullptr);
+  else
+    attention_core_bf16_warps(warps, q, k, v, out, T, nh, nkv, hd, nullptr);
+}
 
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
 
@@ -132,20 +143,24 @@ struct DevBuf {
 };
 
 const Case kCases[] = {
-    {1, 8, 2, 32},   {7, 8, 2, 32},    {64, 8, 2, 32},  {65, 8, 2, 32},  {300, 8, 2, 32},
-    {1, 4, 4, 32},   {7, 4, 4, 32},    {64, 4, 4, 32},  {65, 4, 4, 32},  {300, 4, 4, 32},
-    {1, 8, 2, 256},  {7, 8, 2, 256},   {64, 8, 2, 256}, {65, 8, 2, 256}, {300, 8, 2, 256},
-    {1, 4, 4, 256},  {7, 4, 4, 256},   {64, 4, 4, 256}, {65, 4, 4, 256}, {300, 4, 4, 256},
-    {130, 4, 1, 64}, {130, 6, 3, 128}, {129, 2, 2, 96}, {77, 2, 1, 224},
+    {1, 8, 2, 32},    {7, 8, 2, 32},    {64, 8, 2, 32},   {65, 8, 2, 32},  {300, 8, 2, 32},
+    {1, 4, 4, 32},    {7, 4, 4, 32},    {64, 4, 4, 32},   {65, 4, 4, 32},  {300, 4, 4, 32},
+    {1, 8, 2, 256},   {7, 8, 2, 256},   {64, 8, 2, 256},  {65, 8, 2, 256}, {300, 8, 2, 256},
+    {1, 4, 4, 256},   {7, 4, 4, 256},   {64, 4, 4, 256},  {65, 4, 4, 256}, {300, 4, 4, 256},
+    {130, 4, 1, 64},  {130, 6, 3, 128}, {129, 2, 2, 96},  {77, 2, 1, 224}, {127, 2, 1, 256},
+    {128, 2, 1, 256}, {200, 4, 2, 160}, {257, 2, 2, 192},
 };
 
-TEST(AttentionCore, Bf16MatchesReference) {
+class AttentionCoreBf16 : public testing::TestWithParam<int> {};
+
+TEST_P(AttentionCoreBf16, MatchesReference) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const int warps = GetParam();
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
   for (const Case& c : kCases) {
-    SCOPED_TRACE(testing::Message() << "seed " << seed << " T " << c.T << " nh " << c.nh << " nkv "
-                                    << c.nkv << " hd " << c.hd);
+    SCOPED_TRACE(testing::Message() << "warps " << warps << " seed " << seed << " T " << c.T
+                                    << " nh " << c.nh << " nkv " << c.nkv << " hd " << c.hd);
     std::vector<float> q, k, v;
     random_qkv(rng, c, q, k, v, true);
     std::vector<__nv_bfloat16> hq(q.size()), hk(k.size()), hv(v.size());
@@ -158,7 +173,7 @@ TEST(AttentionCore, Bf16MatchesReference) {
     CUDA_OK(cudaMemcpy(dk.p, hk.data(), k.size() * 2, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dv.p, hv.data(), v.size() * 2, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(dout.p, 0xFF, q.size() * 2));  // NaN poison
-    attention_core_bf16(dq.p, dk.p, dv.p, dout.p, c.T, c.nh, c.nkv, c.hd, nullptr);
+    run_bf16(warps, dq.p, dk.p, dv.p, dout.p, c.T, c.nh, c.nkv, c.hd);
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<__nv_bfloat16> hout(q.size());
     CUDA_OK(cudaMemcpy(hout.data(), dout.p, q.size() * 2, cudaMemcpyDeviceToHost));
@@ -173,6 +188,8 @@ TEST(AttentionCore, Bf16MatchesReference) {
     EXPECT_LT(e.max_abs, 5e-2);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Warps, AttentionCoreBf16, testing::Values(0, 4, 8));
 
 TEST(AttentionCore, F32MatchesReference) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -231,48 +248,53 @@ TEST(AttentionCore, Bf16ThroughputFlashShape) {
     CUDA_OK(cudaMemcpy(dq.p, hq.data(), q.size() * 2, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dk.p, hk.data(), k.size() * 2, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dv.p, hv.data(), v.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(dout.p, 0xFF, q.size() * 2));
-    attention_core_bf16(dq.p, dk.p, dv.p, dout.p, T, 16, 4, 256, nullptr);  // warm-up + check
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<__nv_bfloat16> hout(q.size());
-    CUDA_OK(cudaMemcpy(hout.data(), dout.p, q.size() * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> got(q.size());
-    for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(hout[i]);
-    std::vector<int> rows = {0, 1, 63, 64, T / 2, T - 2, T - 1};
-    std::uniform_int_distribution<int> pick(0, T - 1);
-    for (int i = 0; i < 9; ++i) rows.push_back(pick(rng));
-    std::sort(rows.begin(), rows.end());  // each row once: the reference accumulates per listed row
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    std::vector<double> ref;
-    reference(q, k, v, T, 16, 4, 256, rows, ref);
-    const Errors e = compare(got, ref, 16, 256, rows, T);
-    EXPECT_EQ(e.non_finite, 0u);
-    EXPECT_LT(e.rel_l2, 8e-3);
-    size_t non_finite = 0;
-    for (float x : got) non_finite += !std::isfinite(x);
-    EXPECT_EQ(non_finite, 0u) << "unwritten or non-finite outputs";
+    for (int warps : {4, 8, 0}) {
+      SCOPED_TRACE(testing::Message() << "warps " << warps);
+      CUDA_OK(cudaMemset(dout.p, 0xFF, q.size() * 2));
+      run_bf16(warps, dq.p, dk.p, dv.p, dout.p, T, 16, 4, 256);  // warm-up + check
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<__nv_bfloat16> hout(q.size());
+      CUDA_OK(cudaMemcpy(hout.data(), dout.p, q.size() * 2, cudaMemcpyDeviceToHost));
+      std::vector<float> got(q.size());
+      for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(hout[i]);
+      std::vector<int> rows = {0, 1, 63, 64, 127, 128, T / 2, T - 2, T - 1};
+      std::uniform_int_distribution<int> pick(0, T - 1);
+      for (int i = 0; i < 9; ++i) rows.push_back(pick(rng));
+      std::sort(rows.begin(), rows.end());  // each row once: the reference accumulates per row
+      rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+      std::vector<double> ref;
+      reference(q, k, v, T, 16, 4, 256, rows, ref);
+      const Errors e = compare(got, ref, 16, 256, rows, T);
+      EXPECT_EQ(e.non_finite, 0u);
+      EXPECT_LT(e.rel_l2, 8e-3);
+      size_t non_finite = 0;
+      for (float x : got) non_finite += !std::isfinite(x);
+      EXPECT_EQ(non_finite, 0u) << "unwritten or non-finite outputs";
 
-    cudaEvent_t a, b;
-    CUDA_OK(cudaEventCreate(&a));
-    CUDA_OK(cudaEventCreate(&b));
-    const int reps = 20;
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; ++r) {
-      CUDA_OK(cudaEventRecord(a));
-      attention_core_bf16(dq.p, dk.p, dv.p, dout.p, T, 16, 4, 256, nullptr);
-      CUDA_OK(cudaEventRecord(b));
-      CUDA_OK(cudaEventSynchronize(b));
-      CUDA_OK(cudaEventElapsedTime(&ms[r], a, b));
+      cudaEvent_t a, b;
+      CUDA_OK(cudaEventCreate(&a));
+      CUDA_OK(cudaEventCreate(&b));
+      const int reps = 30;
+      std::vector<float> ms(reps);
+      for (int r = 0; r < reps; ++r) {
+        CUDA_OK(cudaEventRecord(a));
+        run_bf16(warps, dq.p, dk.p, dv.p, dout.p, T, 16, 4, 256);
+        CUDA_OK(cudaEventRecord(b));
+        CUDA_OK(cudaEventSynchronize(b));
+        CUDA_OK(cudaEventElapsedTime(&ms[r], a, b));
+      }
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+      std::sort(ms.begin(), ms.end());
+      const double med = ms[reps / 2];
+      // Causal FLOPs: QK^T and PV over the lower triangle (incl. diagonal), 2 FLOP per MAC.
+      const double flop = 4.0 * 16 * 256 * (static_cast<double>(T) * (T + 1) / 2);
+      std::printf(
+          "[attention_core_bf16] T %5d 16/4 heads hd 256 warps %d%s: median %.4f ms (min %.4f), "
+          "%.1f TFLOP/s causal, rel err %.2g\n",
+          T, warps == 0 ? clef::engine::cuda::attention_core_bf16_pick_warps(T, 16, 256) : warps,
+          warps == 0 ? " (auto)" : "", med, ms[0], flop / (med * 1e-3) / 1e12, e.rel_l2);
     }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[reps / 2];
-    // Causal FLOPs: QK^T and PV over the lower triangle (incl. diagonal), 2 FLOP per MAC.
-    const double flop = 4.0 * 16 * 256 * (static_cast<double>(T) * (T + 1) / 2);
-    std::printf(
-        "[attention_core_bf16] T %5d  16/4 heads hd 256: median %.4f ms, %.1f TFLOP/s (causal)\n",
-        T, med, flop / (med * 1e-3) / 1e12);
   }
 }
 

@@ -13,14 +13,14 @@
 #include <string>
 
 #include "engine/cuda/attention_core.h"
+#include "engine/cuda/attention_core_tuning.h"
 
 namespace clef::engine::cuda {
 namespace {
 
-constexpr int kBr = 64;  // query rows per CTA
 constexpr int kBc = 64;  // key rows per tile
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
+// The 8-warp kernel is picked when it has at least this many waves of 128-row tiles (per SM count).
+constexpr int kPick8MinWavesTimesSMs = 2;
 
 void check_launch(const char* what) {
   cudaError_t e = cudaGetLastError();
@@ -80,13 +80,13 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// Loads rows [row0, row0 + 64) of a [T, heads, HD] tensor's head h into a padded smem tile.
-template <int HD>
+// Loads rows [row0, row0 + ROWS) of a [T, heads, HD] tensor's head into a padded smem tile.
+template <int HD, int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* base, int row0,
                                           int T, int row_stride) {
   constexpr int kChunksPerRow = HD / 8;  // 16-byte chunks
   constexpr int kStride = HD + 8;
-  for (int c = threadIdx.x; c < kBr * kChunksPerRow; c += kThreads) {
+  for (int c = threadIdx.x; c < ROWS * kChunksPerRow; c += THREADS) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     const int row = row0 + r;
     const bool ok = row < T;
@@ -95,11 +95,16 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat
   }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kThreads, 2)
+// WARPS warps of 16 query rows each: Br = 16 * WARPS query rows per CTA. 4 warps (99 KiB smem at
+// hd 256, two CTAs per SM, fits sm_86/sm_89) or 8 warps (FlashAttention-2's Hopper/A100 shape:
+// 132 KiB, one CTA per SM, each K/V tile serves twice the rows).
+template <int HD, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
     flash_attn_bf16_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                            const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out,
                            int T, int n_heads, int group, float scale_log2) {
+  constexpr int kThreads = WARPS * 32;
+  constexpr int kBr = WARPS * 16;
   constexpr int kStride = HD + 8;
   constexpr int kNT = HD / 8;  // output n-tiles of 8 columns per warp
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -121,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, tig = lane % 4;
 
-  load_tile<HD>(sQ, qh, q0, T, q_stride);
-  load_tile<HD>(sK, kh, 0, T, kv_stride);
+  load_tile<HD, kBr, kThreads>(sQ, qh, q0, T, q_stride);
+  load_tile<HD, kBc, kThreads>(sK, kh, 0, T, kv_stride);
   cp_async_commit();
 
   float o[kNT][4];
@@ -131,104 +136,117 @@ __global__ void __launch_bounds__(kThreads, 2)
   float m_run[2] = {-INFINITY, -INFINITY};  // running max (log2 domain) for rows g and g + 8
   float l_run[2] = {0.f, 0.f};
 
-  const int n_tiles = qb + 1;            // causal: key tiles 0..qb (kBr == kBc)
-  const int row_a = q0 + warp * 16 + g;  // query positions of this thread's two rows
+  const int last_row = min(q0 + kBr, T) - 1;  // causal: keys 0..last_row
+  const int n_tiles = last_row / kBc + 1;
+  const int warp_first = q0 + warp * 16;  // this warp's 16 query rows
+  const int warp_last = warp_first + 15;
+  const int row_a = warp_first + g;  // this thread's two rows
   const int row_b = row_a + 8;
 
   for (int j = 0; j < n_tiles; ++j) {
-    load_tile<HD>(sV, vh, j * kBc, T, kv_stride);
+    load_tile<HD, kBc, kThreads>(sV, vh, j * kBc, T, kv_stride);
     cp_async_commit();
     cp_async_wait<1>();  // Q and K_j have landed
     __syncthreads();
 
-    // S = Q K_j^T for this warp's 16 rows x 64 keys.
-    float s[8][4];
+    const int key0 = j * kBc;
+    // Warp-uniform: does any key of this tile precede one of the warp's rows / pass one of them?
+    const bool active = key0 <= warp_last;
+    const bool diagonal = key0 + kBc - 1 > warp_first;
+    uint32_t p[4][4];  // P as A fragments, one per 16-key k-step
+    if (active) {
+      // S = Q K_j^T for this warp's 16 rows x 64 keys.
+      float s[8][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+      for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, sQ + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sQ + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {  // pairs of 8-key n-tiles
-        uint32_t b[4];
-        ldmatrix_x4(b, sK + (np * 16 + lane % 8 + (lane / 16) * 8) * kStride + kk * 16 +
-                           ((lane / 8) % 2) * 8);
-        mma_bf16(s[2 * np], a, b[0], b[1]);
-        mma_bf16(s[2 * np + 1], a, b[2], b[3]);
+        for (int np = 0; np < 4; ++np) {             // pairs of 8-key n-tiles
+          if (key0 + np * 16 > warp_last) continue;  // keys past all of the warp's rows
+          uint32_t b[4];
+          ldmatrix_x4(b, sK + (np * 16 + lane % 8 + (lane / 16) * 8) * kStride + kk * 16 +
+                             ((lane / 8) % 2) * 8);
+          mma_bf16(s[2 * np], a, b[0], b[1]);
+          mma_bf16(s[2 * np + 1], a, b[2], b[3]);
+        }
       }
-    }
 
-    // Causal mask: only the diagonal tile has keys past a query (also covers keys >= T).
-    if (j == qb) {
+      // Causal mask (also covers keys >= T, which only exist past the last row).
+      if (diagonal) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int key = key0 + nt * 8 + tig * 2;
+          if (key > row_a) s[nt][0] = -INFINITY;
+          if (key + 1 > row_a) s[nt][1] = -INFINITY;
+          if (key > row_b) s[nt][2] = -INFINITY;
+          if (key + 1 > row_b) s[nt][3] = -INFINITY;
+        }
+      }
+
+      // Online softmax (log2 domain). Key 0 is visible to every row, so after tile 0 the max is
+      // finite; a row with no visible key in a later tile keeps its state (p = 0, alpha = 1).
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        const int key = j * kBc + nt * 8 + tig * 2;
-        if (key > row_a) s[nt][0] = -INFINITY;
-        if (key + 1 > row_a) s[nt][1] = -INFINITY;
-        if (key > row_b) s[nt][2] = -INFINITY;
-        if (key + 1 > row_b) s[nt][3] = -INFINITY;
+        mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
       }
-    }
-
-    // Online softmax (log2 domain). Key 0 is always visible, so after tile 0 the max is finite.
-    float mx[2] = {-INFINITY, -INFINITY};
+      float alpha[2];
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
-    }
-    float alpha[2];
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+        alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[r] - m_new);
+        m_run[r] = m_new;
+      }
+      const float mb0 = m_run[0] == -INFINITY ? 0.f : m_run[0];
+      const float mb1 = m_run[1] == -INFINITY ? 0.f : m_run[1];
+      float rs[2] = {0.f, 0.f};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
-      // m_new is -inf only for a row with no visible key yet (cannot happen for real rows).
-      alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[r] - m_new);
-      m_run[r] = m_new;
-    }
-    const float mb0 = m_run[0] == -INFINITY ? 0.f : m_run[0];
-    const float mb1 = m_run[1] == -INFINITY ? 0.f : m_run[1];
-    float rs[2] = {0.f, 0.f};
-    uint32_t p[4][4];  // P as A fragments, one per 16-key k-step
+      for (int nt = 0; nt < 8; ++nt) {
+        const float p0 = exp2f(s[nt][0] * scale_log2 - mb0);
+        const float p1 = exp2f(s[nt][1] * scale_log2 - mb0);
+        const float p2 = exp2f(s[nt][2] * scale_log2 - mb1);
+        const float p3 = exp2f(s[nt][3] * scale_log2 - mb1);
+        rs[0] += p0 + p1;
+        rs[1] += p2 + p3;
+        p[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p0, p1);
+        p[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+      }
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float p0 = exp2f(s[nt][0] * scale_log2 - mb0);
-      const float p1 = exp2f(s[nt][1] * scale_log2 - mb0);
-      const float p2 = exp2f(s[nt][2] * scale_log2 - mb1);
-      const float p3 = exp2f(s[nt][3] * scale_log2 - mb1);
-      rs[0] += p0 + p1;
-      rs[1] += p2 + p3;
-      p[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p0, p1);
-      p[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
-    }
+      for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
-#pragma unroll
-    for (int i = 0; i < kNT; ++i) {
-      o[i][0] *= alpha[0];
-      o[i][1] *= alpha[0];
-      o[i][2] *= alpha[1];
-      o[i][3] *= alpha[1];
+      for (int i = 0; i < kNT; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
+      }
     }
 
     __syncthreads();  // every warp is done with sK
-    if (j + 1 < n_tiles) load_tile<HD>(sK, kh, (j + 1) * kBc, T, kv_stride);
+    if (j + 1 < n_tiles) load_tile<HD, kBc, kThreads>(sK, kh, (j + 1) * kBc, T, kv_stride);
     cp_async_commit();
     cp_async_wait<1>();  // V_j has landed
     __syncthreads();
 
     // O += P V_j.
+    if (active) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+      for (int kk = 0; kk < 4; ++kk) {
+        if (key0 + kk * 16 > warp_last) continue;  // P is exactly 0 there (masked keys)
 #pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {  // pairs of 8-column n-tiles
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride + np * 16 +
-                                 (lane / 16) * 8);
-        mma_bf16(o[2 * np], p[kk], b[0], b[1]);
-        mma_bf16(o[2 * np + 1], p[kk], b[2], b[3]);
+        for (int np = 0; np < kNT / 2; ++np) {  // pairs of 8-column n-tiles
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride +
+                                   np * 16 + (lane / 16) * 8);
+          mma_bf16(o[2 * np], p[kk], b[0], b[1]);
+          mma_bf16(o[2 * np + 1], p[kk], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with sV before the next V load
@@ -255,21 +273,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int HD>
+template <int WARPS>
+size_t bf16_smem_bytes(int head_dim) {
+  return static_cast<size_t>(WARPS * 16 + 2 * kBc) * (head_dim + 8) * sizeof(__nv_bfloat16);
+}
+
+template <int HD, int WARPS>
 void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                  __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(kBr + 2 * kBc) * (HD + 8) * sizeof(__nv_bfloat16);
+  const size_t smem = bf16_smem_bytes<WARPS>(HD);
   // Opting in is per function and cheap; repeating it keeps this free of global state.
   cudaError_t e =
-      cudaFuncSetAttribute(flash_attn_bf16_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
+      cudaFuncSetAttribute(flash_attn_bf16_kernel<HD, WARPS>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess)
     throw std::runtime_error("attention_core_bf16: cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
+  constexpr int kBr = WARPS * 16;
   const dim3 grid((T + kBr - 1) / kBr, n_heads);
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(HD));
-  flash_attn_bf16_kernel<HD><<<grid, kThreads, smem, stream>>>(q, k, v, out, T, n_heads,
-                                                               n_heads / n_kv_heads, scale_log2);
+  flash_attn_bf16_kernel<HD, WARPS><<<grid, WARPS * 32, smem, stream>>>(
+      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2);
   check_launch("attention_core_bf16");
 }
 
@@ -412,14 +436,45 @@ void launch_f32(const float* q, const float* k, const float* v, float* out, int 
 
 }  // namespace
 
+void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                               const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
+                               int n_kv_heads, int head_dim, cudaStream_t stream) {
+  check_shape(T, n_heads, n_kv_heads, head_dim);
+  if (warps != 4 && warps != 8)
+    throw std::invalid_argument("attention_core_bf16: warps must be 4 or 8");
+  if (T == 0) return;
+  if (warps == 8) {
+#define CLEF_CALL(HD) launch_bf16<HD, 8>(q, k, v, out, T, n_heads, n_kv_heads, stream)
+    switch (head_dim) { CLEF_HEAD_DIM_CASES(CLEF_CALL) }
+#undef CLEF_CALL
+  } else {
+#define CLEF_CALL(HD) launch_bf16<HD, 4>(q, k, v, out, T, n_heads, n_kv_heads, stream)
+    switch (head_dim) { CLEF_HEAD_DIM_CASES(CLEF_CALL) }
+#undef CLEF_CALL
+  }
+}
+
+int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {
+  int dev = 0, smem_optin = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    throw std::runtime_error("attention_core_bf16: cannot query the device");
+  // 8 warps (one CTA per SM) only where its shared memory fits (not sm_86/sm_89) and there are
+  // enough 128-row tiles to keep every SM busy; else 4 warps (two CTAs per SM, finer tiles).
+  const bool fits = bf16_smem_bytes<8>(head_dim) <= static_cast<size_t>(smem_optin);
+  const long tiles8 = static_cast<long>((T + 127) / 128) * n_heads;
+  return fits && tiles8 >= kPick8MinWavesTimesSMs * sms ? 8 : 4;
+}
+
 void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
                          cudaStream_t stream) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   if (T == 0) return;
-#define CLEF_CALL(HD) launch_bf16<HD>(q, k, v, out, T, n_heads, n_kv_heads, stream)
-  switch (head_dim) { CLEF_HEAD_DIM_CASES(CLEF_CALL) }
-#undef CLEF_CALL
+  attention_core_bf16_warps(attention_core_bf16_pick_warps(T, n_heads, head_dim), q, k, v, out, T,
+                            n_heads, n_kv_heads, head_dim, stream);
 }
 
 void attention_core_f32(const float* q, const float* k, const float* v, float* out, int T,

@@ -91,15 +91,36 @@ void HeadGemm::run(bool bf16, int M, int N, int K, const GemmOperand& A, const G
   const uint32_t c_align = alignment(C, bs * c_batch_stride * 4);
   set_align(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c_align);
   set_align(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c_align);
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  CLEF_CUBLAS_CHECK(
-      cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found));
-  if (found == 0)
-    throw std::runtime_error("joint head: cuBLASLt has no algorithm for a " + std::to_string(M) +
-                             "x" + std::to_string(N) + "x" + std::to_string(K) + " GEMM");
+  // The heuristic query costs tens of microseconds: remember its answer per problem shape.
+  const AlgoKey key{bf16 ? 1 : 0,
+                    M,
+                    N,
+                    K,
+                    A.ld,
+                    B.ld,
+                    ldc,
+                    b_is_nk ? 1 : 0,
+                    batch,
+                    bs * A.batch_stride,
+                    bs * B.batch_stride,
+                    bs * c_batch_stride,
+                    alignment(B.ptr, bs * B.batch_stride * esz),
+                    alignment(A.ptr, bs * A.batch_stride * esz),
+                    c_align};
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    CLEF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
+                                                     &heur, &found));
+    if (found == 0)
+      throw std::runtime_error("joint head: cuBLASLt has no algorithm for a " + std::to_string(M) +
+                               "x" + std::to_string(N) + "x" + std::to_string(K) + " GEMM");
+    if (algos_.size() >= 4096) algos_.clear();  // bounded: shapes vary with the request length
+    it = algos_.emplace(key, heur.algo).first;
+  }
   CLEF_CUBLAS_CHECK(cublasLtMatmul(handle_, d.op, &alpha, B.ptr, d.a, A.ptr, d.b, &beta, C, d.c, C,
-                                   d.c, &heur.algo, workspace_.get(), ws, stream));
+                                   d.c, &it->second, workspace_.get(), ws, stream));
 }
 
 }  // namespace clef::engine::cuda

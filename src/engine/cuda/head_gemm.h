@@ -7,7 +7,9 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
+#include <map>
 
 #include "engine/cuda/cuda_check.h"
 
@@ -32,8 +34,10 @@ class HeadGemm {
            cudaStream_t stream);
 
  private:
+  using AlgoKey = std::array<int64_t, 15>;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos_;
 };
 
 }  // namespace clef::engine::cuda
