@@ -1,16 +1,260 @@
-// TEMPORARY placeholder until the owning issue lands this subcommand.
+// `clefserve profile` (spec/benchmark.md, "The engine profile"): per input length, the median
+// in-process end-to-end latency (encode + backbone + head + answer) after warm-up, the GEMM floor
+// measured in the same process (CUDA engine: every backbone linear layer at that T, as the engine
+// fuses them, best cuBLASLt algorithm, CUDA graph), their ratio and a per-stage breakdown.
+// `--dump-hidden FILE --ids FILE` instead writes the CUDA engine's last_hidden_state (float32, [T,
+// hidden]) for the HF parity check.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "encoding/request.h"
+#include "engine/engine.h"
+#include "json/value.h"
+#include "model/release.h"
+#include "service/decider.h"
+#ifdef CLEF_HAVE_CUDA
+#include "engine/cuda/cuda_engine.h"
+#endif
 
 namespace clef::cli {
+namespace {
+
+struct ProfileArgs {
+  std::string model_dir, device = "cuda", dtype, kernels = "auto", lengths = "361,961,2761,5661";
+  int runs = 10, warmup = 3;
+  std::string json_out, dump_hidden, ids_file;
+};
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// A one-question request whose state is `words` filler words (varied, mostly one token each).
+json::Value make_request(const std::string& model, int words) {
+  static const char* kWords[] = {"the",    "river",  "market", "signal", "garden", "winter",
+                                 "policy", "engine", "quiet",  "yellow", "number", "forest",
+                                 "travel", "window", "simple", "report"};
+  std::string state;
+  state.reserve(static_cast<size_t>(words) * 7);
+  for (int i = 0; i < words; ++i) {
+    if (i) state += ' ';
+    state += kWords[(i * 7 + i / 16) % 16];
+  }
+  auto opt = [](const char* d) { return json::Value::string(d); };
+  json::Value criteria = json::Value::object({{"approve", opt("the request is fine")},
+                                              {"reject", opt("the request is not fine")},
+                                              {"escalate", opt("unsure")}});
+  json::Value q = json::Value::object(
+      {{"type", json::Value::string("choice")},
+       {"instructions", json::Value::string("Decide what to do with this report.")},
+       {"criteria", criteria}});
+  return json::Value::object({{"model", json::Value::string(model)},
+                              {"state", json::Value::string(state)},
+                              {"questions", json::Value::object({{"decision", q}})},
+                              {"truncation", json::Value::string("allow")}});
+}
+
+// Finds a request of exactly `tokens` input tokens (the state cut to fit by truncation "allow").
+json::Value request_of_length(const service::Decider& d, const std::string& model, int tokens) {
+  int words = tokens;
+  for (int iter = 0; iter < 12; ++iter) {
+    const int n = static_cast<int>(d.prepare(make_request(model, words)).encoded.input_ids.size());
+    if (n >= tokens) break;
+    words += std::max(8, (tokens - n) + (tokens - n) / 8);
+  }
+  return make_request(model, words);
+}
+
+std::vector<int> parse_lengths(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const int v = std::stoi(item);
+    if (v <= 0) throw std::runtime_error("--lengths: lengths must be positive");
+    out.push_back(v);
+  }
+  if (out.empty()) throw std::runtime_error("--lengths: empty list");
+  return out;
+}
+
+int dump_hidden(const ProfileArgs& a, engine::Engine& eng, int hidden) {
+#ifdef CLEF_HAVE_CUDA
+  auto* c = dynamic_cast<engine::cuda::CudaEngine*>(&eng);
+  if (!c) throw std::runtime_error("--dump-hidden needs --device cuda");
+  std::ifstream in(a.ids_file);
+  if (!in) throw std::runtime_error("cannot read --ids file " + a.ids_file);
+  std::vector<int32_t> ids;
+  long long v;
+  while (in >> v) ids.push_back(static_cast<int32_t>(v));
+  const std::vector<float> h = c->last_hidden_state(ids);
+  std::ofstream out(a.dump_hidden, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(h.data()),
+            static_cast<std::streamsize>(h.size() * sizeof(float)));
+  if (!out) throw std::runtime_error("cannot write " + a.dump_hidden);
+  std::fprintf(stderr, "wrote last_hidden_state [%zu, %d] float32 to %s\n", ids.size(), hidden,
+               a.dump_hidden.c_str());
+  return 0;
+#else
+  (void)a, (void)eng, (void)hidden;
+  throw std::runtime_error("--dump-hidden needs a CUDA build");
+#endif
+}
+
+int run_profile(const ProfileArgs& a) {
+  model::LoadOptions lo;
+  lo.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  auto release = model::Release::load(a.model_dir, lo);
+  engine::EngineOptions eo;
+  eo.device = a.device;
+  eo.dtype = a.dtype;
+  eo.kernels = a.kernels;
+  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, eo);
+  if (!a.dump_hidden.empty()) return dump_hidden(a, *eng, release->text.hidden_size);
+  const std::vector<int> lengths = parse_lengths(a.lengths);
+  service::DeciderOptions dopts;
+  dopts.encode.max_length = 0;
+  for (int L : lengths) dopts.encode.max_length = std::max(dopts.encode.max_length, L);
+  dopts.encode.truncation = encoding::Truncation::Allow;
+  const auto info = eng->info();
+  std::printf("clefserve profile: %s %s %s, device %s\n", release->name.c_str(),
+              info.backend.c_str(), info.dtype.c_str(), info.device.c_str());
+  for (const auto& [k, v] : info.kernels) std::printf("  kernels.%s: %s\n", k.c_str(), v.c_str());
+  std::printf(
+      "  runs %d after %d warm-up; e2e = encode + backbone + head + answer, wall clock, median\n",
+      a.runs, a.warmup);
+
+  struct Row {
+    int tokens;
+    double e2e, floor, host;
+    std::map<std::string, double> stages;
+    double stages_total;
+  };
+  std::vector<Row> rows;
+  for (int L : lengths) {
+    service::DeciderOptions o = dopts;
+    o.encode.max_length = L;
+    service::Decider d(release, eng, o);
+    const json::Value body = request_of_length(d, release->name, L);
+    auto once = [&](double* host_ms) {
+      const auto t0 = Clock::now();
+      const service::Prepared p = d.prepare(body);
+      const double t_enc = ms_since(t0);
+      const auto outs = eng->forward({&p.encoded});
+      const auto t1 = Clock::now();
+      const json::Value r = d.finish(p, outs.at(0));
+      if (host_ms) *host_ms = t_enc + ms_since(t1);
+      return static_cast<int>(p.encoded.input_ids.size());
+    };
+    int T = 0;
+    for (int i = 0; i < std::max(a.warmup, 1); ++i) T = once(nullptr);
+    std::vector<double> e2e, host;
+    for (int i = 0; i < std::max(a.runs, 1); ++i) {
+      double h = 0;
+      const auto t0 = Clock::now();
+      once(&h);
+      e2e.push_back(ms_since(t0));
+      host.push_back(h);
+    }
+    Row row{T, median(e2e), 0.0, median(host), {}, 0.0};
+#ifdef CLEF_HAVE_CUDA
+    if (auto* c = dynamic_cast<engine::cuda::CudaEngine*>(eng.get())) {
+      const service::Prepared p = d.prepare(body);
+      const auto st = c->forward_profiled(p.encoded);
+      row.stages = st.ms;
+      row.stages_total = st.total_ms;
+      row.floor = c->gemm_floor_ms(T, std::max(a.runs, 5));
+    }
+#endif
+    rows.push_back(row);
+    std::fprintf(stderr, "profile: %d tokens: e2e %.2f ms, floor %.2f ms\n", T, row.e2e, row.floor);
+  }
+
+  std::printf(
+      "\n| tokens | e2e p50 ms | GEMM floor ms | ratio | gemm | gdn_core | attention | "
+      "norms/elementwise | head | host (encode+answer) | eager stage sum |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  auto st = [](const Row& r, const char* k) {
+    auto it = r.stages.find(k);
+    return it == r.stages.end() ? 0.0 : it->second;
+  };
+  for (const Row& r : rows)
+    std::printf("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                r.tokens, r.e2e, r.floor, r.floor > 0 ? r.e2e / r.floor : 0.0, st(r, "gemm"),
+                st(r, "gdn_core"), st(r, "attention"), st(r, "norms_elementwise"), st(r, "head"),
+                r.host, r.stages_total);
+  std::printf(
+      "(stage columns: device time of one eager forward with events between ops; e2e uses the CUDA "
+      "graph)\n");
+  if (!a.json_out.empty()) {
+    std::vector<json::Value> items;
+    for (const Row& r : rows) {
+      std::vector<json::Member> stages;
+      for (const auto& [k, v] : r.stages) stages.emplace_back(k, json::Value::floating(v));
+      items.push_back(json::Value::object(
+          {{"tokens", json::Value::integer(r.tokens)},
+           {"e2e_p50_ms", json::Value::floating(r.e2e)},
+           {"gemm_floor_ms", json::Value::floating(r.floor)},
+           {"ratio", json::Value::floating(r.floor > 0 ? r.e2e / r.floor : 0.0)},
+           {"host_ms", json::Value::floating(r.host)},
+           {"stages_ms", json::Value::object(stages)}}));
+    }
+    std::vector<json::Member> kern;
+    for (const auto& [k, v] : info.kernels) kern.emplace_back(k, json::Value::string(v));
+    json::Value doc = json::Value::object(
+        {{"model", json::Value::string(release->name)},
+         {"backend", json::Value::string(info.backend)},
+         {"device", json::Value::string(info.device)},
+         {"dtype", json::Value::string(info.dtype)},
+         {"kernels", json::Value::object(kern)},
+         {"version", json::Value::string(std::string(CLEF_VERSION) + " (" + CLEF_GIT_COMMIT + ")")},
+         {"runs", json::Value::integer(a.runs)},
+         {"rows", json::Value::array(items)}});
+    std::ofstream out(a.json_out);
+    out << json::dumps(doc) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
 
 void add_profile(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("profile", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([&exit_code] {
-    std::fprintf(stderr, "clefserve profile: not implemented yet\n");
-    exit_code = 1;
+  auto args = std::make_shared<ProfileArgs>();
+  auto* cmd =
+      app.add_subcommand("profile", "In-process latency per input length vs the GEMM floor");
+  cmd->add_option("--model", args->model_dir, "release folder")->required();
+  cmd->add_option("--device", args->device, "cuda | cpu")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "bfloat16 (cuda default) | float32");
+  cmd->add_option("--kernels", args->kernels, "auto | generic | hopper")->capture_default_str();
+  cmd->add_option("--lengths", args->lengths, "comma-separated input token counts")
+      ->capture_default_str();
+  cmd->add_option("--runs", args->runs, "timed runs per length")->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "untimed runs per length first")->capture_default_str();
+  cmd->add_option("--json", args->json_out, "also write the results as JSON here");
+  cmd->add_option("--dump-hidden", args->dump_hidden,
+                  "write last_hidden_state (float32) for --ids and exit");
+  cmd->add_option("--ids", args->ids_file, "token ids (whitespace-separated) for --dump-hidden");
+  cmd->callback([args, &exit_code] {
+    try {
+      exit_code = run_profile(*args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "clefserve profile: %s\n", e.what());
+      exit_code = 1;
+    }
   });
 }
 

@@ -11,11 +11,11 @@
 #include <list>
 #include <stdexcept>
 
-#include "engine/cpu/joint_head.h"
 #include "engine/cuda/attention_core.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/gdn_chunked.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/head.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/reference.h"
 #include "model/bf16.h"
@@ -129,6 +129,9 @@ class Impl final : public CudaEngine {
     validate_config();
     CLEF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     upload_weights();
+    head_ = std::make_unique<CudaJointHead>(
+        *rel_, std::is_same_v<E, float> ? HeadPrecision::Float32 : HeadPrecision::BFloat16, nullptr,
+        [](const std::string& m) { std::fprintf(stderr, "cuda: head: %s\n", m.c_str()); });
   }
 
   ~Impl() override {
@@ -160,7 +163,8 @@ class Impl final : public CudaEngine {
                                  : "flash attention bf16 mma.sync (sm80+, generic)";
     i.kernels["gemm"] = gemm_.name();
     i.kernels["graphs"] = "per 64-token bucket";
-    i.kernels["head"] = "cpu float32 joint head (fallback until the GPU head lands)";
+    i.kernels["head"] =
+        std::is_same_v<E, float> ? "cuda joint head fp32" : "cuda joint head (bf16 T-row GEMMs)";
     i.kernels["mode"] = kernels_mode_;
     return i;
   }
@@ -479,10 +483,8 @@ class Impl final : public CudaEngine {
   }
 
   ForwardOutput head(const encoding::EncodedRequest& req) {
-    const int T = static_cast<int>(req.input_ids.size());
-    const std::vector<float> hid = hidden_host(T);
     ForwardOutput o;
-    o.logits = cpu::run_joint_head(*rel_, hid.data(), T, req);
+    o.logits = head_->run(hidden_.get(), static_cast<int>(req.input_ids.size()), req, stream_);
     return o;
   }
 
@@ -498,6 +500,7 @@ class Impl final : public CudaEngine {
   DeviceBuffer h_, u_, hidden_, proj_, mid_, gq_, gk_, gv_, gg_, gb_, go_, gws_, aq_, ak_, av_,
       ids_, hidden_f_;
   std::list<std::pair<int, cudaGraphExec_t>> graphs_;
+  std::unique_ptr<CudaJointHead> head_;
 };
 
 }  // namespace

@@ -1,0 +1,272 @@
+// Every backbone kernel (kernels.h, gdn_chunked.h, gemm.h) against its CPU reference (reference.h)
+// on fresh random inputs, outputs NaN-poisoned first, in both storage types (float = parity, bf16 =
+// production with the reference's rounding points).
+#include <gtest/gtest.h>
+
+#include "engine/cuda/gdn_chunked.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/reference.h"
+#include "gpu/gpu_test_util.h"
+
+namespace clef {
+namespace {
+
+using namespace clef::engine::cuda;
+using namespace clef::gputest;
+using bf16 = __nv_bfloat16;
+
+template <typename E>
+constexpr bool kBf16 = std::is_same_v<E, bf16>;
+template <typename E>
+constexpr double kTol = kBf16<E> ? 4e-3 : 2e-6;
+
+template <typename E>
+std::vector<float> rand_e(std::mt19937_64& rng, size_t n, float scale = 1.0f, float mean = 0.0f) {
+  auto v = randn(rng, n, scale, mean);
+  if (kBf16<E>) round_all_bf16(v);
+  return v;
+}
+
+template <typename E>
+class BackboneKernels : public ::testing::Test {};
+using Types = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(BackboneKernels, Types);
+
+TYPED_TEST(BackboneKernels, EmbedGather) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const int V = 97, D = 130, T = 41;
+  auto table = rand_e<E>(rng, size_t(V) * D);
+  std::vector<int32_t> ids(T);
+  std::uniform_int_distribution<int> id(0, V - 1);
+  for (auto& x : ids) x = id(rng);
+  auto dt = to_device<E>(table);
+  DeviceBuffer di(T * 4);
+  CLEF_CUDA_CHECK(cudaMemcpy(di.get(), ids.data(), T * 4, cudaMemcpyHostToDevice));
+  auto out = poisoned<E>(size_t(T) * D);
+  embed_gather<E>(dt.template get<E>(), di.template get<int32_t>(), out.template get<E>(), T, D, 0);
+  std::vector<float> ref(size_t(T) * D);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < D; ++i) ref[t * D + i] = table[size_t(ids[t]) * D + i];
+  CLEF_EXPECT_CLOSE(to_host<E>(out, ref.size()), ref, 0.0);
+}
+
+TYPED_TEST(BackboneKernels, RmsNorm1p) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  for (int D : {64, 300, 4096}) {
+    const int rows = 37;
+    auto x = rand_e<E>(rng, size_t(rows) * D, 3.0f);
+    auto w = randn(rng, D, 0.3f);
+    round_all_bf16(w);
+    auto dx = to_device<E>(x);
+    auto dw = to_device<float>(w);
+    auto out = poisoned<E>(x.size());
+    rms_norm_1p<E>(dx.template get<E>(), D, dw.template get<float>(), out.template get<E>(), D,
+                   rows, D, 1e-6f, 0);
+    std::vector<float> ref(x.size());
+    ref::rms_norm_1p(x.data(), w.data(), ref.data(), rows, D, 1e-6f, kBf16<E>);
+    CLEF_EXPECT_CLOSE(to_host<E>(out, ref.size()), ref, kTol<E>);
+  }
+}
+
+TYPED_TEST(BackboneKernels, GdnConvPrep) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Shape {
+    int T, Hk, Hv, dk, dv;
+  };
+  for (Shape sh :
+       {Shape{70, 2, 4, 16, 16}, Shape{33, 2, 6, 32, 48}, Shape{100, 16, 32, 128, 128}}) {
+    const int K = 4, cqkv = 2 * sh.Hk * sh.dk + sh.Hv * sh.dv;
+    const int ld = cqkv + sh.Hv * sh.dv + 2 * sh.Hv + 3;  // extra columns: ld != used width
+    const int b_off = cqkv + sh.Hv * sh.dv, a_off = b_off + sh.Hv;
+    auto proj = rand_e<E>(rng, size_t(sh.T) * ld, 1.0f);
+    auto conv = rand_e<E>(rng, size_t(cqkv) * K, 0.5f);
+    auto A_log = randu(rng, sh.Hv, 0.0f, 2.7f);
+    auto dtb = randn(rng, sh.Hv, 1.0f, 1.0f);
+    round_all_bf16(A_log);
+    round_all_bf16(dtb);
+    auto dp = to_device<E>(proj);
+    auto dc = to_device<E>(conv);
+    auto da = to_device<float>(A_log), db = to_device<float>(dtb);
+    const size_t nq = size_t(sh.T) * sh.Hk * sh.dk, nv = size_t(sh.T) * sh.Hv * sh.dv,
+                 ng = size_t(sh.T) * sh.Hv;
+    auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
+         g = poisoned<float>(ng), beta = poisoned<float>(ng);
+    GdnPrepArgs a{sh.T, ld, sh.Hk, sh.Hv, sh.dk, sh.dv, K, b_off, a_off};
+    gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
+                     db.template get<float>(), a, q.template get<float>(), k.template get<float>(),
+                     v.template get<float>(), g.template get<float>(), beta.template get<float>(),
+                     0);
+    std::vector<float> rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
+    ref::gdn_conv_prep(proj.data(), sh.T, ld, sh.Hk, sh.Hv, sh.dk, sh.dv, K, b_off, a_off,
+                       conv.data(), A_log.data(), dtb.data(), kBf16<E>, rq.data(), rk.data(),
+                       rv.data(), rg.data(), rb.data());
+    CLEF_EXPECT_CLOSE(to_host<float>(q, nq), rq, kTol<E>);
+    CLEF_EXPECT_CLOSE(to_host<float>(k, nq), rk, kTol<E>);
+    CLEF_EXPECT_CLOSE(to_host<float>(v, nv), rv, kTol<E>);
+    CLEF_EXPECT_CLOSE(to_host<float>(g, ng), rg, 1e-5);
+    CLEF_EXPECT_CLOSE(to_host<float>(beta, ng), rb, kTol<E>);
+  }
+}
+
+TYPED_TEST(BackboneKernels, GatedRmsNorm) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const int T = 29, H = 6, dv = 128, ldz = H * dv + 40;
+  auto o = rand_e<E>(rng, size_t(T) * H * dv, 0.2f);
+  auto z = rand_e<E>(rng, size_t(T) * ldz, 2.0f);
+  auto w = randn(rng, dv, 0.5f, 1.0f);
+  round_all_bf16(w);
+  auto d_o = to_device<E>(o), dz = to_device<E>(z);
+  auto dw = to_device<float>(w);
+  auto y = poisoned<E>(o.size());
+  gated_rms_norm<E>(d_o.template get<E>(), dz.template get<E>(), ldz, dw.template get<float>(),
+                    y.template get<E>(), T, H, dv, 1e-6f, 0);
+  std::vector<float> ref(o.size());
+  ref::gated_rms_norm(o.data(), z.data(), ldz, w.data(), ref.data(), T, H, dv, 1e-6f, kBf16<E>);
+  CLEF_EXPECT_CLOSE(to_host<E>(y, ref.size()), ref, kTol<E>);
+}
+
+TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Shape {
+    int T, nh, nkv, hd;
+  };
+  for (Shape sh : {Shape{50, 4, 2, 32}, Shape{300, 16, 4, 256}}) {
+    const int rd = sh.hd / 4, ld = sh.nh * 2 * sh.hd + 2 * sh.nkv * sh.hd;
+    auto proj = rand_e<E>(rng, size_t(sh.T) * ld, 1.5f);
+    auto qw = randn(rng, sh.hd, 0.3f), kw = randn(rng, sh.hd, 0.3f);
+    round_all_bf16(qw);
+    round_all_bf16(kw);
+    const auto inv = ref::rope_inv_freq(rd, 1e7);
+    auto dp = to_device<E>(proj);
+    auto dqw = to_device<float>(qw), dkw = to_device<float>(kw), dinv = to_device<float>(inv);
+    const size_t nq = size_t(sh.T) * sh.nh * sh.hd, nk = size_t(sh.T) * sh.nkv * sh.hd;
+    auto q = poisoned<E>(nq), k = poisoned<E>(nk), v = poisoned<E>(nk);
+    AttnPrepArgs a{sh.T, ld, sh.nh, sh.nkv, sh.hd, rd, 1e-6f, dinv.template get<float>()};
+    attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), a,
+                 q.template get<E>(), k.template get<E>(), v.template get<E>(), 0);
+    std::vector<float> rq(nq), rk(nk), rv(nk);
+    ref::attn_prep(proj.data(), sh.T, ld, sh.nh, sh.nkv, sh.hd, rd, 1e-6f, inv.data(), qw.data(),
+                   kw.data(), kBf16<E>, rq.data(), rk.data(), rv.data());
+    CLEF_EXPECT_CLOSE(to_host<E>(q, nq), rq, kTol<E>);
+    CLEF_EXPECT_CLOSE(to_host<E>(k, nk), rk, kTol<E>);
+    CLEF_EXPECT_CLOSE(to_host<E>(v, nk), rv, 0.0);
+
+    auto attn = rand_e<E>(rng, nq);
+    auto dattn = to_device<E>(attn);
+    attn_output_gate<E>(dattn.template get<E>(), dp.template get<E>(), ld, sh.T, sh.nh, sh.hd, 0);
+    ref::attn_output_gate(attn.data(), proj.data(), ld, sh.T, sh.nh, sh.hd, kBf16<E>);
+    CLEF_EXPECT_CLOSE(to_host<E>(dattn, nq), attn, kTol<E>);
+  }
+}
+
+TYPED_TEST(BackboneKernels, Swiglu) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const int T = 45, I = 384;
+  auto gu = rand_e<E>(rng, size_t(T) * 2 * I, 2.0f);
+  auto dgu = to_device<E>(gu);
+  auto out = poisoned<E>(size_t(T) * I);
+  swiglu<E>(dgu.template get<E>(), out.template get<E>(), T, I, 0);
+  std::vector<float> ref(size_t(T) * I);
+  ref::swiglu(gu.data(), ref.data(), T, I, kBf16<E>);
+  CLEF_EXPECT_CLOSE(to_host<E>(out, ref.size()), ref, kTol<E>);
+}
+
+// Chunked (GPU) vs the exact sequential recurrence (CPU, double): lengths around chunk boundaries,
+// GQA ratios 2 and 3, head dims below and at 128, and a strongly decaying case (g down to -40) that
+// would overflow if exp(-gamma) were ever formed.
+TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Case {
+    int T, Hk, Hv, dk, dv;
+    float g_min;
+  };
+  for (Case c : {Case{1, 2, 4, 16, 16, -2}, Case{64, 2, 4, 16, 16, -2}, Case{200, 2, 4, 16, 16, -2},
+                 Case{130, 2, 6, 32, 48, -2}, Case{129, 4, 8, 128, 128, -0.05f},
+                 Case{300, 16, 32, 128, 128, -2}, Case{150, 2, 4, 64, 64, -40}}) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " dk=" + std::to_string(c.dk) +
+                 " dv=" + std::to_string(c.dv));
+    auto unit = [&](int heads, int d, float scale) {
+      auto x = randn(rng, size_t(c.T) * heads * d);
+      for (size_t r = 0; r < x.size() / d; ++r) {
+        double ss = 0;
+        for (int i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
+        for (int i = 0; i < d; ++i) x[r * d + i] = float(x[r * d + i] / std::sqrt(ss) * scale);
+      }
+      return x;
+    };
+    auto q = unit(c.Hk, c.dk, 1.0f / std::sqrt(float(c.dk)));
+    auto k = unit(c.Hk, c.dk, 1.0f);
+    auto v = randn(rng, size_t(c.T) * c.Hv * c.dv);
+    auto g = randu(rng, size_t(c.T) * c.Hv, c.g_min, 0.0f);
+    auto beta = randu(rng, size_t(c.T) * c.Hv, 0.0f, 1.0f);
+    auto dq = to_device<float>(q), dk = to_device<float>(k), dv = to_device<float>(v),
+         dg = to_device<float>(g), db = to_device<float>(beta);
+    DeviceBuffer ws(gdn_workspace_bytes(c.T, c.Hv, c.dk, c.dv));
+    CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
+    const size_t no = size_t(c.T) * c.Hv * c.dv;
+    auto o = poisoned<E>(no);
+    gdn_chunked<E>(dq.template get<float>(), dk.template get<float>(), dv.template get<float>(),
+                   dg.template get<float>(), db.template get<float>(), c.T, c.Hk, c.Hv, c.dk, c.dv,
+                   o.template get<E>(), ws.get(), 0);
+    std::vector<float> ref(no);
+    ref::gated_delta_rule(q.data(), k.data(), v.data(), g.data(), beta.data(), c.T, c.Hk, c.Hv,
+                          c.dk, c.dv, ref.data());
+    CLEF_EXPECT_CLOSE(to_host<E>(o, no), ref, kBf16<E> ? 5e-3 : 2e-5);
+  }
+}
+
+TYPED_TEST(BackboneKernels, GemmMatchesDoubleReference) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  Gemm gemm(!kBf16<E>);
+  struct Shape {
+    int M, N, K, ldx, ldy;
+  };
+  for (Shape sh : {Shape{77, 96, 64, 64, 96}, Shape{130, 200, 136, 136, 208},
+                   Shape{5, 4096, 512, 512, 4096}}) {
+    for (bool acc : {false, true}) {
+      auto x = rand_e<E>(rng, size_t(sh.M) * sh.ldx);
+      auto w = rand_e<E>(rng, size_t(sh.N) * sh.K, 0.05f);
+      auto y0 = rand_e<E>(rng, size_t(sh.M) * sh.ldy);
+      auto dx = to_device<E>(x), dw = to_device<E>(w), dy = to_device<E>(y0);
+      gemm.run(dx.get(), sh.ldx, dw.get(), dy.get(), sh.ldy, sh.M, sh.N, sh.K, acc, 0);
+      auto got = to_host<E>(dy, y0.size());
+      std::vector<float> ref(y0);
+      std::vector<float> g2, r2;
+      for (int m = 0; m < sh.M; ++m)
+        for (int n = 0; n < sh.N; ++n) {
+          double s = acc ? y0[size_t(m) * sh.ldy + n] : 0.0;
+          for (int kk = 0; kk < sh.K; ++kk)
+            s += double(x[size_t(m) * sh.ldx + kk]) * w[size_t(n) * sh.K + kk];
+          ref[size_t(m) * sh.ldy + n] = float(s);
+          g2.push_back(got[size_t(m) * sh.ldy + n]);
+          r2.push_back(float(s));
+        }
+      CLEF_EXPECT_CLOSE(g2, r2, kBf16<E> ? 5e-3 : 1e-5);
+      // Columns past N (ld padding) are left alone.
+      for (int m = 0; m < sh.M; ++m)
+        for (int n = sh.N; n < sh.ldy; ++n)
+          EXPECT_EQ(got[size_t(m) * sh.ldy + n], y0[size_t(m) * sh.ldy + n]);
+    }
+  }
+  EXPECT_GT(gemm.tuned_shapes(), 0u);
+}
+
+}  // namespace
+}  // namespace clef

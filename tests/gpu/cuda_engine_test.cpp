@@ -1,0 +1,225 @@
+// The whole CUDA engine on the golden tiny releases: float32 mode vs reference_fp32 (probabilities
+// within 1e-4, logits within 1e-3) and the reference's last_hidden_state; bf16 mode within 1.5x the
+// reference's own bf16 noise; the float32 CPU engine as oracle for hidden states on random ids
+// (lengths around the 64-token buckets); graph replay identical to the eager run; bad input
+// refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "answer/answer.h"
+#include "engine/cpu/backbone.h"
+#include "engine/cuda/cuda_engine.h"
+#include "engine/engine.h"
+#include "engine/golden_models.h"
+#include "gpu/gpu_test_util.h"
+#include "model/safetensors.h"
+
+namespace clef {
+namespace {
+
+std::unique_ptr<engine::Engine> make(const std::string& model, const std::string& dtype,
+                                     const std::string& kernels = "auto") {
+  engine::EngineOptions eo;
+  eo.device = "cuda";
+  eo.dtype = dtype;
+  eo.kernels = kernels;
+  return engine::create_engine(testing::load_golden_model(model), eo);
+}
+
+engine::cuda::CudaEngine& diag(engine::Engine& e) {
+  auto* c = dynamic_cast<engine::cuda::CudaEngine*>(&e);
+  if (!c) throw std::runtime_error("not the CUDA engine");
+  return *c;
+}
+
+using Probs = std::map<std::string, std::map<std::string, double>>;
+
+// reference_bf16 probabilities, one map per fixture record.
+std::vector<Probs> load_bf16(const std::string& model) {
+  std::ifstream in(testing::golden_dir() + "/" + model + ".expected.jsonl");
+  std::vector<Probs> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    json::ParseError err;
+    auto v = json::parse(line, &err);
+    if (!v) throw std::runtime_error("bad fixture line");
+    Probs m;
+    for (const auto& [qid, obj] :
+         testing::member(testing::member(*v, "reference_bf16"), "probabilities").members())
+      for (const auto& [oid, p] : obj.members()) m[qid][oid] = p.as_double();
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+struct Worst {
+  double p = 0, logit = 0, ref_bf16_p = 0;
+};
+
+// Runs every golden request twice (eager + captured graph, or graph replay) and measures the
+// deviation from reference_fp32; also how far the reference's own bf16 run is from it.
+Worst run_golden(const std::string& model, const std::string& dtype, const std::string& kernels) {
+  auto release = testing::load_golden_model(model);
+  auto eng = make(model, dtype, kernels);
+  const auto records = testing::load_golden(model);
+  const auto bf16 = load_bf16(model);
+  EXPECT_EQ(records.size(), bf16.size());
+  Worst w;
+  for (size_t n = 0; n < records.size(); ++n) {
+    const auto& r = records[n];
+    SCOPED_TRACE(model + " line " + std::to_string(r.line));
+    const auto req = encoding::validate_request(r.request);
+    const auto enc =
+        encoding::encode_request(req, *release->tokenizer, testing::golden_encode_options(r));
+    EXPECT_EQ(static_cast<int64_t>(enc.input_ids.size()), r.input_tokens);
+    const auto first = eng->forward({&enc});
+    const auto again = eng->forward({&enc});
+    EXPECT_EQ(first[0].logits, again[0].logits) << "graph replay differs from the eager run";
+    const auto& logits = first[0].logits;
+    if (logits.size() != enc.questions.size()) {
+      ADD_FAILURE() << "question count";
+      continue;
+    }
+    for (size_t k = 0; k < enc.questions.size(); ++k) {
+      const auto& q = enc.questions[k];
+      const auto& ref_logits = r.logits.at(q.id);
+      if (logits[k].size() != ref_logits.size()) {
+        ADD_FAILURE() << "option count of " << q.id;
+        continue;
+      }
+      const std::vector<float> p = answer::softmax_f32(logits[k]);
+      for (size_t j = 0; j < ref_logits.size(); ++j) {
+        const double pref = r.probabilities.at(q.id).at(q.option_ids[j]);
+        EXPECT_TRUE(std::isfinite(p[j]));
+        w.p = std::max(w.p, std::fabs(p[j] - pref));
+        w.logit = std::max(w.logit, std::fabs(logits[k][j] - ref_logits[j]));
+        w.ref_bf16_p =
+            std::max(w.ref_bf16_p, std::fabs(bf16[n].at(q.id).at(q.option_ids[j]) - pref));
+      }
+    }
+  }
+  std::printf(
+      "%s %s (%s): %zu requests, max |dp| %.3g, max |dlogit| %.3g, reference_bf16 max |dp| %.3g\n",
+      model.c_str(), dtype.c_str(), kernels.c_str(), records.size(), w.p, w.logit, w.ref_bf16_p);
+  return w;
+}
+
+class CudaEngineGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEngineGolden, Float32MatchesReferenceFp32) {
+  CLEF_REQUIRE_GPU();
+  for (const char* kernels : {"auto", "generic"}) {
+    const Worst w = run_golden(GetParam(), "float32", kernels);
+    EXPECT_LE(w.p, 1e-4);
+    EXPECT_LE(w.logit, 1e-3);
+  }
+}
+
+TEST_P(CudaEngineGolden, Bfloat16WithinReferenceBf16Noise) {
+  CLEF_REQUIRE_GPU();
+  for (const char* kernels : {"auto", "generic"}) {
+    const Worst w = run_golden(GetParam(), "bfloat16", kernels);
+    EXPECT_GT(w.ref_bf16_p, 0.0);
+    EXPECT_LE(w.p, 1.5 * w.ref_bf16_p);
+  }
+}
+
+// The CUDA float32 last_hidden_state vs the reference's float32 tensor of the debug requests.
+TEST_P(CudaEngineGolden, Float32LastHiddenStateMatchesReferenceTensor) {
+  CLEF_REQUIRE_GPU();
+  const std::string model = GetParam();
+  auto eng = make(model, "float32");
+  int checked = 0;
+  for (const auto& r : testing::load_golden(model)) {
+    if (r.debug_tensors.empty()) continue;
+    auto file = model::SafetensorsFile::open(testing::golden_dir() + "/" + r.debug_tensors);
+    const model::Tensor* ids_t = file->find("input_ids");
+    const model::Tensor* ref_t = file->find("last_hidden_state");
+    ASSERT_TRUE(ids_t && ref_t);
+    std::vector<int64_t> ids64(ids_t->numel());
+    std::memcpy(ids64.data(), ids_t->data, ids64.size() * 8);
+    std::vector<float> ref(ref_t->numel());
+    std::memcpy(ref.data(), ref_t->data, ref.size() * 4);
+    const auto mine =
+        diag(*eng).last_hidden_state(std::vector<int32_t>(ids64.begin(), ids64.end()));
+    ASSERT_EQ(mine.size(), ref.size());
+    const auto e = gputest::compare(mine, ref);
+    EXPECT_EQ(e.non_finite, 0u);
+    EXPECT_LE(e.max_abs, 1e-4 * e.ref_max) << r.debug_tensors;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
+}
+
+// CPU float32 backbone as oracle on random ids: lengths 1, 63, 64, 65, 200 (buckets and padding).
+TEST_P(CudaEngineGolden, HiddenStatesMatchCpuEngineOnRandomIds) {
+  CLEF_REQUIRE_GPU();
+  const std::string model = GetParam();
+  auto release = testing::load_golden_model(model);
+  auto f32 = make(model, "float32");
+  auto b16 = make(model, "bfloat16");
+  auto rng = gputest::fresh_rng();
+  std::uniform_int_distribution<int32_t> id(0, release->text.vocab_size - 1);
+  for (int T : {1, 63, 64, 65, 200}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::vector<int32_t> ids(T);
+    for (auto& x : ids) x = id(rng);
+    const auto cpu = engine::cpu::run_backbone(*release, ids, 0);
+    const auto g32 = diag(*f32).last_hidden_state(ids);
+    const auto g32b = diag(*f32).last_hidden_state(ids);  // graph replay
+    EXPECT_EQ(g32, g32b);
+    const auto e32 = gputest::compare(g32, cpu);
+    EXPECT_EQ(e32.non_finite, 0u);
+    EXPECT_LE(e32.rel_l2, 1e-5);
+    const auto e16 = gputest::compare(diag(*b16).last_hidden_state(ids), cpu);
+    EXPECT_EQ(e16.non_finite, 0u);
+    EXPECT_LE(e16.rel_l2, 3e-2);
+    std::printf("T=%d: fp32 rel L2 %.3g, bf16 rel L2 %.3g\n", T, e32.rel_l2, e16.rel_l2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngineGolden, ::testing::Values("tiny-r2", "tiny-r3"),
+                         [](const auto& i) {
+                           return i.param == "tiny-r2" ? std::string("r2") : std::string("r3");
+                         });
+
+TEST(CudaEngine, RefusesBadInputAndOptions) {
+  CLEF_REQUIRE_GPU();
+  auto eng = make("tiny-r2", "float32");
+  encoding::EncodedRequest enc;
+  enc.input_ids = {1, 2, testing::load_golden_model("tiny-r2")->text.vocab_size};
+  EXPECT_THROW(eng->forward({&enc}), std::runtime_error);
+  enc.input_ids = {};
+  EXPECT_THROW(eng->forward({&enc}), std::runtime_error);
+  EXPECT_THROW(make("tiny-r2", "float16"), std::runtime_error);
+  EXPECT_THROW(make("tiny-r2", "float32", "fastest"), std::runtime_error);
+  const auto info = eng->info();
+  EXPECT_EQ(info.backend, "cuda");
+  EXPECT_EQ(info.dtype, "float32");
+  EXPECT_TRUE(info.kernels.count("linear_attention") && info.kernels.count("attention") &&
+              info.kernels.count("gemm"));
+}
+
+TEST(CudaEngine, ProfileAndGemmFloorRun) {
+  CLEF_REQUIRE_GPU();
+  auto eng = make("tiny-r2", "bfloat16");
+  auto release = testing::load_golden_model("tiny-r2");
+  const auto records = testing::load_golden("tiny-r2");
+  const auto req = encoding::validate_request(records.at(0).request);
+  const auto enc = encoding::encode_request(req, *release->tokenizer,
+                                            testing::golden_encode_options(records[0]));
+  const auto st = diag(*eng).forward_profiled(enc);
+  EXPECT_GT(st.total_ms, 0.0);
+  EXPECT_GT(st.ms.at("gemm"), 0.0);
+  EXPECT_GT(st.ms.at("gdn_core"), 0.0);
+  EXPECT_GT(st.ms.at("attention"), 0.0);
+  EXPECT_GT(st.ms.at("head"), 0.0);
+  EXPECT_GT(diag(*eng).gemm_floor_ms(static_cast<int>(enc.input_ids.size()), 5), 0.0);
+}
+
+}  // namespace
+}  // namespace clef

@@ -1,0 +1,119 @@
+// Helpers for the backbone GPU tests: fresh random inputs, device copies in the engine's storage
+// type, NaN-poisoned outputs, and error measures.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "engine/cuda/cuda_check.h"
+#include "model/bf16.h"
+
+namespace clef::gputest {
+
+inline bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define CLEF_REQUIRE_GPU() \
+  if (!::clef::gputest::have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+inline std::mt19937_64 fresh_rng() {
+  std::random_device rd;
+  const uint64_t seed =
+      (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::printf("[seed %llu]\n", static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
+
+inline std::vector<float> randn(std::mt19937_64& rng, size_t n, float scale = 1.0f,
+                                float mean = 0.0f) {
+  std::normal_distribution<float> d(mean, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+inline std::vector<float> randu(std::mt19937_64& rng, size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+inline void round_all_bf16(std::vector<float>& v) {
+  for (auto& x : v) x = model::round_to_bf16(x);
+}
+
+// Device copy of host floats in storage type E (bf16 values must already be bf16-exact to be
+// compared).
+template <typename E>
+engine::cuda::DeviceBuffer to_device(const std::vector<float>& v) {
+  engine::cuda::DeviceBuffer b(std::max<size_t>(v.size() * sizeof(E), 1));
+  if constexpr (std::is_same_v<E, float>) {
+    CLEF_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  } else {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = model::float_to_bf16(v[i]);
+    CLEF_CUDA_CHECK(cudaMemcpy(b.get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  }
+  return b;
+}
+// An output buffer of n elements of E filled with NaN (0xFF bytes are NaN in both types).
+template <typename E>
+engine::cuda::DeviceBuffer poisoned(size_t n) {
+  engine::cuda::DeviceBuffer b(std::max<size_t>(n * sizeof(E), 1));
+  CLEF_CUDA_CHECK(cudaMemset(b.get(), 0xFF, n * sizeof(E)));
+  return b;
+}
+template <typename E>
+std::vector<float> to_host(const engine::cuda::DeviceBuffer& b, size_t n) {
+  CLEF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> out(n);
+  if constexpr (std::is_same_v<E, float>) {
+    CLEF_CUDA_CHECK(cudaMemcpy(out.data(), b.get(), n * 4, cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<uint16_t> h(n);
+    CLEF_CUDA_CHECK(cudaMemcpy(h.data(), b.get(), n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) out[i] = model::bf16_to_float(h[i]);
+  }
+  return out;
+}
+
+struct Err {
+  double rel_l2 = 0, max_abs = 0, ref_max = 0;
+  size_t non_finite = 0;
+};
+inline Err compare(const std::vector<float>& got, const std::vector<float>& ref) {
+  Err e;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++e.non_finite;
+      continue;
+    }
+    const double d = double(got[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+    e.max_abs = std::max(e.max_abs, std::fabs(d));
+    e.ref_max = std::max(e.ref_max, std::fabs(double(ref[i])));
+  }
+  e.rel_l2 = std::sqrt(num / std::max(den, 1e-300));
+  return e;
+}
+// Every element written and finite, relative L2 error within tol.
+#define CLEF_EXPECT_CLOSE(got, ref, tol)                                            \
+  do {                                                                              \
+    const auto clef_e_ = ::clef::gputest::compare(got, ref);                        \
+    EXPECT_EQ(clef_e_.non_finite, 0u);                                              \
+    EXPECT_LE(clef_e_.rel_l2, tol)                                                  \
+        << "max abs " << clef_e_.max_abs << " (ref max " << clef_e_.ref_max << ")"; \
+  } while (0)
+
+}  // namespace clef::gputest
