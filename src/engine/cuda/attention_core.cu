@@ -19,8 +19,6 @@ namespace clef::engine::cuda {
 namespace {
 
 constexpr int kBc = 64;  // key rows per tile
-// The 8-warp kernel is picked when it has at least this many waves of 128-row tiles (per SM count).
-constexpr int kPick8MinWavesTimesSMs = 2;
 
 void check_launch(const char* what) {
   cudaError_t e = cudaGetLastError();
@@ -107,6 +105,12 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
   constexpr int kBr = WARPS * 16;
   constexpr int kStride = HD + 8;
   constexpr int kNT = HD / 8;  // output n-tiles of 8 columns per warp
+  // Skipping sub-tiles past a warp's rows is kept for the 8-warp shape only (two diagonal key tiles
+  // per CTA, the second wholly past half of its warps); in the 4-warp shape the runtime tests
+  // inside the unrolled MMA loops appeared to cost more than they saved (H200, T 5661: 190 TFLOP/s
+  // without, 178 with; one run each, on two machines), so masking alone handles its single diagonal
+  // tile.
+  constexpr bool kSkip = WARPS == 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* sK = sQ + kBr * kStride;
@@ -164,8 +168,8 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
         uint32_t a[4];
         ldmatrix_x4(a, sQ + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {             // pairs of 8-key n-tiles
-          if (key0 + np * 16 > warp_last) continue;  // keys past all of the warp's rows
+        for (int np = 0; np < 4; ++np) {                      // pairs of 8-key n-tiles
+          if (kSkip && key0 + np * 16 > warp_last) continue;  // keys past all of the warp's rows
           uint32_t b[4];
           ldmatrix_x4(b, sK + (np * 16 + lane % 8 + (lane / 16) * 8) * kStride + kk * 16 +
                              ((lane / 8) % 2) * 8);
@@ -238,7 +242,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
     if (active) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        if (key0 + kk * 16 > warp_last) continue;  // P is exactly 0 there (masked keys)
+        if (kSkip && key0 + kk * 16 > warp_last) continue;  // P is exactly 0 there (masked)
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {  // pairs of 8-column n-tiles
           uint32_t b[4];
@@ -455,17 +459,14 @@ void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfl
 }
 
 int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {
-  int dev = 0, smem_optin = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    throw std::runtime_error("attention_core_bf16: cannot query the device");
-  // 8 warps (one CTA per SM) only where its shared memory fits (not sm_86/sm_89) and there are
-  // enough 128-row tiles to keep every SM busy; else 4 warps (two CTAs per SM, finer tiles).
-  const bool fits = bf16_smem_bytes<8>(head_dim) <= static_cast<size_t>(smem_optin);
-  const long tiles8 = static_cast<long>((T + 127) / 128) * n_heads;
-  return fits && tiles8 >= kPick8MinWavesTimesSMs * sms ? 8 : 4;
+  // Measured on an H200 (16/4 heads, hd 256, the throughput test in tests/gpu): the 8-warp shape
+  // was not faster beyond noise (T 361: 25.9 vs 31.7 TFLOP/s; 961: 83.5 vs 82.9; 2761: 137 vs 140;
+  // 5661: 173 vs 178), and it does not fit sm_86/sm_89 shared memory. So 4 warps everywhere until a
+  // faster shape exists.
+  (void)T;
+  (void)n_heads;
+  (void)head_dim;
+  return 4;
 }
 
 void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
