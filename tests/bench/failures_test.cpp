@@ -77,6 +77,11 @@ class FakeServer {
  public:
   FakeServer() {
     srv_.Post("/v1/systemone", [](const httplib::Request& req, httplib::Response& res) {
+      if (req.get_header_value("Authorization") != "Bearer sesame") {
+        res.status = 401;
+        res.set_content(R"({"detail": "unauthorized"})", "application/json");
+        return;
+      }
       const Json body = Json::parse(req.body);
       const std::string mode = body["state"];
       if (mode == "503") {
@@ -134,6 +139,7 @@ TEST(BenchFailures, FailureKindsAreCountedSeparately) {
   opts.warmup = 0;
   opts.traversals = 1;
   opts.client.timeout_s = 0.5;
+  opts.client.api_key = "sesame";
   const CampaignResult result = run_campaign(m, parse_target(url_of(fake.port())), opts, nullptr);
   ServerEvidence ev;
   ReportInputs in;
@@ -161,6 +167,23 @@ TEST(BenchFailures, FailureKindsAreCountedSeparately) {
   EXPECT_EQ(r["quality"]["unanswered"], 5);
   EXPECT_EQ(r["quality"]["choice_acc"], 1.0);
   EXPECT_EQ(r["evidence_complete"], false);  // no /health
+}
+
+TEST(BenchFailures, MissingApiKeyIsAnHttpStatusFailure) {
+  FakeServer fake;
+  const Manifest m = parse_manifest(
+      R"({"id": "a", "state": "ok", "question": {"type": "choice", "criteria": {"a": "A", "b": "B"}}})",
+      "m", {});
+  RunOptions opts;
+  opts.warmup = 1;
+  opts.traversals = 2;
+  const CampaignResult result = run_campaign(m, parse_target(url_of(fake.port())), opts, nullptr);
+  ASSERT_EQ(result.measured.size(), 2u);
+  ASSERT_EQ(result.warmup.size(), 1u);
+  for (const auto& r : result.measured) {
+    EXPECT_EQ(r.outcome, Outcome::HttpStatus);
+    EXPECT_EQ(r.http_status, 401);
+  }
 }
 
 }  // namespace

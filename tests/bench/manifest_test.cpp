@@ -109,6 +109,10 @@ TEST(Manifest, RefusesWhatCannotBeCheckedOrScored) {
       R"({"id": "a", "state": "s", "question": {"type": "score", "criteria": ["a", "b"]}, )"
       R"("expected": 2})",
       "outside 0..1");
+  expect_refused(
+      R"({"id": "a", "state": "s", "question": {"type": "score", "criteria": ["a", "b"]}, )"
+      R"("expected": 1e300})",
+      "integer level or null");
   expect_refused(R"({"id": "a", "state": "s", "question": {"type": "noul"}, "expected": "maybe"})",
                  "\"yes\", \"no\"");
   expect_refused(
@@ -119,6 +123,13 @@ TEST(Manifest, RefusesWhatCannotBeCheckedOrScored) {
       R"("expected": "yes"})",
       "for several questions");
   expect_refused(R"({"id": "a", "request": {"questions": {}}})", "non-empty questions");
+}
+
+TEST(Manifest, IntegralFloatLevelIsALevel) {
+  const Manifest m = parse_manifest(
+      R"({"id": "a", "state": "s", "question": {"type": "score", "criteria": ["a", "b", "c"]}, "expected": 2.0})",
+      "m", {});
+  EXPECT_EQ(m.items[0].questions[0].expected_level, 2);
 }
 
 TEST(Manifest, MissingFileIsAClearError) {
