@@ -19,35 +19,41 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
   const int ratio = Hv / Hk;
   parallel_for(Hv, threads, [&](int h) {
     const int kh = h / ratio;
-    std::vector<float> S(static_cast<size_t>(dk) * dv, 0.0f);
-    std::vector<float> kv(dv), delta(dv);
+    std::vector<float> state(static_cast<size_t>(dk) * dv, 0.0f), a(dv), b(dv), delta(dv);
+    float* __restrict S = state.data();
+    float* __restrict pa = a.data();
+    float* __restrict pb = b.data();
+    float* __restrict pd = delta.data();
     for (int t = 0; t < T; ++t) {
-      const float* qt = q + (static_cast<size_t>(t) * Hk + kh) * dk;
-      const float* kt = k + (static_cast<size_t>(t) * Hk + kh) * dk;
-      const float* vt = v + (static_cast<size_t>(t) * Hv + h) * dv;
+      const float* __restrict qt = q + (static_cast<size_t>(t) * Hk + kh) * dk;
+      const float* __restrict kt = k + (static_cast<size_t>(t) * Hk + kh) * dk;
+      const float* __restrict vt = v + (static_cast<size_t>(t) * Hv + h) * dv;
+      float* __restrict ot = o + (static_cast<size_t>(t) * Hv + h) * dv;
       const float decay = std::exp(g[static_cast<size_t>(t) * Hv + h]);
-      const float b = beta[static_cast<size_t>(t) * Hv + h];
-      // S <- decay * S, and kv = S^T k on the decayed state, in one pass over S.
-      std::fill(kv.begin(), kv.end(), 0.0f);
+      const float bt = beta[static_cast<size_t>(t) * Hv + h];
+      // One read pass over the old state: a = S^T k, b = S^T q. With S' = decay*S + k delta^T:
+      //   S'^T k-part: delta = beta * (v - decay * a);  o = S'^T q = decay * b + delta * (k . q).
+      std::fill(pa, pa + dv, 0.0f);
+      std::fill(pb, pb + dv, 0.0f);
+      float kq = 0.0f;
       for (int i = 0; i < dk; ++i) {
-        float* Si = S.data() + static_cast<size_t>(i) * dv;
-        const float ki = kt[i];
+        const float* __restrict Si = S + static_cast<size_t>(i) * dv;
+        const float ki = kt[i], qi = qt[i];
+        kq += ki * qi;
         for (int j = 0; j < dv; ++j) {
-          Si[j] *= decay;
-          kv[j] += Si[j] * ki;
+          pa[j] += Si[j] * ki;
+          pb[j] += Si[j] * qi;
         }
       }
-      for (int j = 0; j < dv; ++j) delta[j] = b * (vt[j] - kv[j]);
-      // Rank-1 delta update, then o = S^T q on the updated state.
-      float* ot = o + (static_cast<size_t>(t) * Hv + h) * dv;
-      std::fill(ot, ot + dv, 0.0f);
+      for (int j = 0; j < dv; ++j) {
+        pd[j] = bt * (vt[j] - decay * pa[j]);
+        ot[j] = decay * pb[j] + pd[j] * kq;
+      }
+      // Decay and rank-1 delta update of the state.
       for (int i = 0; i < dk; ++i) {
-        float* Si = S.data() + static_cast<size_t>(i) * dv;
-        const float ki = kt[i], qi = qt[i];
-        for (int j = 0; j < dv; ++j) {
-          Si[j] += ki * delta[j];
-          ot[j] += Si[j] * qi;
-        }
+        float* __restrict Si = S + static_cast<size_t>(i) * dv;
+        const float ki = kt[i];
+        for (int j = 0; j < dv; ++j) Si[j] = decay * Si[j] + ki * pd[j];
       }
     }
   });
