@@ -12,7 +12,7 @@ namespace {
 constexpr const char* kSpaceSet =
     "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
     "\\x{202f}\\x{205f}\\x{3000}";
-constexpr const char* kWordSet = "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200c}\\x{200d}";
+constexpr const char* kWordSet = "\\p{L}\\p{M}\\p{N}\\p{Pc}";
 constexpr const char* kHexSet = "0-9a-fA-F";
 
 std::string pcre2_message(int code) {

@@ -228,6 +228,10 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   return impl_->model->token_to_id(token);
 }
 
+void Tokenizer::clear_cache() const {
+  impl_->model->clear_cache();
+}
+
 size_t Tokenizer::vocab_size() const {
   return static_cast<size_t>(std::max(impl_->model->max_id(), impl_->added.max_id()) + 1);
 }

@@ -34,6 +34,8 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   size_t vocab_size() const;  // max id + 1 over the model vocab and the added tokens
+  // Empties the per-word merge cache (results never depend on it; for cold-start measurements).
+  void clear_cache() const;
 
  private:
   struct Impl;
