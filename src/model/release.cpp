@@ -51,13 +51,13 @@ void check_tensors(const std::map<std::string, Tensor>& found,
     auto it = found.find(s.name);
     if (it == found.end()) throw LoadError(where + ": missing tensor '" + s.name + "'");
     const Tensor& t = it->second;
-    if (t.shape != s.shape) {
-      throw LoadError(t.file + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) +
-                      ", the config implies " + shape_str(s.shape));
-    }
     if (!is_float(t.dtype)) {
       throw LoadError(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
                       ", expected a float type");
+    }
+    if (t.shape != s.shape) {
+      throw LoadError(t.file + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) +
+                      ", the config implies " + shape_str(s.shape));
     }
   }
   for (const auto& [name, t] : found) {
