@@ -82,6 +82,7 @@ std::vector<RequestRecord> run_plan(const Manifest& m, const Target& t, const Ru
   std::atomic<size_t> next{0};
   std::mutex progress_mu;
   size_t done = 0, failed = 0;
+  double last_print_s = 0.0;
   const size_t every = std::max<size_t>(1, plan.items.size() / 20);
   const auto start = std::chrono::steady_clock::now();
   const httplib::Headers headers = request_headers(opts.client);
@@ -100,9 +101,11 @@ std::vector<RequestRecord> run_plan(const Manifest& m, const Target& t, const Ru
       failed += !ok;
       if (!ok && failed <= 5)
         std::fprintf(progress, "bench: %s request failed: %s\n", phase, error.c_str());
-      if (done % every == 0 || done == plan.items.size()) {
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      // Every 5% of the plan, and at least every 30 s so a slow run still shows it is alive.
+      if (done % every == 0 || done == plan.items.size() || s - last_print_s >= 30.0) {
+        last_print_s = s;
         std::fprintf(progress, "bench: %s %zu/%zu done, %zu failed, %.1f s\n", phase, done,
                      plan.items.size(), failed, s);
         std::fflush(progress);

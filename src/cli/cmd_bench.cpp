@@ -1,6 +1,7 @@
 // `clefserve bench`: the Public231-style campaign against a running (or --spawn'ed) server, and
 // `clefserve bench compare` for answer drift between two runs (spec/benchmark.md).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -54,9 +55,24 @@ int run_bench(const BenchArgs& a) {
   std::unique_ptr<bench::SpawnedServer> server;
   std::optional<double> cold_start_ms;
   if (!a.spawn.empty()) {
-    std::fprintf(stderr, "bench: spawning server: %s\n", a.spawn.c_str());
-    server = std::make_unique<bench::SpawnedServer>(a.spawn);
-    cold_start_ms = server->wait_healthy(target, run.client, a.spawn_timeout_s);
+    // Something already answering there would be measured instead of the spawned server.
+    {
+      bench::ClientOptions quick = run.client;
+      quick.timeout_s = 2.0;
+      if (auto res = bench::make_client(target, quick)->Get(target.health_path().c_str()))
+        throw bench::SpawnError("--spawn: a server already answers at " + target.url + " (HTTP " +
+                                std::to_string(res->status) + "); stop it or use another port");
+    }
+    std::filesystem::create_directories(a.out);
+    const std::string log = (std::filesystem::path(a.out) / "server.log").string();
+    std::fprintf(stderr, "bench: spawning server (output in %s): %s\n", log.c_str(),
+                 a.spawn.c_str());
+    server = std::make_unique<bench::SpawnedServer>(a.spawn, log);
+    try {
+      cold_start_ms = server->wait_healthy(target, run.client, a.spawn_timeout_s);
+    } catch (const bench::SpawnError& e) {
+      throw bench::SpawnError(std::string(e.what()) + " (its output: " + log + ")");
+    }
     std::fprintf(stderr, "bench: server healthy after %.1f ms (cold start)\n", *cold_start_ms);
   }
   const bench::ServerEvidence evidence = bench::gather_server_evidence(target, run.client);

@@ -326,6 +326,31 @@ TEST(BenchReport, UnreachableServerGivesCountedTransportFailures) {
   std::filesystem::remove_all(dir);
 }
 
+TEST_F(BenchAgainstTinyServer, SpawnRefusesAPortThatAlreadyAnswers) {
+  const int rc =
+      run_cli("bench --url " + url_of(port_) + " --manifest " + *dir_ + "/right.jsonl --out " +
+                  *dir_ + "/sp --spawn \"" + serve_command(port_) + "\"",
+              *dir_ + "/sp");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(read_file(*dir_ + "/sp.err").find("already answers"), std::string::npos)
+      << read_file(*dir_ + "/sp.err");
+}
+
+TEST(BenchCli, SpawnedServerThatDiesIsAClearError) {
+  const std::string dir = temp_dir("dies");
+  write_file(dir + "/m.jsonl", R"({"id": "a", "state": "s", "question": {"type": "noul"}})"
+                               "\n");
+  const int rc =
+      run_cli("bench --url " + url_of(free_port()) + " --manifest " + dir + "/m.jsonl --out " +
+                  dir + "/out --spawn \"echo no model here >&2; exit 3\"",
+              dir + "/run");
+  EXPECT_EQ(rc, 1);
+  const std::string err = read_file(dir + "/run.err");
+  EXPECT_NE(err.find("exited with status 3 before /health answered 200"), std::string::npos) << err;
+  EXPECT_NE(read_file(dir + "/out/server.log").find("no model here"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(BenchCli, UsageErrors) {
   const std::string dir = temp_dir("usage");
   EXPECT_EQ(run_cli("bench --manifest " + source_path("bench/public231-shape.jsonl"), dir + "/u1"),
