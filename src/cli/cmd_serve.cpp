@@ -2,7 +2,6 @@
 // -> verify -> one warm-up forward -> bind; any failure exits non-zero before the port opens, with
 // one clear line. SIGTERM/SIGINT: stop accepting, drain in-flight requests (bounded by
 // --shutdown-timeout), exit 0.
-#include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
@@ -24,6 +23,7 @@
 #include "server/gpu_memory.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "server/signal_pipe.h"
 #include "server/warm_up.h"
 #include "service/decider.h"
 
@@ -57,13 +57,8 @@ int run_serve(const ServeArgs& a) {
   server::Log log(a.log_format == "json" ? server::LogFormat::Json : server::LogFormat::Text);
   const std::string version = std::string(CLEF_VERSION) + " (" + CLEF_GIT_COMMIT + ")";
 
-  // SIGTERM/SIGINT are blocked in every thread (threads inherit the mask) and taken by one waiting
-  // thread, so shutdown runs as ordinary code instead of inside a signal handler.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM/SIGINT arrive through a pipe and are handled by an ordinary thread.
+  server::SignalPipe signals({SIGTERM, SIGINT});
 
   std::atomic<server::Server*> running{nullptr};
   std::atomic<bool> run_returned{false};
@@ -71,9 +66,8 @@ int run_serve(const ServeArgs& a) {
   std::atomic<bool> signaled{false};
   std::atomic<bool> drained_cleanly{true};
   std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (exiting) return;
+    int sig = signals.wait();
+    if (exiting || sig == 0) return;
     signaled = true;
     server::Server* srv = running.load();
     if (!srv) {
@@ -104,7 +98,7 @@ int run_serve(const ServeArgs& a) {
   });
   auto stop_signal_thread = [&] {
     exiting = true;
-    pthread_kill(signal_thread.native_handle(), SIGTERM);
+    signals.wake();
     signal_thread.join();
   };
 

@@ -1,0 +1,288 @@
+// Behaviour under load and faults over real HTTP: 32 concurrent clients, a stalled half-sent body,
+// queue overflow -> 429, SIGTERM drain, the bearer key, served model names, start-up failures.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shared_server.h"
+
+namespace clef::server_test {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const char* kSmall =
+    R"({"model":"m","state":"A card was charged twice.","questions":{)"
+    R"("topic":{"type":"choice","criteria":{"billing":"Billing","outage":"Outages"}}}})";
+
+// A request whose forward pass takes long enough on the CPU engine to keep the engine busy while
+// other requests arrive (several thousand state tokens).
+std::string slow_request(int words) {
+  std::string state;
+  for (int i = 0; i < words; ++i) state += (i % 7 ? "billing " : "card ");
+  json req = json::parse(kSmall);
+  req["state"] = state;
+  return req.dump();
+}
+
+double metric(int port, const std::string& name) {
+  HttpResponse r = http(port, "GET", "/metrics");
+  std::smatch m;
+  std::regex re("\n" + name + " ([^\n]+)\n");
+  if (!std::regex_search(r.body, m, re)) return -1;
+  return std::stod(m[1]);
+}
+
+TEST(ServerLoad, ThirtyTwoConcurrentClientsGetTheSequentialAnswers) {
+  ServerProcess& srv = shared_server();
+  ASSERT_TRUE(srv.started()) << srv.log();
+  const auto requests = golden_requests("tiny-r2");
+  // Sequential answers first (one at a time), then the same requests from 32 threads at once.
+  std::vector<HttpResponse> sequential;
+  for (const auto& r : requests) sequential.push_back(post_json(srv.port(), r));
+  constexpr int kClients = 32, kPerClient = 4;
+  std::vector<std::vector<HttpResponse>> got(kClients);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      for (int k = 0; k < kPerClient; ++k) {
+        size_t idx = static_cast<size_t>(c * 7 + k * 5) % requests.size();
+        got[c].push_back(post_json(srv.port(), requests[idx]));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  int compared = 0;
+  for (int c = 0; c < kClients; ++c) {
+    for (int k = 0; k < kPerClient; ++k) {
+      size_t idx = static_cast<size_t>(c * 7 + k * 5) % requests.size();
+      EXPECT_EQ(got[c][k].status, sequential[idx].status) << "client " << c << " request " << idx;
+      EXPECT_EQ(got[c][k].body, sequential[idx].body) << "client " << c << " request " << idx;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, kClients * kPerClient);
+}
+
+// A client sends its headers and half its body, then stalls. Its connection thread waits (read
+// timeout), but the engine and every other client carry on.
+TEST(ServerLoad, StalledClientsDoNotBlockOthers) {
+  ServerProcess& srv = shared_server();
+  ASSERT_TRUE(srv.started()) << srv.log();
+  std::string body = kSmall;
+  std::vector<int> stalled;
+  for (int i = 0; i < 40; ++i) {
+    int fd = connect_loopback(srv.port());
+    ASSERT_GE(fd, 0);
+    std::string head =
+        "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, body.size() / 2);
+    ASSERT_EQ(send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+    stalled.push_back(fd);
+  }
+  // A client stalled in the middle of its headers, too.
+  int half_headers = connect_loopback(srv.port());
+  ASSERT_GE(half_headers, 0);
+  const char* partial = "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Ty";
+  ASSERT_GT(send(half_headers, partial, strlen(partial), MSG_NOSIGNAL), 0);
+
+  std::string expected = decide(kSmall).output;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    HttpResponse r = post_json(srv.port(), kSmall);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, expected);
+    EXPECT_LT(secs, 5.0) << "answered only after a stalled client's read timeout";
+  }
+  EXPECT_EQ(http(srv.port(), "GET", "/health").status, 200);
+  for (int fd : stalled) close(fd);
+  close(half_headers);
+}
+
+TEST(ServerLoad, QueueOverflowGets429WithRetryAfter) {
+  ServerProcess srv({"--model", golden_model("tiny-r2"), "--max-queue", "1", "--max-length",
+                     "16384", "--threads", "1"});
+  ASSERT_TRUE(srv.started()) << srv.log();
+  const std::string req = slow_request(2500);
+  HttpResponse reference = post_json(srv.port(), req);
+  ASSERT_EQ(reference.status, 200) << reference.body;
+
+  constexpr int kClients = 8;
+  std::vector<HttpResponse> got(kClients);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c)
+    threads.emplace_back([&, c] { got[c] = post_json(srv.port(), req); });
+  for (auto& t : threads) t.join();
+  int ok = 0, rejected = 0;
+  for (const auto& r : got) {
+    if (r.status == 200) {
+      ++ok;
+      EXPECT_EQ(r.body, reference.body);
+    } else {
+      ASSERT_EQ(r.status, 429) << r.body;
+      ++rejected;
+      EXPECT_FALSE(r.header("retry-after").empty());
+      EXPECT_GT(std::stoi(r.header("retry-after")), 0);
+      json j = r.json();
+      EXPECT_TRUE(j["detail"].is_string()) << r.body;
+    }
+  }
+  // One runs, one waits; the others arrive while both slots are taken.
+  EXPECT_GE(ok, 2);
+  EXPECT_GE(rejected, 1);
+  EXPECT_EQ(ok + rejected, kClients);
+  // The server is fine afterwards.
+  EXPECT_EQ(post_json(srv.port(), req).body, reference.body);
+}
+
+TEST(ServerShutdown, SigtermDrainsInFlightRequestAndExitsZero) {
+  ServerProcess srv(
+      {"--model", golden_model("tiny-r2"), "--max-length", "16384", "--threads", "1"});
+  ASSERT_TRUE(srv.started()) << srv.log();
+  const std::string req = slow_request(3000);
+  HttpResponse reference = post_json(srv.port(), req);
+  ASSERT_EQ(reference.status, 200) << reference.body;
+
+  HttpResponse in_flight;
+  std::thread client([&] { in_flight = post_json(srv.port(), req); });
+  // Wait until the request is being handled (the /metrics request itself counts as one).
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (metric(srv.port(), "clef_in_flight_requests") < 2 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  srv.signal(SIGTERM);
+  client.join();
+  EXPECT_EQ(in_flight.status, 200);
+  EXPECT_EQ(in_flight.body, reference.body);
+  EXPECT_EQ(srv.wait_exit(30), 0) << srv.log();
+  std::string log = srv.log();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(shutdown .*in_flight=(\d+))"))) << log;
+  EXPECT_GE(std::stoi(m[1]), 1) << "the signal arrived after the request had finished";
+  EXPECT_NE(log.find("stopped drained=true"), std::string::npos) << log;
+  EXPECT_EQ(http(srv.port(), "GET", "/health").status, 0);  // port closed
+}
+
+TEST(ServerShutdown, SigintExitsZero) {
+  ServerProcess srv({"--model", golden_model("tiny-r2")});
+  ASSERT_TRUE(srv.started()) << srv.log();
+  srv.signal(SIGINT);
+  EXPECT_EQ(srv.wait_exit(30), 0) << srv.log();
+}
+
+TEST(ServerSecurity, ApiKeyRequiredEverywhereButHealth) {
+  for (bool from_env : {false, true}) {
+    SCOPED_TRACE(from_env ? "CLEF_API_KEY" : "--api-key");
+    std::vector<std::string> args{"--model", golden_model("tiny-r2")};
+    std::map<std::string, std::string> env;
+    if (from_env) {
+      env["CLEF_API_KEY"] = "s3cret";
+    } else {
+      args.insert(args.end(), {"--api-key", "s3cret"});
+    }
+    ServerProcess srv(args, env);
+    ASSERT_TRUE(srv.started()) << srv.log();
+    int p = srv.port();
+    EXPECT_EQ(http(p, "GET", "/health").status, 200);
+    for (const char* path : {"/v1/models", "/metrics", "/openapi.json"}) {
+      HttpResponse r = http(p, "GET", path);
+      EXPECT_EQ(r.status, 401) << path;
+      EXPECT_TRUE(r.json()["detail"].is_string()) << r.body;
+      EXPECT_EQ(http(p, "GET", path, "", {{"Authorization", "Bearer wrong"}}).status, 401);
+      EXPECT_EQ(http(p, "GET", path, "", {{"Authorization", "Bearer s3cret"}}).status, 200);
+    }
+    EXPECT_EQ(post_json(p, kSmall).status, 401);
+    EXPECT_EQ(post_json(p, kSmall, {{"Authorization", "s3cret"}}).status, 401);
+    EXPECT_EQ(post_json(p, kSmall, {{"Authorization", "Bearer s3cret"}}).status, 200);
+    // The key never appears in the log.
+    EXPECT_EQ(srv.log().find("s3cret"), std::string::npos);
+  }
+}
+
+TEST(ServerSecurity, ServedModelNamesRestrictTheModelField) {
+  ServerProcess srv({"--model", golden_model("tiny-r2"), "--served-model-name", "clef-flash",
+                     "--served-model-name", "@cf/cloudflare/clef-flash"});
+  ASSERT_TRUE(srv.started()) << srv.log();
+  json req = json::parse(kSmall);
+  req["model"] = "clef-flash";
+  EXPECT_EQ(post_json(srv.port(), req.dump()).status, 200);
+  req["model"] = "@cf/cloudflare/clef-flash";
+  EXPECT_EQ(post_json(srv.port(), req.dump()).status, 200);
+  req["model"] = "gpt-4";
+  HttpResponse r = post_json(srv.port(), req.dump());
+  EXPECT_EQ(r.status, 404);
+  EXPECT_TRUE(r.json()["detail"].is_string()) << r.body;
+  json models = http(srv.port(), "GET", "/v1/models").json();
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][0]["id"], "clef-flash");
+  EXPECT_EQ(models["data"][1]["id"], "@cf/cloudflare/clef-flash");
+  EXPECT_EQ(http(srv.port(), "GET", "/health").json()["model"], "clef-flash");
+}
+
+TEST(ServerStartup, LoadFailureExitsBeforeListening) {
+  ServerProcess srv({"--model", "/nonexistent/clef-model"});
+  EXPECT_FALSE(srv.started());
+  EXPECT_EQ(srv.wait_exit(30), 1);
+  std::string log = srv.log();
+  EXPECT_EQ(log.find("listening"), std::string::npos) << log;
+  EXPECT_NE(log.find("startup_failed"), std::string::npos) << log;
+}
+
+TEST(ServerStartup, PortInUseExitsWithOneClearLine) {
+  ServerProcess& first = shared_server();
+  ASSERT_TRUE(first.started());
+  std::vector<std::string> argv{CLEF_BINARY, "serve",
+                                "--model",   golden_model("tiny-r2"),
+                                "--port",    std::to_string(first.port())};
+  std::string out;
+  EXPECT_EQ(run_program(argv, "", &out), 1);
+}
+
+TEST(ServerStartup, BadFlagsAreUsageErrors) {
+  std::string out;
+  EXPECT_EQ(run_program({CLEF_BINARY, "serve", "--truncation", "sometimes"}, "", &out), 2);
+  EXPECT_EQ(run_program({CLEF_BINARY, "serve", "--port", "70000"}, "", &out), 2);
+  EXPECT_EQ(run_program({CLEF_BINARY, "serve", "--log-format", "xml"}, "", &out), 2);
+}
+
+TEST(ServerLog, JsonAccessLogLines) {
+  ServerProcess srv({"--model", golden_model("tiny-r2"), "--log-format", "json"});
+  ASSERT_TRUE(srv.started()) << srv.log();
+  ASSERT_EQ(post_json(srv.port(), kSmall, {{"X-Request-Id", "log-test-1"}}).status, 200);
+  ASSERT_EQ(http(srv.port(), "GET", "/nope").status, 404);
+  srv.signal(SIGTERM);
+  ASSERT_EQ(srv.wait_exit(30), 0);
+  std::istringstream lines(srv.log());
+  std::string line;
+  bool saw_access = false;
+  while (std::getline(lines, line)) {
+    json j = json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not a JSON line: " << line;
+    EXPECT_TRUE(j["time"].is_string() && j["level"].is_string() && j["event"].is_string()) << line;
+    if (j["event"] == "access" && j["id"] == "log-test-1") {
+      saw_access = true;
+      EXPECT_EQ(j["status"], 200);
+      EXPECT_EQ(j["path"], "/v1/systemone");
+      EXPECT_TRUE(j["latency_ms"].is_number());
+      EXPECT_TRUE(j["input_tokens"].is_number_integer());
+    }
+  }
+  EXPECT_TRUE(saw_access) << srv.log();
+}
+
+}  // namespace
+}  // namespace clef::server_test
