@@ -40,13 +40,15 @@ std::string num(double v) {
 }
 
 std::string tick_label(double v, double step) {
-  char buf[32];
-  if (step >= 1.0 || v == 0.0) {
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  } else {
-    const int digits = std::min(6, static_cast<int>(std::ceil(-std::log10(step))));
-    std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  // As many decimals as the step needs (0.25 -> 2), so labels are never rounded to a wrong value.
+  int digits = 0;
+  while (digits < 6) {
+    const double scaled = step * std::pow(10.0, digits);
+    if (std::fabs(scaled - std::round(scaled)) < 1e-6 * std::max(1.0, scaled)) break;
+    ++digits;
   }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
 

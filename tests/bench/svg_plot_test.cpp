@@ -30,6 +30,9 @@ TEST(LatencySvg, HasBothPanelsWithAxesAndUnits) {
   EXPECT_NE(svg.find("p95 = 480.0 ms"), std::string::npos);
   EXPECT_NE(svg.find("title &lt;x&gt;"), std::string::npos);
   EXPECT_NE(svg.find("tier easy"), std::string::npos);
+  // CDF axis labels keep their exact values (0.25 must not print as 0.2).
+  for (const char* label : {">0.25<", ">0.50<", ">0.75<", ">1.00<", ">100<", ">5000<"})
+    EXPECT_NE(svg.find(label), std::string::npos) << label;
   EXPECT_EQ(std::count(svg.begin(), svg.end(), '<') - std::count(svg.begin(), svg.end(), '>'), 0);
 }
 
