@@ -1,0 +1,71 @@
+// `clefserve tokenize` through the real binary (CLEF_BINARY): fixture lines, exit statuses.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+const std::string kGolden = std::string(CLEF_SOURCE_DIR) + "/tests/golden/";
+
+struct CliResult {
+  int status;
+  std::string out;
+};
+
+CliResult run_tokenize(const std::string& tokenizer, const std::string& input) {
+  std::string in_path = ::testing::TempDir() + "clef_tokenize_stdin.txt";
+  {
+    std::ofstream f(in_path, std::ios::binary);
+    f << input;
+  }
+  std::string cmd = std::string(CLEF_BINARY) + " tokenize --tokenizer '" + tokenizer + "' < '" +
+                    in_path + "' 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(TokenizeCli, PrintsFixtureIds) {
+  std::ifstream in(kGolden + "tokenize-qwen3.jsonl");
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line) && checked < 4) {
+    auto j = nlohmann::json::parse(line);
+    std::string text = j["text"].get<std::string>();
+    if (text.empty()) continue;
+    CliResult r =
+        run_tokenize(kGolden + "tokenizers/qwen3", text);  // a folder holding tokenizer.json
+    ASSERT_EQ(r.status, 0) << text;
+    ASSERT_FALSE(r.out.empty());
+    EXPECT_EQ(r.out.back(), '\n');
+    EXPECT_EQ(nlohmann::json::parse(r.out), j["ids"]) << text;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
+
+TEST(TokenizeCli, AcceptsTheFilePathAndEmptyInput) {
+  CliResult r = run_tokenize(kGolden + "tokenizers/tiny-bpe/tokenizer.json", "");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "[]\n");
+}
+
+TEST(TokenizeCli, ExitStatuses) {
+  EXPECT_EQ(run_tokenize(kGolden + "tokenizers/tiny-bpe", "ok\xFF").status, 2);
+  CliResult missing = run_tokenize(kGolden + "no-such-tokenizer", "text");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_EQ(missing.out, "");
+}
+
+}  // namespace
