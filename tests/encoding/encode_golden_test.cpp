@@ -115,3 +115,27 @@ TEST(EncodeGolden, EdgeQwen3Raw) {
   EXPECT_EQ(c.ok + c.refused, 10);
   EXPECT_EQ(c.refused, 1);
 }
+
+// The model fixtures record the reference's input length per request (its silent state cut
+// applied).
+TEST(EncodeGolden, ModelFixturesInputTokens) {
+  for (const char* model : {"tiny-r2", "tiny-r3"}) {
+    const Tokenizer tok = Tokenizer::load(golden(std::string("models/") + model));
+    std::ifstream in(golden(std::string("models/") + model + ".expected.jsonl"));
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      ++n;
+      Value rec = parse_or_die(line);
+      int max_length = 16384;
+      if (const Value* m = rec.find("max_length")) max_length = static_cast<int>(*m->as_int64());
+      Value got = encode_like_reference(*rec.find("request"), tok, max_length);
+      ASSERT_NE(got.find("input_ids"), nullptr) << model << " line " << n;
+      EXPECT_EQ(static_cast<int64_t>(got.find("input_ids")->items().size()),
+                *rec.find("reference_fp32")->find("input_tokens")->as_int64())
+          << model << " line " << n;
+    }
+    EXPECT_GE(n, 10);
+  }
+}
