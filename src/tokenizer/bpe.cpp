@@ -63,23 +63,25 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& m, bool byte
     }
     auto id = static_cast<int32_t>(it.value().get<uint64_t>());
     bpe->vocab_.insert_or_assign(it.key(), id);
-    bpe->vocab_r_.insert_or_assign(id, it.key());
     bpe->max_id_ = std::max(bpe->max_id_, id);
   }
+  bpe->vocab_r_.reserve(bpe->vocab_.size());
+  for (const auto& [token, id] : bpe->vocab_) bpe->vocab_r_[id] = &token;
 
   if (!m.contains("merges") || !m["merges"].is_array())
     throw TokenizerError("tokenizer.json: model.merges must be an array");
   const auto& merges = m["merges"];
   bpe->merges_ = MergeTable(merges.size());
-  auto vocab_id = [&](const std::string& tok, size_t rank) {
+  auto vocab_id = [&](std::string_view tok, size_t rank) {
     auto it = bpe->vocab_.find(tok);
     if (it == bpe->vocab_.end()) {
-      throw TokenizerError("tokenizer.json: merge " + std::to_string(rank + 1) + " uses \"" + tok +
-                           "\", which is not in the vocab");
+      throw TokenizerError("tokenizer.json: merge " + std::to_string(rank + 1) + " uses \"" +
+                           std::string(tok) + "\", which is not in the vocab");
     }
     return it->second;
   };
-  std::string a, b;
+  std::string_view a, b;
+  std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& e = merges[rank];
     if (e.is_string()) {
@@ -89,11 +91,11 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& m, bool byte
         throw TokenizerError("tokenizer.json: merge " + std::to_string(rank + 1) + " (\"" + s +
                              "\") is not two tokens separated by one space");
       }
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
+      a = std::string_view(s).substr(0, sp);
+      b = std::string_view(s).substr(sp + 1);
     } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      a = e[0].get<std::string>();
-      b = e[1].get<std::string>();
+      a = e[0].get_ref<const std::string&>();
+      b = e[1].get_ref<const std::string&>();
     } else {
       throw TokenizerError("tokenizer.json: merge " + std::to_string(rank + 1) +
                            " is neither \"a b\" nor [\"a\", \"b\"]");
@@ -104,7 +106,9 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& m, bool byte
       throw TokenizerError("tokenizer.json: merge " + std::to_string(rank + 1) +
                            " is shorter than the subword prefix");
     }
-    int32_t new_id = vocab_id(a + b.substr(bpe->prefix_.size()), rank);
+    joined.assign(a);
+    joined.append(b.substr(bpe->prefix_.size()));
+    int32_t new_id = vocab_id(joined, rank);
     bpe->merges_.insert_or_assign(a_id, b_id, MergeValue{static_cast<uint32_t>(rank), new_id});
   }
 
@@ -274,7 +278,7 @@ std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
   auto it = vocab_r_.find(id);
-  return it == vocab_r_.end() ? nullptr : &it->second;
+  return it == vocab_r_.end() ? nullptr : it->second;
 }
 
 }  // namespace clef::tokenizer

@@ -78,7 +78,7 @@ class BpeModel {
     bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
   };
   std::unordered_map<std::string, int32_t, Hash, Eq> vocab_;
-  std::unordered_map<int32_t, std::string> vocab_r_;
+  std::unordered_map<int32_t, const std::string*> vocab_r_;  // points at vocab_ keys (stable nodes)
   int32_t max_id_ = -1;
   MergeTable merges_;
   std::optional<std::string> unk_token_;

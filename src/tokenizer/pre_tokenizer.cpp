@@ -90,6 +90,17 @@ void PreTokenizer::add_step(const nlohmann::json& j) {
       steps_.push_back({Regex(kGpt2Pattern, false), Behavior::kIsolated, false});
     }
     byte_level_ = true;
+  } else if (type == "Digits") {
+    // HF splits on char::is_numeric (= \p{N}): each digit alone, or runs of digits kept together.
+    bool individual = get_bool(j, "individual_digits", false);
+    steps_.push_back(
+        {Regex("\\p{N}", false), individual ? Behavior::kIsolated : Behavior::kContiguous, false});
+  } else if (type == "Punctuation") {
+    // HF: char::is_ascii_punctuation or Unicode punctuation (P*).
+    Behavior behavior = Behavior::kIsolated;
+    if (j.contains("behavior") && j["behavior"].is_string())
+      behavior = parse_behavior(j["behavior"].get<std::string>());
+    steps_.push_back({Regex("[\\p{P}!-/:-@\\[-`{-~]", false), behavior, false});
   } else {
     throw TokenizerError("tokenizer.json: unsupported pre_tokenizer type \"" + type + "\"");
   }

@@ -1,6 +1,6 @@
 // Pre-tokenizers of tokenizer.json: Split (regex or string pattern, any delimiter behaviour,
-// invert) and ByteLevel (which must come last; use_regex applies the GPT-2 split), alone or in a
-// Sequence. Unsupported types or options are refused at load time.
+// invert), Digits, Punctuation and ByteLevel (which must come last; use_regex applies the GPT-2
+// split), alone or in a Sequence. Unsupported types or options are refused at load time.
 #pragma once
 
 #include <string>

@@ -1,5 +1,8 @@
 #include "tokenizer/regex.h"
 
+#include <algorithm>
+#include <cctype>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -57,6 +60,17 @@ std::string translate_onig_pattern(std::string_view p) {
           break;
         default:
           break;
+      }
+      if (e == 'u' && i + 5 < p.size() &&
+          std::all_of(p.begin() + static_cast<std::ptrdiff_t>(i) + 2,
+                      p.begin() + static_cast<std::ptrdiff_t>(i) + 6,
+                      [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; })) {
+        // Oniguruma's \uHHHH is PCRE2's \x{HHHH}.
+        out += "\\x{";
+        out.append(p.substr(i + 2, 4));
+        out += '}';
+        i += 5;
+        continue;
       }
       if (set != nullptr && !(in_class && negate)) {
         if (in_class) {

@@ -14,6 +14,7 @@ namespace clef::tokenizer {
 // Rewrites Oniguruma-only meanings into PCRE2 syntax: \s/\S as Oniguruma's Unicode space set
 // (\t-\r, U+0085, Zs, Zl, Zp; PCRE2's UCP \s also takes U+180E), \h/\H as hex digits (horizontal
 // space in PCRE2), \w/\W as Letter|Mark|Number|Connector_Punctuation (PCRE2: L, N and '_').
+// \uHHHH (Oniguruma) becomes \x{HHHH}.
 std::string translate_onig_pattern(std::string_view pattern);
 
 class Regex {

@@ -257,6 +257,27 @@ TEST(TokenizerPreTokenizer, SplitIsolatedKeepsMatchesApart) {
       (Ids{'b', 256}));
 }
 
+TEST(TokenizerPreTokenizer, DigitsAndPunctuationSplit) {
+  json bl = byte_level_pre(false);
+  auto with = [&](const json& step) {
+    return json{{"type", "Sequence"}, {"pretokenizers", json::array({step, bl})}};
+  };
+  std::vector<std::string> extra = {"12", "a,"};
+  json merges = json::array({"1 2", "a ,"});
+  EXPECT_EQ(make(byte_tokenizer(extra, merges)).encode("x12a,"), (Ids{'x', 256, 257}));
+  json digits_alone = {{"type", "Digits"}, {"individual_digits", true}};
+  json digit_runs = {{"type", "Digits"}, {"individual_digits", false}};
+  EXPECT_EQ(
+      make(byte_tokenizer(extra, merges, json::array(), json(), with(digits_alone))).encode("x12"),
+      (Ids{'x', '1', '2'}));
+  EXPECT_EQ(
+      make(byte_tokenizer(extra, merges, json::array(), json(), with(digit_runs))).encode("x12"),
+      (Ids{'x', 256}));
+  json punct = {{"type", "Punctuation"}, {"behavior", "Isolated"}};
+  EXPECT_EQ(make(byte_tokenizer(extra, merges, json::array(), json(), with(punct))).encode("a,"),
+            (Ids{'a', ','}));
+}
+
 TEST(TokenizerPreTokenizer, PatternsFollowOnigurumaMeanings) {
   auto matches = [](const std::string& pattern, const std::string& text) {
     std::vector<std::pair<size_t, size_t>> out;
@@ -280,6 +301,7 @@ TEST(TokenizerPreTokenizer, PatternsFollowOnigurumaMeanings) {
   EXPECT_EQ(matches("[^\\s]+", "ab cd"), (M{{0, 2}, {3, 5}}));
   EXPECT_EQ(matches("(?i:'s|'ll)", "IT'S we'LL"), (M{{2, 4}, {7, 10}}));
   EXPECT_EQ(matches("\\s+(?!\\S)", "a   b"), (M{{1, 3}}));
+  EXPECT_EQ(matches("\\u0041+", "xAAy"), (M{{1, 3}}));  // Oniguruma's \uHHHH escape
 }
 
 TEST(TokenizerModel, UnknownCharactersUseUnkOrByteFallback) {
