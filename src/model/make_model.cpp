@@ -76,7 +76,18 @@ struct PlannedTensor {
   uint64_t key = 0;
 };
 
-// Element i of a tensor (before bf16 rounding).
+// One Box-Muller draw gives the normals of elements 2j (cos) and 2j+1 (sin), std 0.02.
+inline void normal_pair(uint64_t key, uint64_t j, float& z0, float& z1) {
+  uint64_t h = mix(key + j);
+  float u1 = static_cast<float>((h >> 40) + 1) * 0x1.0p-24f;  // (0, 1]
+  float u2 = static_cast<float>(h & 0xffffff) * 0x1.0p-24f;
+  float r = 0.02f * std::sqrt(-2.0f * std::log(u1));
+  float a = 6.28318530717958647f * u2;
+  z0 = r * std::cos(a);
+  z1 = r * std::sin(a);
+}
+
+// Element i of a non-normal tensor (before bf16 rounding).
 inline float init_value(const PlannedTensor& p, uint64_t i) {
   switch (p.init) {
     case Init::Zeros:
@@ -87,13 +98,10 @@ inline float init_value(const PlannedTensor& p, uint64_t i) {
       double u = static_cast<double>(mix(p.key + i) >> 11) * 0x1.0p-53;
       return static_cast<float>(std::log(1.0 + 15.0 * u));
     }
-    case Init::Normal: {  // Box-Muller: elements 2j and 2j+1 share one draw (cos / sin)
-      uint64_t h = mix(p.key + (i >> 1));
-      float u1 = static_cast<float>((h >> 40) + 1) * 0x1.0p-24f;  // (0, 1]
-      float u2 = static_cast<float>(h & 0xffffff) * 0x1.0p-24f;
-      float r = 0.02f * std::sqrt(-2.0f * std::log(u1));
-      float a = 6.28318530717958647f * u2;
-      return (i & 1) ? r * std::sin(a) : r * std::cos(a);
+    case Init::Normal: {
+      float z0, z1;
+      normal_pair(p.key, i >> 1, z0, z1);
+      return (i & 1) ? z1 : z0;
     }
   }
   return 0.0f;
@@ -260,11 +268,27 @@ size_t tokenizer_vocab(std::string_view tokenizer_json, const std::string& where
 
 // Fills bf16 elements [first, first + count) of a planned tensor, on `threads` threads.
 void fill_bf16(const PlannedTensor& p, uint64_t first, size_t count, uint8_t* dst, int threads) {
+  auto put = [dst](size_t k, float v) {
+    uint16_t b = float_to_bf16(v);
+    std::memcpy(dst + 2 * k, &b, 2);
+  };
   auto work = [&](size_t a, size_t b) {
-    for (size_t k = a; k < b; ++k) {
-      uint16_t v = float_to_bf16(init_value(p, first + k));
-      std::memcpy(dst + 2 * k, &v, 2);
+    if (p.init != Init::Normal) {
+      for (size_t k = a; k < b; ++k) put(k, init_value(p, first + k));
+      return;
     }
+    size_t k = a;
+    if (k < b && ((first + k) & 1)) {  // odd start: the second half of a pair
+      put(k, init_value(p, first + k));
+      ++k;
+    }
+    for (; k + 1 < b; k += 2) {  // whole pairs: one draw, two elements
+      float z0, z1;
+      normal_pair(p.key, (first + k) >> 1, z0, z1);
+      put(k, z0);
+      put(k + 1, z1);
+    }
+    if (k < b) put(k, init_value(p, first + k));
   };
   if (threads <= 1 || count < (size_t{1} << 16) || p.init == Init::Zeros || p.init == Init::Ones) {
     work(0, count);
