@@ -65,9 +65,9 @@ void causal_attention(const float* q, int ldq, const float* k, const float* v, i
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hd, scale,
                   q + static_cast<size_t>(r0) * ldq + static_cast<size_t>(j) * hd, ldq,
                   k + static_cast<size_t>(kvh) * hd, ldkv, 0.0f, scores.data(), nk);
-      parallel_for(threads > 1 ? 2 : 1, threads, [&](int part) {
-        const int step = threads > 1 ? 2 : 1;
-        for (int i = part; i < nb; i += step) {
+      const int parts = threads_for(12.0 * nb * nk, threads);
+      parallel_for(parts, parts, [&](int part) {
+        for (int i = part; i < nb; i += parts) {
           float* row = scores.data() + static_cast<size_t>(i) * nk;
           const int visible = r0 + i + 1;
           softmax_inplace(row, static_cast<size_t>(visible));

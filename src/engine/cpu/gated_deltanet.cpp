@@ -88,7 +88,8 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
 #ifdef CLEF_GDN_AVX2
   if (__builtin_cpu_supports("avx2")) head_fn = &gdn_head_avx2;
 #endif
-  parallel_for(Hv, threads,
+  const double flops = 8.0 * T * Hv * dk * dv;
+  parallel_for(Hv, threads_for(flops, threads),
                [&](int h) { head_fn(q, k, v, g, beta, T, Hk, Hv, dk, dv, h, h / ratio, o); });
 }
 

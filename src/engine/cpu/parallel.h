@@ -14,6 +14,14 @@ inline int resolve_threads(int threads) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// Threads worth starting for `flops` of work: starting a thread costs tens of microseconds, so
+// small problems (tiny test models) stay on the calling thread.
+inline int threads_for(double flops, int threads) {
+  constexpr double kMinFlopsPerThread = 4e6;
+  return std::max(1,
+                  std::min(resolve_threads(threads), static_cast<int>(flops / kMinFlopsPerThread)));
+}
+
 // Calls fn(i) for i in [0, n); items are strided over the workers. Rethrows the first exception.
 inline void parallel_for(int n, int threads, const std::function<void(int)>& fn) {
   const int workers = std::min(n, resolve_threads(threads));
