@@ -432,5 +432,19 @@ TEST(Release, TiedEmbeddingsAliasLmHead) {
   EXPECT_EQ(r->backbone("lm_head.weight").data, r->backbone("embed_tokens.weight").data);
 }
 
+TEST(Release, SkipsMultiTokenPredictionAndVisionTensors) {
+  ScratchDir tmp;
+  std::string dir = copy_release(tmp, "tiny-r2");
+  testing::rewrite_safetensors(dir + "/model.safetensors", [](std::vector<Tensor>& ts) {
+    Tensor t = ts.back();
+    t.name = "mtp.layers.0.mlp.up_proj.weight";
+    ts.push_back(t);
+    t.name = "model.visual.extra.weight";
+    ts.push_back(t);
+  });
+  auto r = Release::load(dir);
+  EXPECT_EQ(r->backbone_tensors().size(), 109u);
+}
+
 }  // namespace
 }  // namespace clef::model
