@@ -40,6 +40,68 @@ Workspace carve(void* ws, int Tc, int Hv, int dk, int dv) {
   return w;
 }
 
+constexpr int kMaxVec =
+    C * kMaxHeadDim / 4 / kThreads;  // float4 loads per thread for one 64-row tile
+
+// Copies two 64-row fp32 tiles from global memory into padded shared arrays with every load in
+// flight at once (one memory latency per tile pair, not one per row). Row i of tile X is at srcX +
+// i * strideX (colsX contiguous floats, colsX % 4 == 0); rows at or past `valid` read as zero.
+__device__ __forceinline__ void load_tiles(float* __restrict__ dstA, int ldA,
+                                           const float* __restrict__ srcA, size_t strideA,
+                                           int colsA, float* __restrict__ dstB, int ldB,
+                                           const float* __restrict__ srcB, size_t strideB,
+                                           int colsB, int valid) {
+  const int a4 = colsA / 4, b4 = colsB / 4;
+  float4 va[kMaxVec], vb[kMaxVec];
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int r = 0; r < kMaxVec; ++r) {
+    const int e = threadIdx.x + r * kThreads;
+    const int ia = e / a4, ib = e / b4;
+    va[r] = (e < C * a4 && ia < valid)
+                ? __ldg(reinterpret_cast<const float4*>(srcA + ia * strideA + (e % a4) * 4))
+                : zero;
+    vb[r] = (e < C * b4 && ib < valid)
+                ? __ldg(reinterpret_cast<const float4*>(srcB + ib * strideB + (e % b4) * 4))
+                : zero;
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxVec; ++r) {
+    const int e = threadIdx.x + r * kThreads;
+    if (e < C * a4) {
+      float* d = dstA + (e / a4) * ldA + (e % a4) * 4;
+      d[0] = va[r].x, d[1] = va[r].y, d[2] = va[r].z, d[3] = va[r].w;
+    }
+    if (e < C * b4) {
+      float* d = dstB + (e / b4) * ldB + (e % b4) * 4;
+      d[0] = vb[r].x, d[1] = vb[r].y, d[2] = vb[r].z, d[3] = vb[r].w;
+    }
+  }
+}
+
+// One tile, as load_tiles.
+__device__ __forceinline__ void load_tile(float* __restrict__ dst, int ld,
+                                          const float* __restrict__ src, size_t stride, int cols,
+                                          int valid) {
+  const int c4 = cols / 4;
+  float4 v[kMaxVec];
+#pragma unroll
+  for (int r = 0; r < kMaxVec; ++r) {
+    const int e = threadIdx.x + r * kThreads, i = e / c4;
+    v[r] = (e < C * c4 && i < valid)
+               ? __ldg(reinterpret_cast<const float4*>(src + i * stride + (e % c4) * 4))
+               : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxVec; ++r) {
+    const int e = threadIdx.x + r * kThreads;
+    if (e < C * c4) {
+      float* d = dst + (e / c4) * ld + (e % c4) * 4;
+      d[0] = v[r].x, d[1] = v[r].y, d[2] = v[r].z, d[3] = v[r].w;
+    }
+  }
+}
+
 // grid (n_chunks, Hv). Shared: Ks [C][dk+1], Xs [C][max(dk,dv)+1] (V, then Q), Am, Tm [C][C+1],
 // gam, bet.
 __global__ void __launch_bounds__(kThreads)
@@ -49,32 +111,26 @@ __global__ void __launch_bounds__(kThreads)
                           int dv, Workspace ws) {
   extern __shared__ float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
-  const int t0 = chunk * C;
-  const int ldk = dk + 1, ldx = max(dk, dv) + 1;
+  const int t0 = chunk * C, valid = min(C, T - t0);
+  const int ldk = dk + 1, ldx = max(dk, dv) + 1, lda = C + 1;
   float* Ks = smem;
   float* Xs = Ks + C * ldk;
   float* Am = Xs + C * ldx;
-  float* Tm = Am + C * (C + 1);
-  float* gam = Tm + C * (C + 1);
+  float* Tm = Am + C * lda;
+  float* gam = Tm + C * lda;
   float* bet = gam + C;
   const int tid = threadIdx.x;
 
-  for (int e = tid; e < C * dk; e += kThreads) {
-    const int i = e / dk, d = e % dk, t = t0 + i;
-    Ks[i * ldk + d] = t < T ? k[(static_cast<size_t>(t) * Hk + kh) * dk + d] : 0.0f;
-  }
-  for (int e = tid; e < C * dv; e += kThreads) {
-    const int i = e / dv, d = e % dv, t = t0 + i;
-    Xs[i * ldx + d] = t < T ? v[(static_cast<size_t>(t) * Hv + h) * dv + d] : 0.0f;
-  }
+  load_tiles(Ks, ldk, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk,
+             dk, Xs, ldx, v + (static_cast<size_t>(t0) * Hv + h) * dv, static_cast<size_t>(Hv) * dv,
+             dv, valid);
   if (tid < C) {
-    const int t = t0 + tid;
-    gam[tid] = t < T ? g[static_cast<size_t>(t) * Hv + h] : 0.0f;
-    bet[tid] = t < T ? beta[static_cast<size_t>(t) * Hv + h] : 0.0f;
+    gam[tid] = tid < valid ? g[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
+    bet[tid] = tid < valid ? beta[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
   }
   __syncthreads();
   if (tid < 32) {  // inclusive prefix sum of g over the chunk (one warp, two values per lane)
-    float a0 = gam[2 * tid], a1 = gam[2 * tid + 1];
+    const float a0 = gam[2 * tid], a1 = gam[2 * tid + 1];
     float s = a0 + a1;
     for (int o = 1; o < 32; o <<= 1) {
       const float n = __shfl_up_sync(0xffffffffu, s, o);
@@ -85,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
     gam[2 * tid + 1] = excl + a0 + a1;
   }
   __syncthreads();
-  // A (strictly lower) and Tm's identity.
+  // A (strictly lower) and Tm = I.
   for (int e = tid; e < C * C; e += kThreads) {
     const int i = e / C, j = e % C;
     float a = 0.0f;
@@ -94,41 +150,44 @@ __global__ void __launch_bounds__(kThreads)
       for (int d = 0; d < dk; ++d) dot += Ks[i * ldk + d] * Ks[j * ldk + d];
       a = bet[i] * dot * expf(gam[i] - gam[j]);
     }
-    Am[i * (C + 1) + j] = a;
-    Tm[i * (C + 1) + j] = i == j ? 1.0f : 0.0f;
+    Am[i * lda + j] = a;
+    Tm[i * lda + j] = i == j ? 1.0f : 0.0f;
   }
   __syncthreads();
-  // Forward substitution: Tm[i][j] = -sum_{m=j}^{i-1} A[i][m] Tm[m][j], j < i; rows depend on
-  // earlier rows.
-  for (int i = 1; i < C; ++i) {
-    if (tid < i) {
-      const int j = tid;
-      float s = 0.0f;
-      for (int m = j; m < i; ++m) s += Am[i * (C + 1) + m] * Tm[m * (C + 1) + j];
-      Tm[i * (C + 1) + j] = -s;
+  // (I + A) Tm = I by column sweep: once row m is final, subtract its contribution from every later
+  // row. 63 short parallel steps instead of a 64-deep chain of dot products.
+  for (int m = 0; m < C - 1; ++m) {
+    const int w = m + 1, n = (C - 1 - m) * w;
+    for (int e = tid; e < n; e += kThreads) {
+      const int i = m + 1 + e / w, j = e % w;
+      Tm[i * lda + j] -= Am[i * lda + m] * Tm[m * lda + j];
     }
     __syncthreads();
   }
-  // W = Tm diag(beta e^gamma) K ; U = Tm diag(beta) V (lower-triangular Tm: j <= i).
+  // Am <- Tm diag(beta e^gamma), Tm <- Tm diag(beta) (lower triangles only; e^gamma <= 1).
+  for (int e = tid; e < C * C; e += kThreads) {
+    const int i = e / C, j = e % C;
+    const float t = j <= i ? Tm[i * lda + j] : 0.0f;
+    Am[i * lda + j] = t * bet[j] * expf(gam[j]);
+    Tm[i * lda + j] = t * bet[j];
+  }
+  __syncthreads();
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
-  for (int e = tid; e < C * dk; e += kThreads) {
+  for (int e = tid; e < C * dk; e += kThreads) {  // W = Am K
     const int i = e / dk, d = e % dk;
     float s = 0.0f;
-    for (int j = 0; j <= i; ++j)
-      s += Tm[i * (C + 1) + j] * (bet[j] * expf(gam[j])) * Ks[j * ldk + d];
+    for (int j = 0; j <= i; ++j) s += Am[i * lda + j] * Ks[j * ldk + d];
     ws.W[(row0 + i) * dk + d] = s;
   }
-  for (int e = tid; e < C * dv; e += kThreads) {
+  for (int e = tid; e < C * dv; e += kThreads) {  // U = Tm V
     const int i = e / dv, d = e % dv;
     float s = 0.0f;
-    for (int j = 0; j <= i; ++j) s += Tm[i * (C + 1) + j] * bet[j] * Xs[j * ldx + d];
+    for (int j = 0; j <= i; ++j) s += Tm[i * lda + j] * Xs[j * ldx + d];
     ws.U[(row0 + i) * dv + d] = s;
   }
   __syncthreads();
-  for (int e = tid; e < C * dk; e += kThreads) {
-    const int i = e / dk, d = e % dk, t = t0 + i;
-    Xs[i * ldx + d] = t < T ? q[(static_cast<size_t>(t) * Hk + kh) * dk + d] : 0.0f;
-  }
+  load_tile(Xs, ldx, q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk,
+            valid);
   __syncthreads();
   // P = (Q K^T) o Gamma, lower triangle including the diagonal.
   for (int e = tid; e < C * C; e += kThreads) {
@@ -144,10 +203,10 @@ __global__ void __launch_bounds__(kThreads)
   if (tid < C) ws.G[row0 + tid] = gam[tid];
 }
 
-// grid (ceil(dv / kBV), Hv): sequential over chunks. Shared: S [dk][kBV], A_s/B_s [C][dk+1] (W and
-// Q, then K and P), Vn [C][kBV+1], gam [C].
+// grid (ceil(dv / kBV), Hv): sequential over chunks. Shared: S [dk][kBV], As/Bs [C][dk+1] (W and Q,
+// then K and P), Vn [C][kBV+1], gam [C].
 template <typename E>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     gdn_chunk_scan_kernel(const float* __restrict__ q, const float* __restrict__ k, int T, int Tc,
                           int Hk, int Hv, int dk, int dv, Workspace ws, E* __restrict__ o) {
   extern __shared__ float smem[];
@@ -164,22 +223,26 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = tid; e < dk * kBV; e += kThreads) S[e] = 0.0f;
 
   for (int chunk = 0; chunk < n_chunks; ++chunk) {
-    const int t0 = chunk * C;
+    const int t0 = chunk * C, valid = min(C, T - t0);
     const size_t row0 = static_cast<size_t>(h) * Tc + t0;
     __syncthreads();  // previous chunk's readers of As/Bs/S are done
-    for (int e = tid; e < C * dk; e += kThreads) {
-      const int i = e / dk, d = e % dk, t = t0 + i;
-      As[i * ldk + d] = ws.W[(row0 + i) * dk + d];
-      Bs[i * ldk + d] = t < T ? q[(static_cast<size_t>(t) * Hk + kh) * dk + d] : 0.0f;
-    }
+    load_tiles(As, ldk, ws.W + row0 * dk, dk, dk, Bs, ldk,
+               q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk,
+               valid);
     if (tid < C) gam[tid] = ws.G[row0 + tid];
     __syncthreads();
     // Vn = U - W S and QS = e^gamma Q S; thread -> (row i, 4 columns).
-    float qs[C * (kBV / 4) / kThreads][4];
+    constexpr int kRows = C * (kBV / 4) / kThreads;
+    float qs[kRows][4];
 #pragma unroll
-    for (int r = 0; r < C * (kBV / 4) / kThreads; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const int e = tid + r * kThreads, i = e / (kBV / 4), cb = (e % (kBV / 4)) * 4;
+      float u[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        u[c] = c0 + cb + c < dv ? ws.U[(row0 + i) * dv + c0 + cb + c] : 0.0f;
       float ws4[4] = {0, 0, 0, 0}, qs4[4] = {0, 0, 0, 0};
+#pragma unroll 4
       for (int d = 0; d < dk; ++d) {
         const float w = As[i * ldk + d], qq = Bs[i * ldk + d];
         const float4 s4 = *reinterpret_cast<const float4*>(&S[d * kBV + cb]);
@@ -189,23 +252,17 @@ __global__ void __launch_bounds__(kThreads)
       const float eg = expf(gam[i]);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int col = c0 + cb + c;
-        const float u = col < dv ? ws.U[(row0 + i) * dv + col] : 0.0f;
-        Vn[i * ldv + cb + c] = u - ws4[c];
+        Vn[i * ldv + cb + c] = u[c] - ws4[c];
         qs[r][c] = eg * qs4[c];
       }
     }
     __syncthreads();
-    for (int e = tid; e < C * dk; e += kThreads) {
-      const int i = e / dk, d = e % dk, t = t0 + i;
-      As[i * ldk + d] = t < T ? k[(static_cast<size_t>(t) * Hk + kh) * dk + d] : 0.0f;
-    }
-    for (int e = tid; e < C * C; e += kThreads)
-      Bs[(e / C) * ldp + e % C] = ws.P[(row0 + e / C) * C + e % C];
+    load_tiles(As, ldk, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk,
+               dk, Bs, ldp, ws.P + row0 * C, C, C, valid);
     __syncthreads();
     // O = QS + P Vn
 #pragma unroll
-    for (int r = 0; r < C * (kBV / 4) / kThreads; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const int e = tid + r * kThreads, i = e / (kBV / 4), cb = (e % (kBV / 4)) * 4;
       float acc[4] = {qs[r][0], qs[r][1], qs[r][2], qs[r][3]};
       for (int j = 0; j <= i; ++j) {
@@ -213,12 +270,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[c] += p * Vn[j * ldv + cb + c];
       }
-      const int t = t0 + i;
-      if (t < T) {
+      if (i < valid) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int col = c0 + cb + c;
-          if (col < dv) o[(static_cast<size_t>(t) * Hv + h) * dv + col] = from_f<E>(acc[c]);
+          if (col < dv) o[(static_cast<size_t>(t0 + i) * Hv + h) * dv + col] = from_f<E>(acc[c]);
         }
       }
     }
@@ -264,6 +320,8 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
   if (T <= 0) return;
   if (dk > kMaxHeadDim || dv > kMaxHeadDim || dk < 1 || dv < 1)
     throw std::invalid_argument("gdn_chunked: head dims must be in [1, 128]");
+  if (dk % 4 != 0 || dv % 4 != 0)
+    throw std::invalid_argument("gdn_chunked: head dims must be multiples of 4");
   if (Hk <= 0 || Hv % Hk != 0)
     throw std::invalid_argument("gdn_chunked: Hv must be a multiple of Hk");
   const int Tc = (T + C - 1) / C * C;

@@ -1,5 +1,7 @@
 // Backbone kernels (see kernels.h). One block per row (or per row and head); fp32 arithmetic
 // throughout.
+#include <algorithm>
+
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
@@ -8,13 +10,23 @@ namespace clef::engine::cuda {
 namespace {
 
 constexpr int kMaxPerThread = 4;  // head dims up to 4 * blockDim (512 with 128 threads)
+// Row-sliced element-wise kernels: grid (rows, columns / kSlice), 8 independent elements per thread
+// so that every load of a thread is in flight at once (one block per row walking the row was
+// latency-bound).
+constexpr int kSliceThreads = 256, kSlice = 8 * kSliceThreads;
+constexpr int kNormRegs = 16;  // row values kept in registers by the RMSNorm kernel
 
 template <typename E>
 __global__ void embed_gather_kernel(const E* __restrict__ table, const int32_t* __restrict__ ids,
                                     E* __restrict__ out, int D) {
   const size_t t = blockIdx.x;
   const E* row = table + static_cast<size_t>(ids[t]) * D;
-  for (int i = threadIdx.x; i < D; i += blockDim.x) out[t * D + i] = row[i];
+  const int i0 = blockIdx.y * kSlice + threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < kSlice / kSliceThreads; ++r) {
+    const int i = i0 + r * kSliceThreads;
+    if (i < D) out[t * D + i] = row[i];
+  }
 }
 
 template <typename E>
@@ -24,6 +36,23 @@ __global__ void rms_norm_1p_kernel(const E* __restrict__ x, int ldx, const float
   const E* xr = x + static_cast<size_t>(blockIdx.x) * ldx;
   E* orow = out + static_cast<size_t>(blockIdx.x) * ldo;
   float ss = 0.0f;
+  if (D <=
+      kNormRegs * static_cast<int>(blockDim.x)) {  // the row in registers: one pass over memory
+    float v[kNormRegs];
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      v[k] = i < D ? to_f(xr[i]) : 0.0f;
+      ss += v[k] * v[k];
+    }
+    const float r = rsqrtf(block_sum(ss, scratch) / static_cast<float>(D) + eps);
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      if (i < D) orow[i] = from_f<E>((v[k] * r) * (1.0f + w[i]));
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
     const float v = to_f(xr[i]);
     ss += v * v;
@@ -175,7 +204,11 @@ template <typename E>
 __global__ void attn_output_gate_kernel(E* __restrict__ attn, const E* __restrict__ proj, int ld,
                                         int nh, int hd) {
   const size_t t = blockIdx.x;
-  for (int e = threadIdx.x; e < nh * hd; e += blockDim.x) {
+  const int e0 = blockIdx.y * kSlice + threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < kSlice / kSliceThreads; ++r) {
+    const int e = e0 + r * kSliceThreads;
+    if (e >= nh * hd) break;
     const int h = e / hd, i = e % hd;
     const float gate = rnd<E>(sigmoid_f(to_f(proj[t * ld + h * 2 * hd + hd + i])));
     attn[t * nh * hd + e] = from_f<E>(to_f(attn[t * nh * hd + e]) * gate);
@@ -185,7 +218,11 @@ __global__ void attn_output_gate_kernel(E* __restrict__ attn, const E* __restric
 template <typename E>
 __global__ void swiglu_kernel(const E* __restrict__ gu, E* __restrict__ out, int I) {
   const size_t t = blockIdx.x;
-  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+  const int i0 = blockIdx.y * kSlice + threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < kSlice / kSliceThreads; ++r) {
+    const int i = i0 + r * kSliceThreads;
+    if (i >= I) break;
     const float gt = rnd<E>(silu_f(to_f(gu[t * 2 * I + i])));
     out[t * I + i] = from_f<E>(gt * to_f(gu[t * 2 * I + I + i]));
   }
@@ -198,16 +235,13 @@ __global__ void to_float_kernel(const E* __restrict__ in, float* __restrict__ ou
     out[i] = to_f(in[i]);
 }
 
-int threads_for(int n) {
-  return n >= 1024 ? 256 : 128;
-}
-
 }  // namespace
 
 template <typename E>
 void embed_gather(const E* table, const int32_t* ids, E* out, int T, int D, cudaStream_t s) {
   if (T <= 0) return;
-  embed_gather_kernel<E><<<T, threads_for(D), 0, s>>>(table, ids, out, D);
+  embed_gather_kernel<E>
+      <<<dim3(T, (D + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(table, ids, out, D);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
@@ -215,7 +249,8 @@ template <typename E>
 void rms_norm_1p(const E* x, int ldx, const float* w, E* out, int ldo, int rows, int D, float eps,
                  cudaStream_t s) {
   if (rows <= 0) return;
-  rms_norm_1p_kernel<E><<<rows, threads_for(D), 0, s>>>(x, ldx, w, out, ldo, D, eps);
+  const int threads = std::min(1024, std::max(128, (D + kNormRegs - 1) / kNormRegs + 31) / 32 * 32);
+  rms_norm_1p_kernel<E><<<rows, threads, 0, s>>>(x, ldx, w, out, ldo, D, eps);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
@@ -252,14 +287,15 @@ void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, cons
 template <typename E>
 void attn_output_gate(E* attn, const E* proj, int ld, int T, int nh, int hd, cudaStream_t s) {
   if (T <= 0) return;
-  attn_output_gate_kernel<E><<<T, 256, 0, s>>>(attn, proj, ld, nh, hd);
+  attn_output_gate_kernel<E>
+      <<<dim3(T, (nh * hd + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(attn, proj, ld, nh, hd);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
 template <typename E>
 void swiglu(const E* gu, E* out, int T, int I, cudaStream_t s) {
   if (T <= 0) return;
-  swiglu_kernel<E><<<T, 256, 0, s>>>(gu, out, I);
+  swiglu_kernel<E><<<dim3(T, (I + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(gu, out, I);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
