@@ -165,7 +165,12 @@ Json build_report(const ReportInputs& in) {
                {"driver", sv.gpu.driver},
                {"cuda", sv.gpu.cuda},
                {"source", sv.gpu.source}};
-  ev["manifest"] = {{"path", m.path}, {"sha256", m.sha256}, {"items", m.items.size()}};
+  std::error_code ec;
+  const auto absolute = std::filesystem::absolute(m.path, ec);
+  ev["manifest"] = {{"path", m.path},
+                    {"absolute_path", ec ? m.path : absolute.lexically_normal().string()},
+                    {"sha256", m.sha256},
+                    {"items", m.items.size()}};
   ev["model"] = in.model;
   ev["clock"] = kClockName;
   ev["warmup"] = in.run.warmup;
