@@ -33,7 +33,8 @@ bool heap_less(const BpeModel::Scratch::Merge& a, const BpeModel::Scratch::Merge
 
 }  // namespace
 
-std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& m, bool byte_level) {
+std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& m, bool byte_level,
+                                              const VocabEntries& streamed_vocab) {
   if (!m.is_object()) throw TokenizerError("tokenizer.json: \"model\" must be an object");
   if (m.contains("type") && !(m["type"].is_string() && m["type"].get<std::string>() == "BPE")) {
     throw TokenizerError("tokenizer.json: unsupported model type " + m["type"].dump() +
@@ -56,15 +57,17 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& m, bool byte
   if (!m.contains("vocab") || !m["vocab"].is_object())
     throw TokenizerError("tokenizer.json: model.vocab must be an object");
   const auto& vocab = m["vocab"];
-  bpe->vocab_.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() > 0x7FFFFFFF) {
-      throw TokenizerError("tokenizer.json: vocab id of \"" + it.key() + "\" is not a valid id");
+  bpe->vocab_.reserve(vocab.size() + streamed_vocab.size());
+  auto add_entry = [&](const std::string& token, const nlohmann::json& value) {
+    if (!value.is_number_unsigned() || value.get<uint64_t>() > 0x7FFFFFFF) {
+      throw TokenizerError("tokenizer.json: vocab id of \"" + token + "\" is not a valid id");
     }
-    auto id = static_cast<int32_t>(it.value().get<uint64_t>());
-    bpe->vocab_.insert_or_assign(it.key(), id);
+    auto id = static_cast<int32_t>(value.get<uint64_t>());
+    bpe->vocab_.insert_or_assign(token, id);
     bpe->max_id_ = std::max(bpe->max_id_, id);
-  }
+  };
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) add_entry(it.key(), it.value());
+  for (const auto& [token, value] : streamed_vocab) add_entry(token, value);
   bpe->vocab_r_.reserve(bpe->vocab_.size());
   for (const auto& [token, id] : bpe->vocab_) bpe->vocab_r_[id] = &token;
 

@@ -10,9 +10,10 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/merge_table.h"
@@ -22,8 +23,12 @@ namespace clef::tokenizer {
 
 class BpeModel {
  public:
-  // byte_level: words arrive as raw bytes and are mapped through the GPT-2 byte map.
-  static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model, bool byte_level);
+  // byte_level: words arrive as raw bytes and are mapped through the GPT-2 byte map. streamed_vocab
+  // holds vocab entries the JSON parser streamed past the DOM (they come after model["vocab"]'s
+  // own).
+  using VocabEntries = std::vector<std::pair<std::string, nlohmann::json>>;
+  static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model, bool byte_level,
+                                             const VocabEntries& streamed_vocab);
 
   // Per-call working memory, so that concurrent calls share nothing but the cache.
   struct Scratch {

@@ -6,7 +6,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -77,12 +76,40 @@ Tokenizer Tokenizer::load(const std::string& path) {
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
   nlohmann::json j;
+  // model.vocab (150k+ entries) is streamed into a flat list instead of nlohmann's std::map DOM,
+  // which more than halves the load time of large tokenizer.json files.
+  BpeModel::VocabEntries vocab;
+  std::string path[4];        // last key seen at depths 1..3
+  bool vocab_object = false;  // model.vocab is an object (a BPE vocab)
+  std::optional<std::string> bad_entry;
+  auto in_vocab = [&] { return vocab_object && path[1] == "model" && path[2] == "vocab"; };
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start && depth == 2 && path[1] == "model" && path[2] == "vocab") {
+      vocab_object = true;
+    }
+    if (event == E::key && depth >= 1 && depth <= 3) {
+      path[depth] = parsed.get<std::string>();
+      // A discarded key still reaches the value event below, which streams the entry.
+      return !(depth == 3 && in_vocab());
+    }
+    if (depth == 3 && in_vocab()) {
+      if (event == E::value) {
+        vocab.emplace_back(std::move(path[3]), std::move(parsed));
+        return false;
+      }
+      if ((event == E::object_start || event == E::array_start) && !bad_entry) bad_entry = path[3];
+    }
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(tokenizer_json);
+    j = nlohmann::json::parse(tokenizer_json.begin(), tokenizer_json.end(), callback);
   } catch (const nlohmann::json::exception& e) {
     throw TokenizerError(std::string("tokenizer.json is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw TokenizerError("tokenizer.json: top level must be an object");
+  if (bad_entry)
+    throw TokenizerError("tokenizer.json: vocab id of \"" + *bad_entry + "\" is not a valid id");
   auto impl = std::make_unique<Impl>();
   try {
     auto get = [&](const char* key) -> const nlohmann::json& {
@@ -92,7 +119,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
     impl->normalizer = Normalizer::from_json(get("normalizer"));
     impl->pre_tokenizer = PreTokenizer::from_json(get("pre_tokenizer"));
     if (!j.contains("model")) throw TokenizerError("tokenizer.json: no \"model\"");
-    impl->model = BpeModel::from_json(j["model"], impl->pre_tokenizer.byte_level());
+    impl->model = BpeModel::from_json(j["model"], impl->pre_tokenizer.byte_level(), vocab);
     // post_processor, truncation and padding only act with add_special_tokens=True or are
     // overridden by transformers; they never change the ids of encode(text,
     // add_special_tokens=False).

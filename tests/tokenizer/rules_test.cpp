@@ -360,6 +360,14 @@ TEST(TokenizerLoad, UnsupportedComponentsAreRefused) {
   j = base;
   j["pre_tokenizer"] = byte_level_pre(true, "(unclosed");
   EXPECT_NE(refused(j).find("(unclosed"), std::string::npos);
+  for (const json& bad_id : {json::object(), json(1.5), json(-3), json("7")}) {
+    j = base;
+    j["model"]["vocab"]["bad"] = bad_id;
+    EXPECT_NE(refused(j).find("\"bad\""), std::string::npos) << bad_id.dump();
+  }
+  j = base;
+  j["model"] = {{"type", "Unigram"}, {"vocab", json::array({json::array({"a", -1.0})})}};
+  EXPECT_NE(refused(j).find("Unigram"), std::string::npos);
   EXPECT_THROW(Tokenizer::from_json("{not json"), TokenizerError);
   EXPECT_THROW(Tokenizer::load("/nonexistent/tokenizer.json"), TokenizerError);
 }
