@@ -14,6 +14,9 @@ namespace {
 
 using nlohmann::json;
 
+// Far above any real model; keeps a corrupt count from allocating billions of expected tensors.
+constexpr int kMaxLayers = 4096;
+
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw LoadError(path + ": " + what);
 }
@@ -130,6 +133,8 @@ BackboneConfig parse_backbone_config(std::string_view config_json, const std::st
   TextConfig& t = out.text;
   t.hidden_size = get_int(tc, "hidden_size", path, 1);
   t.num_hidden_layers = get_int(tc, "num_hidden_layers", path, 1);
+  if (t.num_hidden_layers > kMaxLayers)
+    fail(path, "num_hidden_layers above " + std::to_string(kMaxLayers));
   t.intermediate_size = get_int(tc, "intermediate_size", path, 1);
   t.num_attention_heads = get_int(tc, "num_attention_heads", path, 1);
   t.num_key_value_heads = get_int(tc, "num_key_value_heads", path, 1);
@@ -203,6 +208,9 @@ HeadConfig parse_head_config(std::string_view head_config_json, const std::strin
   h.width = get_int(j, "width", path, 1);
   h.routing_layers = get_int(j, "routing_layers", path, 0);
   h.layers = get_int(j, "layers", path, 0);
+  if (h.routing_layers > kMaxLayers || h.layers > kMaxLayers) {
+    fail(path, "more than " + std::to_string(kMaxLayers) + " layers");
+  }
   h.heads = get_int(j, "heads", path, 1);
   h.feedforward = get_int(j, "feedforward", path, 1);
   if (h.width % h.heads != 0) {
