@@ -14,6 +14,7 @@ namespace {
 using testing::copy_release;
 using testing::load_error;
 using testing::ScratchDir;
+namespace fs = std::filesystem;
 
 bool contains(const std::string& s, const std::string& sub) {
   return s.find(sub) != std::string::npos;
@@ -118,6 +119,35 @@ TEST(Pinning, RevisionAndNameFromHuggingFaceCachePath) {
   LoadOptions opts;
   opts.revision = "pinned";
   EXPECT_EQ(Release::load(snap, opts)->revision, "pinned");
+}
+
+// A HF cache snapshot holds symlinks into ../../blobs: hashing and verifying follow them.
+TEST(Pinning, FollowsSnapshotSymlinks) {
+  ScratchDir tmp;
+  fs::path blobs = tmp.path() / "models--Org--m" / "blobs";
+  fs::path snap = tmp.path() / "models--Org--m" / "snapshots" / "c0ffee";
+  fs::create_directories(blobs);
+  fs::create_directories(snap);
+  for (const auto& e : fs::directory_iterator(testing::golden("models/tiny-r2"))) {
+    fs::path blob = blobs / ("blob-" + e.path().filename().string());
+    fs::copy_file(e.path(), blob);
+    fs::create_symlink(fs::relative(blob, snap), snap / e.path().filename());
+  }
+  auto hashes = hash_release(snap.string());
+  auto direct = hash_release(testing::golden("models/tiny-r2"));
+  ASSERT_EQ(hashes.size(), direct.size());
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    EXPECT_EQ(hashes[i].path, direct[i].path);
+    EXPECT_EQ(hashes[i].sha256, direct[i].sha256);
+  }
+  std::string sums = tmp / "SUMS";
+  testing::write_file(sums, format_sha256sum(direct));
+  LoadOptions opts;
+  opts.verify_file = sums;
+  auto r = Release::load(snap.string(), opts);
+  EXPECT_TRUE(r->weights_sha256_verified);
+  EXPECT_EQ(r->revision, "c0ffee");
+  EXPECT_EQ(r->name, "m");
 }
 
 }  // namespace
