@@ -20,7 +20,9 @@ const char* kSuffix =
     "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:";
 
 [[noreturn]] void refuse(std::vector<std::string> loc, std::string msg, std::string type) {
-  throw RequestError(FieldError{std::move(loc), std::move(msg), std::move(type)});
+  // Quoted request text (ids, keys) may hold lone surrogates: keep the error valid UTF-8.
+  for (auto& part : loc) part = escape_surrogates(part);
+  throw RequestError(FieldError{std::move(loc), escape_surrogates(msg), std::move(type)});
 }
 
 // Tokenizes pieces, refusing text the tokenizer must never see; repeated pieces ("\n", "OPTION 1:

@@ -35,7 +35,8 @@ struct EncodeOptions {
   Truncation truncation = Truncation::Error;  // default when the request does not say
 };
 
-// Throws RequestError: schema_too_long, state_too_long (with token counts), lone surrogates, empty spans.
+// Throws RequestError: schema_too_long, state_too_long (with token counts), lone surrogates, empty
+// spans.
 EncodedRequest encode_request(const ValidatedRequest& req, const tokenizer::Tokenizer& tok,
                               const EncodeOptions& opts);
 

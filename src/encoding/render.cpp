@@ -21,6 +21,24 @@ bool has_surrogate_bytes(std::string_view s) {
   return false;
 }
 
+std::string escape_surrogates(std::string_view s) {
+  if (!has_surrogate_bytes(s)) return std::string(s);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+    if (b(i) == 0xED && i + 2 < s.size() && b(i + 1) >= 0xA0) {
+      const unsigned cp = 0xD000u | ((b(i + 1) & 0x3Fu) << 6) | (b(i + 2) & 0x3Fu);
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += hex[(cp >> shift) & 0xF];
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 size_t count_code_points(std::string_view s) {
   size_t n = 0;
   for (char c : s)

@@ -19,6 +19,10 @@ std::string render_option(const std::string& id, const json::Value& description)
 // escapes produce these; the parser refuses them in raw UTF-8).
 bool has_surrogate_bytes(std::string_view s);
 
+// The text with every WTF-8 encoded surrogate written as a "\udXXX" escape, so that error messages
+// and locations quoting request text stay valid UTF-8.
+std::string escape_surrogates(std::string_view s);
+
 // Number of Unicode code points in valid UTF-8.
 size_t count_code_points(std::string_view s);
 

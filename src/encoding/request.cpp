@@ -15,7 +15,9 @@ const char* kDefaultFalse = "The proposition is false or the answer is no.";
 
 [[noreturn]] void refuse(std::vector<std::string> loc, std::string msg, std::string type,
                          int status = 422) {
-  throw RequestError(FieldError{std::move(loc), std::move(msg), std::move(type)}, status);
+  // Quoted request text (ids, keys) may hold lone surrogates: keep the error valid UTF-8.
+  for (auto& part : loc) part = escape_surrogates(part);
+  throw RequestError(FieldError{std::move(loc), escape_surrogates(msg), std::move(type)}, status);
 }
 
 std::vector<std::string> qloc(const std::string& qid, const char* field = nullptr) {

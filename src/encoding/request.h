@@ -1,6 +1,6 @@
 // Validated System One request (spec/encoding.md §2, §5; spec/protocol.md "Request").
-// validate_request performs the reference's checks in the reference's order plus this project's limits,
-// and throws RequestError naming the field (FastAPI-style loc) on the first failure.
+// validate_request performs the reference's checks in the reference's order plus this project's
+// limits, and throws RequestError naming the field (FastAPI-style loc) on the first failure.
 #pragma once
 
 #include <stdexcept>
@@ -39,17 +39,17 @@ struct Option {
 struct Question {
   std::string id;
   QuestionType type = QuestionType::Noul;
-  json::Value instructions;             // as sent (may be null / absent -> null)
-  std::vector<Option> options;          // MODEL order (choice: keys sorted by code point)
-  std::vector<size_t> request_order;    // indices into `options`, in the request's key order
-  json::Value criteria;                 // as sent (score legend uses it unchanged)
+  json::Value instructions;           // as sent (may be null / absent -> null)
+  std::vector<Option> options;        // MODEL order (choice: keys sorted by code point)
+  std::vector<size_t> request_order;  // indices into `options`, in the request's key order
+  json::Value criteria;               // as sent (score legend uses it unchanged)
 };
 
 struct ValidatedRequest {
   std::string model;
   json::Value state;
-  std::vector<Question> questions;      // request order
-  std::optional<Truncation> truncation; // the request's own "truncation", if given
+  std::vector<Question> questions;       // request order
+  std::optional<Truncation> truncation;  // the request's own "truncation", if given
 };
 
 struct Limits {

@@ -167,6 +167,8 @@ TEST(Encode, LoneSurrogatesRefused) {
   EXPECT_EQ(e.error.loc, (std::vector<std::string>{"body", "state"}));
   e = refusal(R"({"model":"m","state":"s","questions":{"q\ud800":{"type":"noul"}}})");
   EXPECT_EQ(e.error.loc.at(1), "questions");
+  // The id is quoted back with the surrogate escaped, so the error itself stays valid UTF-8.
+  EXPECT_EQ(e.error.loc.at(2), "q\\ud800");
   e = refusal(
       R"({"model":"m","state":"s","questions":{"q":{"type":"choice","criteria":{"\udc00":1}}}})");
   EXPECT_EQ(e.error.loc, (std::vector<std::string>{"body", "questions", "q", "criteria"}));
@@ -178,6 +180,15 @@ TEST(Encode, LoneSurrogatesRefused) {
       enc(R"({"model":"m","state":"s","questions":{"q":{"type":"noul","criteria":{"\ud800":1}}}})")
           .questions.size(),
       1u);
+}
+
+TEST(Render, EscapeSurrogates) {
+  using clef::encoding::escape_surrogates;
+  EXPECT_EQ(escape_surrogates("plain \xC3\xA9"), "plain \xC3\xA9");
+  EXPECT_EQ(escape_surrogates("a\xED\xA0\x80"
+                              "b\xED\xBF\xBF"),
+            "a\\ud800b\\udfff");
+  EXPECT_EQ(escape_surrogates("\xED\x9F\xBF"), "\xED\x9F\xBF");  // U+D7FF is no surrogate
 }
 
 TEST(Encode, EncodedToJsonFormat) {
