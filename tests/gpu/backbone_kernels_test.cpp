@@ -226,7 +226,8 @@ TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
     std::vector<float> ref(no);
     ref::gated_delta_rule(q.data(), k.data(), v.data(), g.data(), beta.data(), c.T, c.Hk, c.Hv,
                           c.dk, c.dv, ref.data());
-    CLEF_EXPECT_CLOSE(to_host<E>(o, no), ref, kBf16<E> ? 5e-3 : 2e-5);
+    CLEF_EXPECT_CLOSE(to_host<E>(o, no), ref,
+                      kBf16<E> ? 1e-2 : 2e-5);  // bf16: TF32 matmuls + bf16 output
   }
 }
 

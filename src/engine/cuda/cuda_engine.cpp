@@ -156,8 +156,12 @@ class Impl final : public CudaEngine {
     i.backend = "cuda";
     i.device = device_;
     i.dtype = std::is_same_v<E, float> ? "float32" : "bfloat16";
+    const bool tc = !std::is_same_v<E, float> && cfg_.linear_key_head_dim % 16 == 0 &&
+                    cfg_.linear_value_head_dim % 16 == 0;
     i.kernels["linear_attention"] =
-        "chunked gated delta rule (chunk 64, fp32 SIMT, value columns split)";
+        tc ? "chunked gated delta rule (chunk 64, TF32 wmma matmuls, fp32 state, value columns "
+             "split)"
+           : "chunked gated delta rule (chunk 64, fp32 SIMT, value columns split)";
     i.kernels["attention"] = std::is_same_v<E, float>
                                  ? "flash attention fp32 SIMT (generic)"
                                  : "flash attention bf16 mma.sync (sm80+, generic)";
