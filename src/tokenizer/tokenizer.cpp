@@ -112,10 +112,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
     throw TokenizerError("tokenizer.json: vocab id of \"" + *bad_entry + "\" is not a valid id");
   auto impl = std::make_unique<Impl>();
   try {
-    auto get = [&](const char* key) -> const nlohmann::json& {
-      static const nlohmann::json null_value;
-      return j.contains(key) ? j[key] : null_value;
-    };
+    // Small sections only (the model is read in place below); a missing one reads as null.
+    auto get = [&](const char* key) { return j.contains(key) ? j[key] : nlohmann::json(); };
     impl->normalizer = Normalizer::from_json(get("normalizer"));
     impl->pre_tokenizer = PreTokenizer::from_json(get("pre_tokenizer"));
     if (!j.contains("model")) throw TokenizerError("tokenizer.json: no \"model\"");
@@ -123,7 +121,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
     // post_processor, truncation and padding only act with add_special_tokens=True or are
     // overridden by transformers; they never change the ids of encode(text,
     // add_special_tokens=False).
-    const auto& dec = get("decoder");
+    const nlohmann::json dec = get("decoder");
     if (dec.is_null()) {
       impl->decoder = Impl::Decoder::kNone;
     } else if (dec.is_object() && dec.contains("type") && dec["type"] == "ByteLevel") {
@@ -136,7 +134,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
     }
 
     std::vector<AddedToken> tokens;
-    const auto& added = get("added_tokens");
+    const nlohmann::json added = get("added_tokens");
     if (!added.is_null() && !added.is_array())
       throw TokenizerError("tokenizer.json: added_tokens must be an array");
     if (added.is_array()) {
