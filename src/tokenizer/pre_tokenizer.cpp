@@ -82,12 +82,10 @@ void PreTokenizer::add_step(const nlohmann::json& j) {
     steps_.push_back({Regex(text, literal), parse_behavior(j["behavior"].get<std::string>()),
                       get_bool(j, "invert", false)});
   } else if (type == "ByteLevel") {
-    if (get_bool(j, "add_prefix_space", true)) {
-      throw TokenizerError(
-          "tokenizer.json: ByteLevel pre_tokenizer with add_prefix_space=true is not supported");
-    }
+    prefix_space_ = get_bool(j, "add_prefix_space", true);
     if (get_bool(j, "use_regex", true)) {
-      steps_.push_back({Regex(kGpt2Pattern, false), Behavior::kIsolated, false});
+      (prefix_space_ ? after_prefix_ : steps_)
+          .push_back({Regex(kGpt2Pattern, false), Behavior::kIsolated, false});
     }
     byte_level_ = true;
   } else if (type == "Digits") {
@@ -106,76 +104,106 @@ void PreTokenizer::add_step(const nlohmann::json& j) {
   }
 }
 
-void PreTokenizer::split(std::string_view piece, std::vector<Range>& words) const {
-  std::vector<Range> cur{{0, piece.size()}};
-  std::vector<Range> next;
+void PreTokenizer::split_one(const SplitStep& step, std::string_view piece, const Range& r,
+                             std::vector<Range>& out) {
   std::vector<Piece> found;
+  std::string_view s = piece.substr(r.begin, r.end - r.begin);
+  // Matches and the gaps between them, covering s (HF Pattern::find_matches).
+  found.clear();
+  size_t prev = 0;
+  step.regex.for_each_match(s, [&](size_t b, size_t e) {
+    if (prev != b) found.push_back({prev, b, false});
+    found.push_back({b, e, true});
+    prev = e;
+  });
+  if (prev != s.size()) found.push_back({prev, s.size(), false});
+  if (step.invert) {
+    for (Piece& p : found) p.is_match = !p.is_match;
+  }
+  // Apply the delimiter behaviour (HF NormalizedString::split); `remove` marks dropped pieces.
+  std::vector<Piece> kept;  // is_match reused as "remove"
+  bool previous_match = false;
+  switch (step.behavior) {
+    case Behavior::kIsolated:
+      for (const Piece& p : found) kept.push_back({p.begin, p.end, false});
+      break;
+    case Behavior::kRemoved:
+      kept = found;
+      break;
+    case Behavior::kContiguous:
+      for (const Piece& p : found) {
+        if (p.is_match == previous_match && !kept.empty()) {
+          kept.back().end = p.end;
+        } else {
+          kept.push_back({p.begin, p.end, false});
+        }
+        previous_match = p.is_match;
+      }
+      break;
+    case Behavior::kMergedWithPrevious:
+      for (const Piece& p : found) {
+        if (p.is_match && !previous_match && !kept.empty()) {
+          kept.back().end = p.end;
+        } else {
+          kept.push_back({p.begin, p.end, false});
+        }
+        previous_match = p.is_match;
+      }
+      break;
+    case Behavior::kMergedWithNext:
+      for (auto it = found.rbegin(); it != found.rend(); ++it) {
+        if (it->is_match && !previous_match && !kept.empty()) {
+          kept.back().begin = it->begin;
+        } else {
+          kept.push_back({it->begin, it->end, false});
+        }
+        previous_match = it->is_match;
+      }
+      std::reverse(kept.begin(), kept.end());
+      break;
+  }
+  for (const Piece& p : kept) {
+    if (!p.is_match && p.end > p.begin) out.push_back({r.begin + p.begin, r.begin + p.end});
+  }
+}
+
+void PreTokenizer::split(std::string_view piece, Scratch& scratch,
+                         std::vector<std::string_view>& words) const {
+  auto& cur = scratch.ranges;
+  auto& next = scratch.next;
+  cur.assign(1, Range{0, piece.size()});
   for (const SplitStep& step : steps_) {
     next.clear();
-    for (const Range& r : cur) {
-      std::string_view s = piece.substr(r.begin, r.end - r.begin);
-      // Matches and the gaps between them, covering s (HF Pattern::find_matches).
-      found.clear();
-      size_t prev = 0;
-      step.regex.for_each_match(s, [&](size_t b, size_t e) {
-        if (prev != b) found.push_back({prev, b, false});
-        found.push_back({b, e, true});
-        prev = e;
-      });
-      if (prev != s.size()) found.push_back({prev, s.size(), false});
-      if (step.invert) {
-        for (Piece& p : found) p.is_match = !p.is_match;
-      }
-      // Apply the delimiter behaviour (HF NormalizedString::split); `remove` marks dropped pieces.
-      std::vector<Piece> kept;  // is_match reused as "remove"
-      bool previous_match = false;
-      switch (step.behavior) {
-        case Behavior::kIsolated:
-          for (const Piece& p : found) kept.push_back({p.begin, p.end, false});
-          break;
-        case Behavior::kRemoved:
-          kept = found;
-          break;
-        case Behavior::kContiguous:
-          for (const Piece& p : found) {
-            if (p.is_match == previous_match && !kept.empty()) {
-              kept.back().end = p.end;
-            } else {
-              kept.push_back({p.begin, p.end, false});
-            }
-            previous_match = p.is_match;
-          }
-          break;
-        case Behavior::kMergedWithPrevious:
-          for (const Piece& p : found) {
-            if (p.is_match && !previous_match && !kept.empty()) {
-              kept.back().end = p.end;
-            } else {
-              kept.push_back({p.begin, p.end, false});
-            }
-            previous_match = p.is_match;
-          }
-          break;
-        case Behavior::kMergedWithNext:
-          for (auto it = found.rbegin(); it != found.rend(); ++it) {
-            if (it->is_match && !previous_match && !kept.empty()) {
-              kept.back().begin = it->begin;
-            } else {
-              kept.push_back({it->begin, it->end, false});
-            }
-            previous_match = it->is_match;
-          }
-          std::reverse(kept.begin(), kept.end());
-          break;
-      }
-      for (const Piece& p : kept) {
-        if (!p.is_match && p.end > p.begin) next.push_back({r.begin + p.begin, r.begin + p.end});
-      }
-    }
+    for (const Range& r : cur) split_one(step, piece, r, next);
     cur.swap(next);
   }
+  words.clear();
+  if (!prefix_space_) {
+    for (const Range& r : cur) {
+      if (r.end > r.begin) words.push_back(piece.substr(r.begin, r.end - r.begin));
+    }
+    return;
+  }
+  // Reserve first: the views below must not be invalidated by a reallocation.
+  std::string& buf = scratch.prefixed;
+  buf.clear();
+  buf.reserve(piece.size() + cur.size());
   for (const Range& r : cur) {
-    if (r.end > r.begin) words.push_back(r);
+    if (r.end == r.begin) continue;
+    std::string_view sub = piece.substr(r.begin, r.end - r.begin);
+    size_t start = buf.size();
+    if (sub[0] != ' ') buf += ' ';
+    buf += sub;
+    std::string_view prefixed(buf.data() + start, buf.size() - start);
+    std::vector<Range> parts{{0, prefixed.size()}};
+    for (const SplitStep& step : after_prefix_) {
+      next.clear();
+      for (const Range& pr : parts) split_one(step, prefixed, pr, next);
+      parts.assign(next.begin(), next.end());
+    }
+    for (const Range& pr : parts) {
+      if (pr.end > pr.begin) words.push_back(prefixed.substr(pr.begin, pr.end - pr.begin));
+    }
   }
 }
 

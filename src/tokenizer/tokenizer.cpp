@@ -28,11 +28,10 @@ struct Tokenizer::Impl {
   ByteLevelMap byte_map;
 
   void encode_piece(std::string_view piece, BpeModel::Scratch& scratch,
-                    std::vector<PreTokenizer::Range>& words, std::vector<int32_t>& out) const {
-    words.clear();
-    pre_tokenizer.split(piece, words);
-    for (const auto& w : words)
-      model->tokenize(piece.substr(w.begin, w.end - w.begin), scratch, out);
+                    PreTokenizer::Scratch& pre_scratch, std::vector<std::string_view>& words,
+                    std::vector<int32_t>& out) const {
+    pre_tokenizer.split(piece, pre_scratch, words);
+    for (std::string_view w : words) model->tokenize(w, scratch, out);
   }
 };
 
@@ -171,7 +170,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view utf8) const {
   std::vector<int32_t> out;
   out.reserve(utf8.size() / 3 + 8);
   BpeModel::Scratch scratch;
-  std::vector<PreTokenizer::Range> words;
+  PreTokenizer::Scratch pre_scratch;
+  std::vector<std::string_view> words;
   std::vector<AddedSplit> raw_splits, norm_splits;
   im.added.find_matches(utf8, false, raw_splits);
   for (const AddedSplit& rs : raw_splits) {
@@ -188,7 +188,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view utf8) const {
       if (ns.id >= 0) {
         out.push_back(ns.id);
       } else {
-        im.encode_piece(piece.substr(ns.begin, ns.end - ns.begin), scratch, words, out);
+        im.encode_piece(piece.substr(ns.begin, ns.end - ns.begin), scratch, pre_scratch, words,
+                        out);
       }
     }
   }

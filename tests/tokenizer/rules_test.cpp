@@ -278,6 +278,24 @@ TEST(TokenizerPreTokenizer, DigitsAndPunctuationSplit) {
             (Ids{'a', ','}));
 }
 
+TEST(TokenizerPreTokenizer, ByteLevelPrefixSpaceGoesOnEachPiece) {
+  std::vector<std::string> extra = {byte_char(' ') + "a"};
+  json merges = json::array({byte_char(' ') + " a"});
+  json bl = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}};
+  auto tok = [&](const json& pre) {
+    return make(byte_tokenizer(extra, merges, json::array(), json(), pre));
+  };
+  EXPECT_EQ(tok(bl).encode("ab"), (Ids{256, 'b'}));
+  EXPECT_EQ(tok(bl).encode(" ab"), (Ids{256, 'b'}));  // already starts with a space
+  // After a Split, every piece gets its own space: "a", " ", "b" -> " a", " ", " b".
+  json split = {{"type", "Split"}, {"pattern", {{"Regex", "\\s"}}}, {"behavior", "Isolated"}};
+  json seq = {{"type", "Sequence"}, {"pretokenizers", json::array({split, bl})}};
+  EXPECT_EQ(tok(seq).encode("a b"), (Ids{256, ' ', ' ', 'b'}));
+  // use_regex: the GPT-2 split runs on the prefixed text (" a" stays one word, then " a" again).
+  json bl_regex = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
+  EXPECT_EQ(tok(bl_regex).encode("a a"), (Ids{256, 256}));
+}
+
 TEST(TokenizerPreTokenizer, PatternsFollowOnigurumaMeanings) {
   auto matches = [](const std::string& pattern, const std::string& text) {
     std::vector<std::pair<size_t, size_t>> out;
@@ -354,9 +372,6 @@ TEST(TokenizerLoad, UnsupportedComponentsAreRefused) {
   j = base;
   j["model"]["dropout"] = 0.1;
   EXPECT_NE(refused(j).find("dropout"), std::string::npos);
-  j = base;
-  j["pre_tokenizer"]["add_prefix_space"] = true;
-  EXPECT_NE(refused(j).find("add_prefix_space"), std::string::npos);
   j = base;
   j["pre_tokenizer"] = byte_level_pre(true, "(unclosed");
   EXPECT_NE(refused(j).find("(unclosed"), std::string::npos);
