@@ -322,6 +322,12 @@ std::string gb(uint64_t bytes) {
 
 }  // namespace
 
+namespace {
+void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPreset preset,
+                   const std::string& tok_json, const std::string& tok_config, int threads,
+                   const std::function<void(const std::string&)>& progress);
+}  // namespace
+
 std::vector<std::string> make_model_presets() {
   return {"tiny", "small", "flash", "clef"};
 }
@@ -392,12 +398,36 @@ void make_model(const MakeModelOptions& opts) {
     throw std::runtime_error("make-model: " + out.string() +
                              " exists and is not empty (use --force)");
   }
-  fs::path tmp = out.string() + ".partial";
+  // A private staging folder: a concurrent make-model of the same out_dir cannot clobber it, and a
+  // failure leaves no half-written release behind.
+  fs::path tmp = out.string() + ".partial-" + std::to_string(::getpid());
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
-  if (ec)
+  if (ec) {
     throw std::runtime_error("make-model: cannot create " + tmp.string() + ": " + ec.message());
+  }
+  try {
+    write_release(tmp, opts, preset, tok_json, tok_config, threads, progress);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  if (opts.overwrite && fs::exists(out, ec)) fs::remove_all(out, ec);
+  fs::rename(tmp, out, ec);
+  if (ec) {
+    fs::remove_all(tmp, ec);
+    throw std::runtime_error("make-model: cannot rename the staging folder to " + out.string() +
+                             " (made concurrently?)");
+  }
+  progress("wrote " + out.string());
+}
 
+namespace {
+
+void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPreset preset,
+                   const std::string& tok_json, const std::string& tok_config, int threads,
+                   const std::function<void(const std::string&)>& progress) {
+  const TextConfig& t = preset.text;
   write_text(tmp / "config.json", config_json(t).dump(2) + "\n");
   write_text(tmp / "generation_config.json", json{{"_from_model_config", true},
                                                   {"output_attentions", false},
@@ -473,13 +503,8 @@ void make_model(const MakeModelOptions& opts) {
   });
   progress("writing joint_head.safetensors");
   write_planned((tmp / "joint_head.safetensors").string(), head, threads);
-
-  if (fs::exists(out, ec)) fs::remove_all(out, ec);
-  fs::rename(tmp, out, ec);
-  if (ec)
-    throw std::runtime_error("make-model: cannot rename " + tmp.string() + " to " + out.string() +
-                             ": " + ec.message());
-  progress("wrote " + out.string());
 }
+
+}  // namespace
 
 }  // namespace clef::model

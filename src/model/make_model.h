@@ -34,7 +34,8 @@ std::vector<std::string> make_model_presets();
 // Throws std::invalid_argument for an unknown name.
 ModelPreset make_model_preset(const std::string& name);
 
-// Writes the release (into "<out_dir>.partial", renamed when complete). Throws std::runtime_error.
+// Writes the release into a private "<out_dir>.partial-<pid>" folder, renamed to out_dir when
+// complete (removed on failure). Throws std::runtime_error.
 void make_model(const MakeModelOptions& opts);
 
 }  // namespace clef::model
