@@ -3,6 +3,7 @@
 // limits, and throws RequestError naming the field (FastAPI-style loc) on the first failure.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>

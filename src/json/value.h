@@ -1,7 +1,8 @@
-// A JSON value with Python's semantics, so a request renders exactly as the reference's json.dumps would:
-// member order kept (duplicate keys: last value wins, at the first key's position, like a Python dict),
-// integers kept as their exact decimal digits (any size), floats as doubles, and lone UTF-16 surrogate
-// escapes tolerated at parse time (Python accepts them) but flagged so the encoder can refuse them.
+// A JSON value with Python's semantics, so a request renders exactly as the reference's json.dumps
+// would: member order kept (duplicate keys: last value wins, at the first key's position, like a
+// Python dict), integers kept as their exact decimal digits (any size), floats as doubles, and lone
+// UTF-16 surrogate escapes tolerated at parse time (Python accepts them) but flagged so the encoder
+// can refuse them.
 #pragma once
 
 #include <cstdint>
@@ -42,9 +43,9 @@ class Value {
   bool is_object() const { return kind_ == Kind::Object; }
 
   bool as_bool() const { return bool_; }
-  const std::string& int_text() const { return text_; }  // Kind::Int: exact digits
-  std::optional<int64_t> as_int64() const;               // Kind::Int within range
-  double as_double() const;                              // Int or Float
+  const std::string& int_text() const { return text_; }   // Kind::Int: exact digits
+  std::optional<int64_t> as_int64() const;                // Kind::Int within range
+  double as_double() const;                               // Int or Float
   const std::string& as_string() const { return text_; }  // Kind::String, UTF-8
   // True when the string came from a lone surrogate escape ("\ud800"); its bytes then hold that
   // code unit WTF-8 encoded, which is not valid UTF-8 and must never reach the tokenizer.
@@ -82,14 +83,15 @@ struct ParseOptions {
   size_t max_int_digits = 4300;  // Python's int parsing limit
 };
 
-// Strict RFC 8259 JSON (no NaN/Infinity literals, no trailing commas, no comments). Refuses floats that
-// overflow a double (Python would render them as Infinity). Invalid UTF-8 in the input is an error.
-// Returns the value or fills `error` and returns nullopt.
+// Strict RFC 8259 JSON (no NaN/Infinity literals, no trailing commas, no comments). Refuses floats
+// that overflow a double (Python would render them as Infinity). Invalid UTF-8 in the input is an
+// error. Returns the value or fills `error` and returns nullopt.
 std::optional<Value> parse(std::string_view text, ParseError* error, const ParseOptions& opts = {});
 
 // Python's json.dumps(v, ensure_ascii=False, separators=(",", ":"), sort_keys=True).
 std::string dumps_python_sorted(const Value& v);
-// Compact JSON in member order; floats written as Python writes them (repr). For responses and CLI output.
+// Compact JSON in member order; floats written as Python writes them (repr). For responses and CLI
+// output.
 std::string dumps(const Value& v);
 
 // Python repr(float): shortest round-trip digits, Python's layout ("1.0", "1e-07", "1e+16", "inf").
