@@ -139,7 +139,10 @@ void Regex::for_each_match(std::string_view text,
   Stack stack(nullptr, &pcre2_jit_stack_free);
   if (!md) throw TokenizerError("out of memory for regex match data");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  // The iteration of the onig crate's find_iter: an empty match right where the previous match
+  // ended is skipped by stepping one character; other empty matches are reported.
   size_t pos = 0;
+  size_t last_match_end = utf8::npos;
   while (pos <= text.size()) {
     int rc = impl_->jit
                  ? pcre2_jit_match(impl_->code, subject, text.size(), pos, 0, md.get(), ctx.get())
@@ -157,14 +160,13 @@ void Regex::for_each_match(std::string_view text,
     if (rc < 0) throw TokenizerError("pre-tokenizer regex failed: " + pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     size_t start = ov[0], end = ov[1];
-    if (end > start) {
-      on_match(start, end);
-      pos = end;
-    } else {
-      // Empty match: step one character, as Oniguruma's iterator does.
-      if (start >= text.size()) return;
-      pos = start + utf8::sequence_length(static_cast<unsigned char>(text[start]));
+    if (end == start && last_match_end == end) {
+      pos += pos < text.size() ? utf8::sequence_length(static_cast<unsigned char>(text[pos])) : 1;
+      continue;
     }
+    pos = end;
+    last_match_end = end;
+    on_match(start, end);
   }
 }
 

@@ -26,8 +26,8 @@ class Regex {
   Regex& operator=(Regex&&) noexcept;
   ~Regex();
 
-  // Calls on_match(start, end) for each successive non-overlapping match in text (valid UTF-8).
-  // Empty matches are skipped, like Oniguruma's find_iter followed by HF's empty-piece filter.
+  // Calls on_match(start, end) for each successive non-overlapping match in text (valid UTF-8),
+  // empty ones included, exactly as HF's Oniguruma find_iter reports them.
   void for_each_match(std::string_view text,
                       const std::function<void(size_t, size_t)>& on_match) const;
 

@@ -257,6 +257,14 @@ TEST(TokenizerPreTokenizer, SplitIsolatedKeepsMatchesApart) {
       (Ids{'b', 256}));
 }
 
+TEST(TokenizerPreTokenizer, EmptyMatchesStillSplit) {
+  // HF turns each empty match into a boundary: "ab" becomes "a" and "b", so "a b" cannot merge.
+  Tokenizer t = make(byte_tokenizer({"ab"}, json::array({"a b"}), json::array(), json(),
+                                    byte_level_pre(true, "x*")));
+  EXPECT_EQ(t.encode("ab"), (Ids{'a', 'b'}));
+  EXPECT_EQ(make(byte_tokenizer({"ab"}, json::array({"a b"}))).encode("ab"), (Ids{256}));
+}
+
 TEST(TokenizerPreTokenizer, DigitsAndPunctuationSplit) {
   json bl = byte_level_pre(false);
   auto with = [&](const json& step) {
@@ -320,6 +328,9 @@ TEST(TokenizerPreTokenizer, PatternsFollowOnigurumaMeanings) {
   EXPECT_EQ(matches("(?i:'s|'ll)", "IT'S we'LL"), (M{{2, 4}, {7, 10}}));
   EXPECT_EQ(matches("\\s+(?!\\S)", "a   b"), (M{{1, 3}}));
   EXPECT_EQ(matches("\\u0041+", "xAAy"), (M{{1, 3}}));  // Oniguruma's \uHHHH escape
+  // Empty matches are reported, except one right where the previous match ended (onig find_iter).
+  EXPECT_EQ(matches("x*", "ab"), (M{{0, 0}, {1, 1}, {2, 2}}));
+  EXPECT_EQ(matches("a*", "aab"), (M{{0, 2}, {3, 3}}));
 }
 
 TEST(TokenizerModel, UnknownCharactersUseUnkOrByteFallback) {
