@@ -190,6 +190,12 @@ void Server::Impl::setup() {
   http.new_task_queue = [n = opts.http_threads] {
     return new httplib::ThreadPool(static_cast<size_t>(n));
   };
+  // httplib's default also sets SO_REUSEPORT, which would let a second server share the port
+  // silently; only SO_REUSEADDR (restart while old connections linger in TIME_WAIT).
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof yes);
+  });
   http.set_payload_max_length(opts.max_body_bytes);
   http.set_read_timeout(opts.read_timeout_s, 0);
   http.set_write_timeout(opts.read_timeout_s, 0);
@@ -308,7 +314,8 @@ void Server::Impl::dispatch(const httplib::Request& req, httplib::Response& res)
 }
 
 void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Response& res) {
-  if (shutting_down) return send_detail(res, 503, "The server is shutting down");
+  // No shutting-down check here: a request that reached this point is in flight and is finished
+  // during the drain; new connections are no longer accepted once shutdown began.
   if (!req.has_header("Content-Type") ||
       !is_json_content_type(req.get_header_value("Content-Type")))
     return send_detail(res, 415, "Content-Type must be application/json");

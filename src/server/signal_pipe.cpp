@@ -25,7 +25,8 @@ extern "C" void on_signal(int sig) {
 
 }  // namespace
 
-SignalPipe::SignalPipe(std::initializer_list<int> signals) : signals_(signals.begin(), signals.end()) {
+SignalPipe::SignalPipe(std::initializer_list<int> signals)
+    : signals_(signals.begin(), signals.end()) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   read_fd_ = fds[0];

@@ -11,7 +11,7 @@
 namespace clef::server_test {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 int port() {
   ServerProcess& s = shared_server();

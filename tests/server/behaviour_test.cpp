@@ -21,7 +21,7 @@
 namespace clef::server_test {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 const char* kSmall =
@@ -38,8 +38,8 @@ std::string slow_request(int words) {
   return req.dump();
 }
 
-double metric(int port, const std::string& name) {
-  HttpResponse r = http(port, "GET", "/metrics");
+double metric(KeepAliveClient& client, const std::string& name) {
+  HttpResponse r = client.get("/metrics");
   std::smatch m;
   std::regex re("\n" + name + " ([^\n]+)\n");
   if (!std::regex_search(r.body, m, re)) return -1;
@@ -160,9 +160,11 @@ TEST(ServerShutdown, SigtermDrainsInFlightRequestAndExitsZero) {
 
   HttpResponse in_flight;
   std::thread client([&] { in_flight = post_json(srv.port(), req); });
-  // Wait until the request is being handled (the /metrics request itself counts as one).
+  // Wait until the request is being handled (the /metrics request itself counts as one; polled on
+  // one keep-alive connection so that an earlier poll cannot still be counted).
+  KeepAliveClient poller(srv.port());
   auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (metric(srv.port(), "clef_in_flight_requests") < 2 && Clock::now() < deadline)
+  while (metric(poller, "clef_in_flight_requests") < 2 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   srv.signal(SIGTERM);
   client.join();
@@ -282,6 +284,36 @@ TEST(ServerLog, JsonAccessLogLines) {
     }
   }
   EXPECT_TRUE(saw_access) << srv.log();
+}
+
+}  // namespace
+}  // namespace clef::server_test
+
+namespace clef::server_test {
+namespace {
+
+// No --model: the built-in demo model is generated into the cache folder on first use, labelled as
+// a demo in the log and in /health, and reused by the next start.
+TEST(ServerDemo, ServesTheGeneratedDemoModel) {
+  char tmpl[] = "/tmp/clef_demo_cache_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string cache = tmpl;
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "first start (generates)" : "second start (cached)");
+    ServerProcess srv({}, {{"XDG_CACHE_HOME", cache}});
+    ASSERT_TRUE(srv.started()) << srv.log();
+    nlohmann::ordered_json h = http(srv.port(), "GET", "/health").json();
+    EXPECT_EQ(h["demo"], true);
+    EXPECT_EQ(h["model"], "clef-demo");
+    EXPECT_EQ(http(srv.port(), "GET", "/v1/models").json()["data"][0]["id"], "clef-demo");
+    HttpResponse r = post_json(srv.port(), kSmall);
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(srv.log().find("DEMO"), std::string::npos) << srv.log();
+    bool generated = srv.log().find("generating the demo model") != std::string::npos;
+    EXPECT_EQ(generated, run == 0) << srv.log();
+  }
+  std::string out;
+  run_program({"/bin/rm", "-rf", cache}, "", &out);
 }
 
 }  // namespace

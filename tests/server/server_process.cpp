@@ -90,7 +90,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args,
 
   // Start-up (load + warm-up) takes well under a second on the tiny model; sanitizer builds are
   // slower, so allow a minute.
-  static const std::regex listening(R"(listening .*port=(\d+))");
+  // Text: `... listening url=... port=N ...`; JSON: `..."event":"listening",..."port":N,...`.
+  static const std::regex listening(R"re(listening.*port(?:=|":)(\d+))re");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
     std::smatch m;
@@ -102,6 +103,7 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args,
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       exited_ = true;
+      exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -126,15 +128,15 @@ void ServerProcess::signal(int sig) const {
 }
 
 int ServerProcess::wait_exit(double timeout_s) {
+  if (exited_) return exit_status_;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (true) {
     int status = 0;
     pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       exited_ = true;
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-      return -1;
+      exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return exit_status_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -259,6 +261,33 @@ HttpResponse http(int port, const std::string& method, const std::string& path,
   }
   close(fd);
   if (!parse_response(raw, &r)) r = HttpResponse{};
+  return r;
+}
+
+KeepAliveClient::KeepAliveClient(int port) : fd_(connect_loopback(port)) {}
+
+KeepAliveClient::~KeepAliveClient() {
+  if (fd_ >= 0) close(fd_);
+}
+
+HttpResponse KeepAliveClient::get(const std::string& path, double timeout_s) {
+  HttpResponse r;
+  if (fd_ < 0) return r;
+  if (!send_all(fd_, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")) return r;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  char buf[65536];
+  while (!parse_response(pending_, &r)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    pollfd p{fd_, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) return HttpResponse{};
+    ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return HttpResponse{};
+    pending_.append(buf, static_cast<size_t>(n));
+  }
+  size_t used = pending_.find("\r\n\r\n") + 4 + r.body.size();
+  pending_.erase(0, used);
   return r;
 }
 

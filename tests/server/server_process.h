@@ -37,6 +37,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = -1;
   bool exited_ = false;
+  int exit_status_ = -1;  // valid once exited_
   std::string log_path_;
 };
 
@@ -52,7 +53,9 @@ struct HttpResponse {
     auto it = headers.find(lower_name);
     return it == headers.end() ? std::string() : it->second;
   }
-  nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }
+  nlohmann::ordered_json json() const {
+    return nlohmann::ordered_json::parse(body, nullptr, false);
+  }
 };
 
 // One request on a fresh connection ("Connection: close"), raw sockets so that every header (or its
@@ -63,6 +66,19 @@ HttpResponse http(int port, const std::string& method, const std::string& path,
                   double timeout_s = 60);
 HttpResponse post_json(int port, const std::string& body,
                        const std::vector<std::pair<std::string, std::string>>& headers = {});
+
+// Several requests over ONE keep-alive connection: the server finishes each request (including its
+// bookkeeping) before it reads the next one from the same connection.
+class KeepAliveClient {
+ public:
+  explicit KeepAliveClient(int port);
+  ~KeepAliveClient();
+  HttpResponse get(const std::string& path, double timeout_s = 30);
+
+ private:
+  int fd_ = -1;
+  std::string pending_;
+};
 
 // A connected TCP socket to 127.0.0.1:port, or -1.
 int connect_loopback(int port);
