@@ -2,6 +2,7 @@
 // JSON out; refusals print {"error": ...} and exit 2.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -20,7 +21,10 @@ struct CliRun {
 };
 
 CliRun run_encode(const std::string& stdin_bytes, const std::string& args) {
-  const std::string in_path = ::testing::TempDir() + "clef_cli_encode_in.json";
+  // Unique per process and call: ctest runs the tests of this file in parallel processes.
+  static int calls = 0;
+  const std::string in_path = ::testing::TempDir() + "clef_cli_encode_" + std::to_string(getpid()) +
+                              "_" + std::to_string(calls++) + ".json";
   {
     std::ofstream f(in_path, std::ios::binary);
     f << stdin_bytes;
