@@ -311,10 +311,27 @@ using FragB = wm::fragment<wm::matrix_b, 16, 16, 8, wm::precision::tf32, wm::row
 using FragBc = wm::fragment<wm::matrix_b, 16, 16, 8, wm::precision::tf32, wm::col_major>;
 using FragC = wm::fragment<wm::accumulator, 16, 16, 8, float>;
 
+// 3xTF32: x = hi + lo with both halves TF32, and a b ~= a_hi b_hi + a_hi b_lo + a_lo b_hi, which
+// keeps the products at about fp32 accuracy (plain TF32 made the bf16 engine noisier than the
+// reference's bf16 run, whose GDN core is fp32).
 template <typename F>
-__device__ __forceinline__ void to_tf32(F& f) {
+__device__ __forceinline__ void split_tf32(F& hi, F& lo) {
 #pragma unroll
-  for (int t = 0; t < f.num_elements; ++t) f.x[t] = wm::__float_to_tf32(f.x[t]);
+  for (int t = 0; t < hi.num_elements; ++t) {
+    const float x = hi.x[t];
+    hi.x[t] = wm::__float_to_tf32(x);
+    lo.x[t] = wm::__float_to_tf32(x - hi.x[t]);
+  }
+}
+template <typename FA, typename FB>
+__device__ __forceinline__ void mma3(FragC& acc, FA& a, FB& b) {
+  FA alo;
+  FB blo;
+  split_tf32(a, alo);
+  split_tf32(b, blo);
+  wm::mma_sync(acc, alo, b, acc);
+  wm::mma_sync(acc, a, blo, acc);
+  wm::mma_sync(acc, a, b, acc);
 }
 
 // acc += A[16 x K] B[K x 16]; A row-major (lda), B row-major (ldb) or, with BT, B[k][n] at b[n *
@@ -325,17 +342,14 @@ __device__ __forceinline__ void mma_rows(FragC& acc, const float* a, int lda, co
   for (int kk = 0; kk < K; kk += 8) {
     FragA fa;
     wm::load_matrix_sync(fa, a + kk, lda);
-    to_tf32(fa);
     if constexpr (BT) {
       FragBc fb;
       wm::load_matrix_sync(fb, b + kk, ldb);
-      to_tf32(fb);
-      wm::mma_sync(acc, fa, fb, acc);
+      mma3(acc, fa, fb);
     } else {
       FragB fb;
       wm::load_matrix_sync(fb, b + static_cast<size_t>(kk) * ldb, ldb);
-      to_tf32(fb);
-      wm::mma_sync(acc, fa, fb, acc);
+      mma3(acc, fa, fb);
     }
   }
 }
@@ -504,11 +518,9 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int kk = 0; kk < C; kk += 8) {
           FragAc fa;  // K^T: element (d, j) at As[j * ldk + d]
           wm::load_matrix_sync(fa, As + kk * ldk + dt * 16, ldk);
-          to_tf32(fa);
           FragB fb;
           wm::load_matrix_sync(fb, V2 + kk * ldv, ldv);
-          to_tf32(fb);
-          wm::mma_sync(acc, fa, fb, acc);
+          mma3(acc, fa, fb);
         }
         wm::store_matrix_sync(S + dt * 16 * kBVt, acc, kBVt, wm::mem_row_major);
       }
