@@ -24,8 +24,9 @@ namespace clef::engine::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kBucket = 64;        // token bucket granularity (also the GDN chunk)
-constexpr size_t kMaxGraphs = 48;  // captured buckets kept (least recently used dropped)
+constexpr int kBucket = 64;  // token bucket granularity (also the GDN chunk)
+constexpr size_t kMaxGraphs =
+    256;  // every bucket up to 16384 tokens: a cyclic mix of lengths must not thrash
 
 template <typename E>
 E to_e(float f);
