@@ -3,6 +3,8 @@
 # CLEF_CUDA=AUTO (default: CUDA backend when nvcc is present) | ON | OFF.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere reuses earlier compiles.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}" CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
 
 PKGS=(build-essential cmake pkg-config git ccache
       nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libutf8proc-dev libcli11-dev
