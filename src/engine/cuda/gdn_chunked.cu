@@ -563,7 +563,8 @@ size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv) {
 
 template <typename E>
 void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                 int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, cudaStream_t s) {
+                 int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, cudaStream_t s,
+                 cudaEvent_t between) {
   if (T <= 0) return;
   if (dk > kMaxHeadDim || dv > kMaxHeadDim || dk < 1 || dv < 1)
     throw std::invalid_argument("gdn_chunked: head dims must be in [1, 128]");
@@ -585,6 +586,7 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
       gdn_chunk_prep_tc_kernel<<<dim3(Tc / C, Hv), kThreads, ps, s>>>(q, k, v, g, beta, T, Tc, Hk,
                                                                       Hv, dk, dv, ws);
       CLEF_CUDA_LAUNCH_CHECK();
+      if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
       gdn_chunk_scan_tc_kernel<E>
           <<<dim3(dv / kBVt, Hv), kThreads, ss, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
       CLEF_CUDA_LAUNCH_CHECK();
@@ -600,16 +602,17 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
   gdn_chunk_prep_kernel<<<dim3(Tc / C, Hv), kThreads, ps, s>>>(q, k, v, g, beta, T, Tc, Hk, Hv, dk,
                                                                dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
+  if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   gdn_chunk_scan_kernel<E>
       <<<dim3((dv + kBV - 1) / kBV, Hv), kThreads, ss, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
 template void gdn_chunked<float>(const float*, const float*, const float*, const float*,
-                                 const float*, int, int, int, int, int, float*, void*,
-                                 cudaStream_t);
+                                 const float*, int, int, int, int, int, float*, void*, cudaStream_t,
+                                 cudaEvent_t);
 template void gdn_chunked<__nv_bfloat16>(const float*, const float*, const float*, const float*,
                                          const float*, int, int, int, int, int, __nv_bfloat16*,
-                                         void*, cudaStream_t);
+                                         void*, cudaStream_t, cudaEvent_t);
 
 }  // namespace clef::engine::cuda

@@ -1,0 +1,81 @@
+// Times the two chunked-GDN kernels separately at the Clef-flash shape (Hk 16, Hv 32, dk = dv =
+// 128) for the profile's lengths, bf16 and float32 engines, and checks the output is written and
+// finite. The split (parallel UT-transform kernel vs the sequential chunk loop) says which one to
+// optimise next.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "engine/cuda/gdn_chunked.h"
+#include "gpu/gpu_test_util.h"
+
+namespace clef {
+namespace {
+
+using namespace clef::engine::cuda;
+using namespace clef::gputest;
+
+template <typename E>
+void time_shape(int T, std::mt19937_64& rng) {
+  const int Hk = 16, Hv = 32, dk = 128, dv = 128;
+  auto unit = [&](int heads, int d, float scale) {
+    auto x = randn(rng, size_t(T) * heads * d);
+    for (size_t r = 0; r < x.size() / d; ++r) {
+      double ss = 0;
+      for (int i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
+      for (int i = 0; i < d; ++i) x[r * d + i] = float(x[r * d + i] / std::sqrt(ss) * scale);
+    }
+    return x;
+  };
+  auto dq = to_device<float>(unit(Hk, dk, 1.0f / std::sqrt(float(dk))));
+  auto dkk = to_device<float>(unit(Hk, dk, 1.0f));
+  auto dv_ = to_device<float>(randn(rng, size_t(T) * Hv * dv));
+  auto dg = to_device<float>(randu(rng, size_t(T) * Hv, -2.0f, 0.0f));
+  auto db = to_device<float>(randu(rng, size_t(T) * Hv, 0.0f, 1.0f));
+  DeviceBuffer ws(gdn_workspace_bytes(T, Hv, dk, dv));
+  const size_t no = size_t(T) * Hv * dv;
+  auto o = poisoned<E>(no);
+  cudaEvent_t e0, e1, e2;
+  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
+  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
+  CLEF_CUDA_CHECK(cudaEventCreate(&e2));
+  std::vector<float> prep, scan;
+  for (int rep = 0; rep < 12; ++rep) {
+    CLEF_CUDA_CHECK(cudaEventRecord(e0, 0));
+    gdn_chunked<E>(dq.template get<float>(), dkk.template get<float>(), dv_.template get<float>(),
+                   dg.template get<float>(), db.template get<float>(), T, Hk, Hv, dk, dv,
+                   o.template get<E>(), ws.get(), 0, e1);
+    CLEF_CUDA_CHECK(cudaEventRecord(e2, 0));
+    CLEF_CUDA_CHECK(cudaEventSynchronize(e2));
+    float a = 0, b = 0;
+    CLEF_CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
+    CLEF_CUDA_CHECK(cudaEventElapsedTime(&b, e1, e2));
+    if (rep >= 2) prep.push_back(a), scan.push_back(b);  // first two: warm-up
+  }
+  std::sort(prep.begin(), prep.end());
+  std::sort(scan.begin(), scan.end());
+  const int chunks = (T + 63) / 64;
+  std::printf(
+      "[gdn timing] %s T %5d: prep %.1f us, scan %.1f us (%.2f us per chunk step), x24 layers %.2f "
+      "ms\n",
+      std::is_same_v<E, float> ? "fp32" : "bf16", T, 1e3 * prep[prep.size() / 2],
+      1e3 * scan[scan.size() / 2], 1e3 * scan[scan.size() / 2] / chunks,
+      24 * (prep[prep.size() / 2] + scan[scan.size() / 2]));
+  const auto out = to_host<E>(o, no);
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaEventDestroy(e2);
+}
+
+TEST(GdnTiming, FlashShapeSplitsPrepAndScan) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  for (int T : {361, 961, 2761, 5661}) {
+    time_shape<__nv_bfloat16>(T, rng);
+    time_shape<float>(T, rng);
+  }
+}
+
+}  // namespace
+}  // namespace clef
