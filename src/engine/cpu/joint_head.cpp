@@ -209,9 +209,10 @@ std::vector<std::vector<float>> run_joint_head(const model::Release& release, co
   add_into(F, head.norm("option_summary_norm", summary.data(), nq, W));
   const std::vector<float> gp = head.lin("global_projection", g, 1, false);
   const model::Tensor& type_emb = release.head_tensor("type_embedding.weight");
+  std::vector<float> type_row(W);
   for (int k = 0; k < nq; ++k) {
-    type_emb.to_float(row.data(), static_cast<size_t>(enc.questions[k].type) * W, W);
-    for (int i = 0; i < W; ++i) F[static_cast<size_t>(k) * W + i] += gp[i] + row[i];
+    type_emb.to_float(type_row.data(), static_cast<size_t>(enc.questions[k].type) * W, W);
+    for (int i = 0; i < W; ++i) F[static_cast<size_t>(k) * W + i] += gp[i] + type_row[i];
   }
   for (int l = 0; l < release.head.layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
