@@ -2,6 +2,8 @@
 // hidden size, odd head counts): the engine must not assume tiny-r2's sizes. No reference exists
 // for it, so this checks properties that a wrong index would break: causality of the backbone,
 // finite logits, probabilities summing to one, and answers independent of the batch.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,7 +47,7 @@ void write_random(const std::string& path, const std::vector<model::TensorSpec>&
 }
 
 std::string make_odd_release() {
-  const std::string dir = ::testing::TempDir() + "clef-odd-dims";
+  const std::string dir = ::testing::TempDir() + "clef-odd-dims-" + std::to_string(getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string src = testing::golden_dir() + "/tiny-r3";

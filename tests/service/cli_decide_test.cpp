@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -18,7 +19,8 @@ struct Proc {
 };
 
 Proc run_decide(const std::string& args, const std::string& stdin_text) {
-  const std::string in_path = ::testing::TempDir() + "clef_decide_stdin.json";
+  const std::string in_path =
+      ::testing::TempDir() + "clef_decide_stdin_" + std::to_string(getpid()) + ".json";
   {
     std::ofstream f(in_path, std::ios::binary);
     f << stdin_text;

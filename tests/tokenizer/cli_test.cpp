@@ -1,5 +1,6 @@
 // `clefserve tokenize` through the real binary (CLEF_BINARY): fixture lines, exit statuses.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -19,7 +20,8 @@ struct CliResult {
 };
 
 CliResult run_tokenize(const std::string& tokenizer, const std::string& input) {
-  std::string in_path = ::testing::TempDir() + "clef_tokenize_stdin.txt";
+  std::string in_path =
+      ::testing::TempDir() + "clef_tokenize_stdin_" + std::to_string(getpid()) + ".txt";
   {
     std::ofstream f(in_path, std::ios::binary);
     f << input;
