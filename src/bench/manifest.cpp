@@ -9,18 +9,6 @@
 
 namespace clef::bench {
 
-const char* type_name(QuestionType t) {
-  switch (t) {
-    case QuestionType::Noul:
-      return "noul";
-    case QuestionType::Choice:
-      return "choice";
-    case QuestionType::Score:
-      return "score";
-  }
-  return "?";
-}
-
 bool Item::has_expected() const {
   for (const auto& q : questions) {
     if (q.expected_label || q.expected_level) return true;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/json.h"
+#include "encoding/request.h"
 
 namespace clef::bench {
 
@@ -17,9 +18,8 @@ struct ManifestError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class QuestionType { Noul, Choice, Score };
-
-const char* type_name(QuestionType t);
+// The protocol's question types and their names come from the encoding layer (one definition).
+using encoding::QuestionType;
 
 struct QuestionSpec {
   std::string id;

@@ -37,8 +37,9 @@ std::string check_answer(const QuestionSpec& q, const Json& a) {
   const std::string where = "answer '" + q.id + "'";
   if (!a.is_object()) return where + " is not an object";
   auto type = a.find("type");
-  if (type == a.end() || !type->is_string() || type->get<std::string>() != type_name(q.type))
-    return where + ": type is not \"" + type_name(q.type) + "\"";
+  if (type == a.end() || !type->is_string() ||
+      type->get<std::string>() != encoding::question_type_name(q.type))
+    return where + ": type is not \"" + encoding::question_type_name(q.type) + "\"";
   switch (q.type) {
     case QuestionType::Noul: {
       auto p = a.find("noul");
