@@ -1,5 +1,5 @@
 // Device helpers shared by the backbone kernels: storage-type conversion, rounding to the storage
-// type (a no-op in fp32 mode) and block reductions.
+// type (a no-op in fp32 mode), block/warp reductions and 16-byte vector access.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -56,6 +56,97 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   __syncthreads();
   float r = lane < nw ? scratch[lane] : 0.0f;
   return warp_sum(r);
+}
+
+// Sum over a block that reduces only once (blockDim.x a multiple of 32, at most 1024): one
+// __syncthreads instead of block_sum's two. `scratch` holds 32 floats. The order of the partial
+// sums differs from block_sum's.
+__device__ __forceinline__ float block_sum_once(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int i = 0; i < nw; ++i) r += scratch[i];
+  return r;
+}
+
+// Sum over aligned groups of `lanes` lanes (a power of two <= 32); every lane of the warp must
+// call.
+__device__ __forceinline__ float group_sum(float v, int lanes) {
+  for (int o = lanes >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// 8 consecutive values of the storage type E moved with 16-byte accesses: one for bf16, two for
+// float. Pointers must be 16-byte aligned. A value-initialised Vec8 holds eight +0.
+template <typename E>
+struct Vec8;
+template <>
+struct Vec8<__nv_bfloat16> {
+  uint4 u;
+};
+template <>
+struct Vec8<float> {
+  float4 a, b;
+};
+
+template <typename E>
+__device__ __forceinline__ Vec8<E> ld8(const E* p);
+template <>
+__device__ __forceinline__ Vec8<__nv_bfloat16> ld8(const __nv_bfloat16* p) {
+  return {*reinterpret_cast<const uint4*>(p)};
+}
+template <>
+__device__ __forceinline__ Vec8<float> ld8(const float* p) {
+  const float4* q = reinterpret_cast<const float4*>(p);
+  return {q[0], q[1]};
+}
+
+__device__ __forceinline__ void st8(__nv_bfloat16* p, const Vec8<__nv_bfloat16>& v) {
+  *reinterpret_cast<uint4*>(p) = v.u;
+}
+__device__ __forceinline__ void st8(float* p, const Vec8<float>& v) {
+  float4* q = reinterpret_cast<float4*>(p);
+  q[0] = v.a;
+  q[1] = v.b;
+}
+
+// Exact widening (the same values as to_f).
+__device__ __forceinline__ void unpack8(const Vec8<__nv_bfloat16>& v, float (&f)[8]) {
+  const unsigned w[4] = {v.u.x, v.u.y, v.u.z, v.u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    f[2 * j] = __uint_as_float(w[j] << 16);
+    f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void unpack8(const Vec8<float>& v, float (&f)[8]) {
+  f[0] = v.a.x, f[1] = v.a.y, f[2] = v.a.z, f[3] = v.a.w;
+  f[4] = v.b.x, f[5] = v.b.y, f[6] = v.b.z, f[7] = v.b.w;
+}
+
+// Rounds each value to E exactly like from_f<E>.
+template <typename E>
+__device__ __forceinline__ Vec8<E> pack8(const float (&f)[8]);
+template <>
+__device__ __forceinline__ Vec8<__nv_bfloat16> pack8<__nv_bfloat16>(const float (&f)[8]) {
+  unsigned w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    w[j] = static_cast<unsigned>(__bfloat16_as_ushort(from_f<__nv_bfloat16>(f[2 * j]))) |
+           (static_cast<unsigned>(__bfloat16_as_ushort(from_f<__nv_bfloat16>(f[2 * j + 1]))) << 16);
+  return {make_uint4(w[0], w[1], w[2], w[3])};
+}
+template <>
+__device__ __forceinline__ Vec8<float> pack8<float>(const float (&f)[8]) {
+  return {make_float4(f[0], f[1], f[2], f[3]), make_float4(f[4], f[5], f[6], f[7])};
+}
+
+// f = the 8 values at p (16-byte aligned) widened to fp32.
+template <typename E>
+__device__ __forceinline__ void load8f(const E* p, float (&f)[8]) {
+  unpack8(ld8(p), f);
 }
 
 }  // namespace clef::engine::cuda
