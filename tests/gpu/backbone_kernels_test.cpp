@@ -1,7 +1,12 @@
 // Every backbone kernel (kernels.h, gdn_chunked.h, gemm.h) against its CPU reference (reference.h)
 // on fresh random inputs, outputs NaN-poisoned first, in both storage types (float = parity, bf16 =
-// production with the reference's rounding points).
+// production with the reference's rounding points). The shapes reach both paths of every kernel:
+// the 16-byte vector path (aligned pointers, widths and strides multiples of 8 elements) and the
+// scalar fallback (odd widths/strides, pointers one element off 16 bytes), plus the flash shapes.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
 
 #include "engine/cuda/gdn_chunked.h"
 #include "engine/cuda/gemm.h"
@@ -28,6 +33,12 @@ std::vector<float> rand_e(std::mt19937_64& rng, size_t n, float scale = 1.0f, fl
   return v;
 }
 
+// v without its first `off` elements (device buffers offset by `off` elements to misalign them).
+std::vector<float> drop_front(std::vector<float> v, size_t off) {
+  v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(off));
+  return v;
+}
+
 template <typename E>
 class BackboneKernels : public ::testing::Test {};
 using Types = ::testing::Types<float, bf16>;
@@ -37,39 +48,64 @@ TYPED_TEST(BackboneKernels, EmbedGather) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  const int V = 97, D = 130, T = 41;
-  auto table = rand_e<E>(rng, size_t(V) * D);
-  std::vector<int32_t> ids(T);
-  std::uniform_int_distribution<int> id(0, V - 1);
-  for (auto& x : ids) x = id(rng);
-  auto dt = to_device<E>(table);
-  DeviceBuffer di(T * 4);
-  CLEF_CUDA_CHECK(cudaMemcpy(di.get(), ids.data(), T * 4, cudaMemcpyHostToDevice));
-  auto out = poisoned<E>(size_t(T) * D);
-  embed_gather<E>(dt.template get<E>(), di.template get<int32_t>(), out.template get<E>(), T, D, 0);
-  std::vector<float> ref(size_t(T) * D);
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < D; ++i) ref[t * D + i] = table[size_t(ids[t]) * D + i];
-  CLEF_EXPECT_CLOSE(to_host<E>(out, ref.size()), ref, 0.0);
+  struct Case {
+    int D, out_off;  // out_off: output pointer offset in elements (1 misaligns it)
+  };
+  // 130: scalar (row bytes not a multiple of 16), 136 and 4096: vector, 136 + offset: scalar.
+  for (Case c : {Case{130, 0}, Case{136, 0}, Case{136, 1}, Case{4096, 0}}) {
+    SCOPED_TRACE("D=" + std::to_string(c.D) + " off=" + std::to_string(c.out_off));
+    const int V = 97, D = c.D, T = 41;
+    auto table = rand_e<E>(rng, size_t(V) * D);
+    std::vector<int32_t> ids(T);
+    std::uniform_int_distribution<int> id(0, V - 1);
+    for (auto& x : ids) x = id(rng);
+    auto dt = to_device<E>(table);
+    DeviceBuffer di(T * 4);
+    CLEF_CUDA_CHECK(cudaMemcpy(di.get(), ids.data(), T * 4, cudaMemcpyHostToDevice));
+    auto out = poisoned<E>(c.out_off + size_t(T) * D);
+    embed_gather<E>(dt.template get<E>(), di.template get<int32_t>(),
+                    out.template get<E>() + c.out_off, T, D, 0);
+    std::vector<float> ref(size_t(T) * D);
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < D; ++i) ref[size_t(t) * D + i] = table[size_t(ids[t]) * D + i];
+    CLEF_EXPECT_CLOSE(drop_front(to_host<E>(out, c.out_off + ref.size()), c.out_off), ref, 0.0);
+  }
 }
 
 TYPED_TEST(BackboneKernels, RmsNorm1p) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  for (int D : {64, 300, 4096}) {
-    const int rows = 37;
-    auto x = rand_e<E>(rng, size_t(rows) * D, 3.0f);
+  struct Case {
+    int rows, D, ldx, ldo, x_off;  // x_off: input pointer offset in elements
+  };
+  // vector: 64, 4096 (flash), 8, strided 4096, 32768 (the largest vector row); scalar: 300 (odd
+  // width), 512 with ldx 513, 512 with a misaligned x, 32776 (above the vector path's limit).
+  for (Case c : {Case{37, 64, 64, 64, 0}, Case{37, 300, 300, 300, 0}, Case{37, 4096, 4096, 4096, 0},
+                 Case{9, 8, 8, 8, 0}, Case{11, 4096, 4104, 4112, 0}, Case{13, 512, 513, 512, 0},
+                 Case{13, 512, 512, 520, 1}, Case{3, 32768, 32768, 32768, 0},
+                 Case{3, 32776, 32776, 32776, 0}}) {
+    SCOPED_TRACE("D=" + std::to_string(c.D) + " ldx=" + std::to_string(c.ldx) +
+                 " ldo=" + std::to_string(c.ldo) + " off=" + std::to_string(c.x_off));
+    const int rows = c.rows, D = c.D;
+    auto xs = rand_e<E>(rng, c.x_off + size_t(rows) * c.ldx, 3.0f);
+    std::vector<float> x(size_t(rows) * D);
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < D; ++i) x[size_t(r) * D + i] = xs[c.x_off + size_t(r) * c.ldx + i];
     auto w = randn(rng, D, 0.3f);
     round_all_bf16(w);
-    auto dx = to_device<E>(x);
+    auto dx = to_device<E>(xs);
     auto dw = to_device<float>(w);
-    auto out = poisoned<E>(x.size());
-    rms_norm_1p<E>(dx.template get<E>(), D, dw.template get<float>(), out.template get<E>(), D,
-                   rows, D, 1e-6f, 0);
+    auto out = poisoned<E>(size_t(rows) * c.ldo);
+    rms_norm_1p<E>(dx.template get<E>() + c.x_off, c.ldx, dw.template get<float>(),
+                   out.template get<E>(), c.ldo, rows, D, 1e-6f, 0);
     std::vector<float> ref(x.size());
     ref::rms_norm_1p(x.data(), w.data(), ref.data(), rows, D, 1e-6f, kBf16<E>);
-    CLEF_EXPECT_CLOSE(to_host<E>(out, ref.size()), ref, kTol<E>);
+    const auto got_ld = to_host<E>(out, size_t(rows) * c.ldo);
+    std::vector<float> got(x.size());
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < D; ++i) got[size_t(r) * D + i] = got_ld[size_t(r) * c.ldo + i];
+    CLEF_EXPECT_CLOSE(got, ref, kTol<E>);
   }
 }
 
@@ -78,12 +114,19 @@ TYPED_TEST(BackboneKernels, GdnConvPrep) {
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
   struct Shape {
-    int T, Hk, Hv, dk, dv;
+    int T, Hk, Hv, dk, dv, extra;  // extra columns: ld != used width
   };
+  // extra 3 -> ld not a multiple of 8: scalar path. The others take the vector path with dk / 8 =
+  // 2, 4, 1, 32 and 16 lanes per head; T = 2 < K - 1 (zero history only); 4097 tokens of the flash
+  // shape (16 tokens per block, halo rows across blocks).
   for (Shape sh :
-       {Shape{70, 2, 4, 16, 16}, Shape{33, 2, 6, 32, 48}, Shape{100, 16, 32, 128, 128}}) {
+       {Shape{70, 2, 4, 16, 16, 3}, Shape{33, 2, 6, 32, 48, 3}, Shape{100, 16, 32, 128, 128, 3},
+        Shape{70, 2, 4, 16, 16, 0}, Shape{33, 2, 6, 32, 48, 4}, Shape{2, 2, 4, 16, 16, 0},
+        Shape{20, 3, 3, 8, 8, 2}, Shape{40, 2, 2, 256, 64, 4}, Shape{4097, 16, 32, 128, 128, 0}}) {
+    SCOPED_TRACE("T=" + std::to_string(sh.T) + " dk=" + std::to_string(sh.dk) +
+                 " dv=" + std::to_string(sh.dv) + " extra=" + std::to_string(sh.extra));
     const int K = 4, cqkv = 2 * sh.Hk * sh.dk + sh.Hv * sh.dv;
-    const int ld = cqkv + sh.Hv * sh.dv + 2 * sh.Hv + 3;  // extra columns: ld != used width
+    const int ld = cqkv + sh.Hv * sh.dv + 2 * sh.Hv + sh.extra;
     const int b_off = cqkv + sh.Hv * sh.dv, a_off = b_off + sh.Hv;
     auto proj = rand_e<E>(rng, size_t(sh.T) * ld, 1.0f);
     auto conv = rand_e<E>(rng, size_t(cqkv) * K, 0.5f);
@@ -119,19 +162,30 @@ TYPED_TEST(BackboneKernels, GatedRmsNorm) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  const int T = 29, H = 6, dv = 128, ldz = H * dv + 40;
-  auto o = rand_e<E>(rng, size_t(T) * H * dv, 0.2f);
-  auto z = rand_e<E>(rng, size_t(T) * ldz, 2.0f);
-  auto w = randn(rng, dv, 0.5f, 1.0f);
-  round_all_bf16(w);
-  auto d_o = to_device<E>(o), dz = to_device<E>(z);
-  auto dw = to_device<float>(w);
-  auto y = poisoned<E>(o.size());
-  gated_rms_norm<E>(d_o.template get<E>(), dz.template get<E>(), ldz, dw.template get<float>(),
-                    y.template get<E>(), T, H, dv, 1e-6f, 0);
-  std::vector<float> ref(o.size());
-  ref::gated_rms_norm(o.data(), z.data(), ldz, w.data(), ref.data(), T, H, dv, 1e-6f, kBf16<E>);
-  CLEF_EXPECT_CLOSE(to_host<E>(y, ref.size()), ref, kTol<E>);
+  struct Case {
+    int T, H, dv, ldz;
+  };
+  // vector: dv 128 (16 lanes per head), 48 (8 lanes, 2 idle), 256 (32), 8 (1), the flash z stride;
+  // scalar: odd ldz, dv 100, dv 384 (above 256).
+  for (Case c : {Case{29, 6, 128, 6 * 128 + 40}, Case{29, 6, 128, 6 * 128 + 41},
+                 Case{17, 5, 48, 5 * 48 + 8}, Case{13, 3, 256, 3 * 256}, Case{9, 4, 8, 40},
+                 Case{300, 32, 128, 12352}, Case{11, 4, 100, 400}, Case{7, 3, 384, 3 * 384}}) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) +
+                 " dv=" + std::to_string(c.dv) + " ldz=" + std::to_string(c.ldz));
+    const int T = c.T, H = c.H, dv = c.dv, ldz = c.ldz;
+    auto o = rand_e<E>(rng, size_t(T) * H * dv, 0.2f);
+    auto z = rand_e<E>(rng, size_t(T) * ldz, 2.0f);
+    auto w = randn(rng, dv, 0.5f, 1.0f);
+    round_all_bf16(w);
+    auto d_o = to_device<E>(o), dz = to_device<E>(z);
+    auto dw = to_device<float>(w);
+    auto y = poisoned<E>(o.size());
+    gated_rms_norm<E>(d_o.template get<E>(), dz.template get<E>(), ldz, dw.template get<float>(),
+                      y.template get<E>(), T, H, dv, 1e-6f, 0);
+    std::vector<float> ref(o.size());
+    ref::gated_rms_norm(o.data(), z.data(), ldz, w.data(), ref.data(), T, H, dv, 1e-6f, kBf16<E>);
+    CLEF_EXPECT_CLOSE(to_host<E>(y, ref.size()), ref, kTol<E>);
+  }
 }
 
 TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
@@ -139,10 +193,18 @@ TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
   struct Shape {
-    int T, nh, nkv, hd;
+    int T, nh, nkv, hd, rd, extra;  // extra columns of proj
   };
-  for (Shape sh : {Shape{50, 4, 2, 32}, Shape{300, 16, 4, 256}}) {
-    const int rd = sh.hd / 4, ld = sh.nh * 2 * sh.hd + 2 * sh.nkv * sh.hd;
+  // attn_prep vector path: hd 256 (flash, rd 64), 128 (16 of 32 lanes), 64 with full rotary, 40
+  // with rd 0; scalar: rd / 2 not a multiple of 8 (32/8, 24/6), odd ld. attn_output_gate takes the
+  // vector path except for the odd ld.
+  for (Shape sh :
+       {Shape{50, 4, 2, 32, 8, 0}, Shape{300, 16, 4, 256, 64, 0}, Shape{40, 4, 2, 128, 32, 0},
+        Shape{30, 3, 1, 64, 64, 0}, Shape{16, 2, 1, 40, 0, 0}, Shape{20, 2, 2, 24, 6, 0},
+        Shape{25, 2, 1, 64, 16, 3}}) {
+    SCOPED_TRACE("T=" + std::to_string(sh.T) + " hd=" + std::to_string(sh.hd) +
+                 " rd=" + std::to_string(sh.rd) + " extra=" + std::to_string(sh.extra));
+    const int rd = sh.rd, ld = sh.nh * 2 * sh.hd + 2 * sh.nkv * sh.hd + sh.extra;
     auto proj = rand_e<E>(rng, size_t(sh.T) * ld, 1.5f);
     auto qw = randn(rng, sh.hd, 0.3f), kw = randn(rng, sh.hd, 0.3f);
     round_all_bf16(qw);
@@ -164,9 +226,17 @@ TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
 
     auto attn = rand_e<E>(rng, nq);
     auto dattn = to_device<E>(attn);
+    // The same values one element further (misaligned: scalar path) must give identical bits.
+    std::vector<float> attn1(nq + 1, 0.0f);
+    std::copy(attn.begin(), attn.end(), attn1.begin() + 1);
+    auto dattn1 = to_device<E>(attn1);
     attn_output_gate<E>(dattn.template get<E>(), dp.template get<E>(), ld, sh.T, sh.nh, sh.hd, 0);
+    attn_output_gate<E>(dattn1.template get<E>() + 1, dp.template get<E>(), ld, sh.T, sh.nh, sh.hd,
+                        0);
     ref::attn_output_gate(attn.data(), proj.data(), ld, sh.T, sh.nh, sh.hd, kBf16<E>);
-    CLEF_EXPECT_CLOSE(to_host<E>(dattn, nq), attn, kTol<E>);
+    const auto got = to_host<E>(dattn, nq);
+    CLEF_EXPECT_CLOSE(got, attn, kTol<E>);
+    CLEF_EXPECT_CLOSE(drop_front(to_host<E>(dattn1, nq + 1), 1), got, 0.0);  // exact
   }
 }
 
@@ -174,14 +244,48 @@ TYPED_TEST(BackboneKernels, Swiglu) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  const int T = 45, I = 384;
-  auto gu = rand_e<E>(rng, size_t(T) * 2 * I, 2.0f);
-  auto dgu = to_device<E>(gu);
-  auto out = poisoned<E>(size_t(T) * I);
-  swiglu<E>(dgu.template get<E>(), out.template get<E>(), T, I, 0);
-  std::vector<float> ref(size_t(T) * I);
-  ref::swiglu(gu.data(), ref.data(), T, I, kBf16<E>);
-  CLEF_EXPECT_CLOSE(to_host<E>(out, ref.size()), ref, kTol<E>);
+  struct Case {
+    int T, I;
+  };
+  // vector: 384, 12288 (flash, 3 blocks per row); scalar: 100. Each also run on a copy one element
+  // further (misaligned: scalar path), which must give identical bits.
+  for (Case c : {Case{45, 384}, Case{45, 100}, Case{9, 12288}}) {
+    SCOPED_TRACE("I=" + std::to_string(c.I));
+    const int T = c.T, I = c.I;
+    auto gu = rand_e<E>(rng, size_t(T) * 2 * I, 2.0f);
+    std::vector<float> gu1(gu.size() + 1, 0.0f);
+    std::copy(gu.begin(), gu.end(), gu1.begin() + 1);
+    auto dgu = to_device<E>(gu), dgu1 = to_device<E>(gu1);
+    auto out = poisoned<E>(size_t(T) * I), out1 = poisoned<E>(size_t(T) * I + 1);
+    swiglu<E>(dgu.template get<E>(), out.template get<E>(), T, I, 0);
+    swiglu<E>(dgu1.template get<E>() + 1, out1.template get<E>() + 1, T, I, 0);
+    std::vector<float> ref(size_t(T) * I);
+    ref::swiglu(gu.data(), ref.data(), T, I, kBf16<E>);
+    const auto got = to_host<E>(out, ref.size());
+    CLEF_EXPECT_CLOSE(got, ref, kTol<E>);
+    CLEF_EXPECT_CLOSE(drop_front(to_host<E>(out1, ref.size() + 1), 1), got, 0.0);  // exact
+  }
+}
+
+TYPED_TEST(BackboneKernels, ToFloat) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Case {
+    size_t n;
+    int in_off;
+  };
+  // vector with and without a tail, n < 8 (tail only), misaligned input (scalar), a long one
+  // (grid-stride loop).
+  for (Case c :
+       {Case{1000, 0}, Case{1003, 0}, Case{5, 0}, Case{1003, 1}, Case{(size_t(1) << 23) + 43, 0}}) {
+    SCOPED_TRACE("n=" + std::to_string(c.n) + " off=" + std::to_string(c.in_off));
+    auto x = rand_e<E>(rng, c.in_off + c.n);
+    auto dx = to_device<E>(x);
+    auto out = poisoned<float>(c.n);
+    to_float<E>(dx.template get<E>() + c.in_off, out.template get<float>(), c.n, 0);
+    CLEF_EXPECT_CLOSE(to_host<float>(out, c.n), drop_front(x, c.in_off), 0.0);
+  }
 }
 
 // Chunked (GPU) vs the exact sequential recurrence (CPU, double): lengths around chunk boundaries,
@@ -197,7 +301,8 @@ TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
   };
   for (Case c : {Case{1, 2, 4, 16, 16, -2}, Case{64, 2, 4, 16, 16, -2}, Case{200, 2, 4, 16, 16, -2},
                  Case{130, 2, 6, 32, 48, -2}, Case{129, 4, 8, 128, 128, -0.05f},
-                 Case{300, 16, 32, 128, 128, -2}, Case{150, 2, 4, 64, 64, -40}}) {
+                 Case{300, 16, 32, 128, 128, -2}, Case{150, 2, 4, 64, 64, -40},
+                 Case{1100, 16, 32, 128, 128, -0.3f}}) {
     SCOPED_TRACE("T=" + std::to_string(c.T) + " dk=" + std::to_string(c.dk) +
                  " dv=" + std::to_string(c.dv));
     auto unit = [&](int heads, int d, float scale) {
