@@ -1,0 +1,29 @@
+// Tensor-core path of the chunked gated delta rule (bf16 engine), in the FLA layout: a parallel
+// kernel per (chunk, value head) builds the UT transform (blockwise 16x16 inverse) and W, U and the
+// decayed K^T; the only sequential kernel carries the fp32 state across chunks with value columns
+// split over CTAs, keeping the state in registers and publishing it per chunk; a second parallel
+// kernel forms the outputs from the published states. Chunk-local matmuls run as 3xTF32 (about
+// fp32 accuracy), state and reductions stay fp32. gdn_chunked() dispatches here.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace clef::engine::cuda::gdn {
+
+// dk, dv multiples of 16 and at most 128.
+bool tc_supported(int dk, int dv);
+
+// Floats of scratch for Tc (= T rounded up to 64) rows: W, U, decayed K^T, gamma, the per-chunk
+// states and the corrected values Vn.
+size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
+
+// Same contract as gdn_chunked() (gdn_chunked.h); `between` is recorded after the parallel prep
+// kernel.
+void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
+                cudaStream_t s, cudaEvent_t between);
+
+}  // namespace clef::engine::cuda::gdn
