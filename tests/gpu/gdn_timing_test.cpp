@@ -1,10 +1,12 @@
-// Times the two chunked-GDN kernels separately at the Clef-flash shape (Hk 16, Hv 32, dk = dv =
-// 128) for the profile's lengths, bf16 and float32 engines, and checks the output is written and
-// finite. The split (parallel UT-transform kernel vs the sequential chunk loop) says which one to
-// optimise next.
+// Times the chunked-GDN kernels separately (parallel prep, sequential scan, parallel output) at the
+// Clef-flash shape (Hk 16, Hv 32, dk = dv = 128) for the profile's lengths, bf16 and float32
+// engines, and checks the output is written and finite. CLEF_GDN_TIMING_T=<T> times one length
+// only (for a profiler run).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <vector>
 
 #include "engine/cuda/gdn_chunked.h"
 #include "gpu/gpu_test_util.h"
@@ -35,43 +37,50 @@ void time_shape(int T, std::mt19937_64& rng) {
   DeviceBuffer ws(gdn_workspace_bytes(T, Hv, dk, dv));
   const size_t no = size_t(T) * Hv * dv;
   auto o = poisoned<E>(no);
-  cudaEvent_t e0, e1, e2;
+  cudaEvent_t e0, e1, e2, e3;
   CLEF_CUDA_CHECK(cudaEventCreate(&e0));
   CLEF_CUDA_CHECK(cudaEventCreate(&e1));
   CLEF_CUDA_CHECK(cudaEventCreate(&e2));
-  std::vector<float> prep, scan;
+  CLEF_CUDA_CHECK(cudaEventCreate(&e3));
+  std::vector<float> prep, scan, rest;
   for (int rep = 0; rep < 12; ++rep) {
     CLEF_CUDA_CHECK(cudaEventRecord(e0, 0));
     gdn_chunked<E>(dq.template get<float>(), dkk.template get<float>(), dv_.template get<float>(),
                    dg.template get<float>(), db.template get<float>(), T, Hk, Hv, dk, dv,
-                   o.template get<E>(), ws.get(), 0, e1);
-    CLEF_CUDA_CHECK(cudaEventRecord(e2, 0));
-    CLEF_CUDA_CHECK(cudaEventSynchronize(e2));
-    float a = 0, b = 0;
+                   o.template get<E>(), ws.get(), 0, e1, e2);
+    CLEF_CUDA_CHECK(cudaEventRecord(e3, 0));
+    CLEF_CUDA_CHECK(cudaEventSynchronize(e3));
+    float a = 0, b = 0, c = 0;
     CLEF_CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
     CLEF_CUDA_CHECK(cudaEventElapsedTime(&b, e1, e2));
-    if (rep >= 2) prep.push_back(a), scan.push_back(b);  // first two: warm-up
+    CLEF_CUDA_CHECK(cudaEventElapsedTime(&c, e2, e3));
+    if (rep >= 2) prep.push_back(a), scan.push_back(b), rest.push_back(c);  // 2 warm-up runs
   }
-  std::sort(prep.begin(), prep.end());
-  std::sort(scan.begin(), scan.end());
+  auto med = [](std::vector<float>& x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  const float mp = med(prep), ms = med(scan), mr = med(rest);
   const int chunks = (T + 63) / 64;
   std::printf(
-      "[gdn timing] %s T %5d: prep %.1f us, scan %.1f us (%.2f us per chunk step), x24 layers %.2f "
-      "ms\n",
-      std::is_same_v<E, float> ? "fp32" : "bf16", T, 1e3 * prep[prep.size() / 2],
-      1e3 * scan[scan.size() / 2], 1e3 * scan[scan.size() / 2] / chunks,
-      24 * (prep[prep.size() / 2] + scan[scan.size() / 2]));
+      "[gdn timing] %s T %5d: prep %.1f us, scan %.1f us (%.2f us per chunk step), output %.1f "
+      "us, x24 layers %.2f ms\n",
+      std::is_same_v<E, float> ? "fp32" : "bf16", T, 1e3 * mp, 1e3 * ms, 1e3 * ms / chunks,
+      1e3 * mr, 24 * (mp + ms + mr));
   const auto out = to_host<E>(o, no);
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaEventDestroy(e2);
+  cudaEventDestroy(e3);
 }
 
 TEST(GdnTiming, FlashShapeSplitsPrepAndScan) {
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  for (int T : {361, 961, 2761, 5661}) {
+  std::vector<int> lengths = {361, 961, 2761, 5661};
+  if (const char* only = std::getenv("CLEF_GDN_TIMING_T")) lengths = {std::atoi(only)};
+  for (int T : lengths) {
     time_shape<__nv_bfloat16>(T, rng);
     time_shape<float>(T, rng);
   }

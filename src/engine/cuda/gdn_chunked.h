@@ -21,11 +21,11 @@ size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv);
 
 // q, k: [T, Hk, dk] fp32 (q l2-normalised and scaled, k l2-normalised); v: [T, Hv, dv]; g, beta:
 // [T, Hv]. o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128.
-// `between` (optional) is recorded on s after the parallel kernel, before the sequential one
-// (profiling).
+// `between` and `after_scan` (optional, profiling) are recorded on s after the parallel prep kernel
+// and after the sequential scan.
 template <typename E>
 void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, cudaStream_t s,
-                 cudaEvent_t between = nullptr);
+                 cudaEvent_t between = nullptr, cudaEvent_t after_scan = nullptr);
 
 }  // namespace clef::engine::cuda

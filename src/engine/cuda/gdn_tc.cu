@@ -19,11 +19,12 @@ namespace {
 
 using namespace tf32x3;
 constexpr int C = kChunk;
-constexpr int kThreads = kTileThreads;  // prep and output kernels
-constexpr int kScanWarps = 4;
-constexpr int kScanNT = 2;            // n8 tiles of value columns per scan CTA
-constexpr int kScanBV = 8 * kScanNT;  // value columns per scan CTA
-constexpr int kScanLd = kScanBV + 2;  // shared row stride: conflict-free B-fragment reads
+constexpr int kThreads = kTileThreads;  // prep kernel
+constexpr int kOutThreads = 512;        // output kernel: one CTA per SM, 16 warps hide latency
+constexpr int kScanThreads = 256;       // 4 value warps + 4 state warps
+constexpr int kScanNT = 2;              // n8 tiles of value columns per scan CTA
+constexpr int kScanBV = 8 * kScanNT;    // value columns per scan CTA
+constexpr int kScanLd = kScanBV + 2;    // shared row stride: conflict-free B-fragment reads
 
 struct Ws {
   float* W;   // [Hv][Tc][dk]       Tm diag(beta e^gamma) K
@@ -58,8 +59,56 @@ __device__ __forceinline__ float2 ldg2(const float* p) {
   return __ldg(reinterpret_cast<const float2*>(p));
 }
 
-// ---- prep: grid (nC, Hv). Shared: Ks [C][dk+8], Vs [C][dv+8], Am, Tm [C][C+8], X [3][16][16],
-// gam, bet [C].
+// out[64 x n] = L R for a lower-triangular L (64 x 64, row stride 4 mod 32) and R (64 x n, row
+// stride 8 mod 32), raw m16n8k8 3xTF32 in the standard fragment layout. Warp w takes the n8
+// column tiles w and w + 8 for all four row tiles (k stops at each row tile's diagonal); out is
+// global memory.
+__device__ __forceinline__ void lower_times(const float* L, int ldl, const float* R, int ldr, int n,
+                                            float* out, int ldo, int warp, int lane) {
+  const int fg = lane / 4, ft = lane % 4;
+  bool on[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) on[r] = 8 * (warp + 8 * r) < n;
+  if (!on[0]) return;
+  float hh[2][4][4] = {}, cc[2][4][4] = {};
+  for (int k0 = 0; k0 < C; k0 += 8) {
+    uint32_t bh[2][2], bl[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!on[r]) continue;
+      const int col = 8 * (warp + 8 * r) + fg;
+      const float b[2] = {R[(k0 + ft) * ldr + col], R[(k0 + ft + 4) * ldr + col]};
+      split(b, bh[r], bl[r]);
+    }
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm) {
+      if (k0 >= 16 * (tm + 1)) continue;
+      const float* l = L + (16 * tm + fg) * ldl + k0 + ft;
+      const float a[4] = {l[0], l[8 * ldl], l[4], l[8 * ldl + 4]};
+      uint32_t ah[4], al[4];
+      split(a, ah, al);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (on[r]) mma3(hh[r][tm], cc[r][tm], cc[r][tm], ah, al, bh[r], bl[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!on[r]) continue;
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm) {
+      float* p = out + (16 * tm + fg) * ldo + 8 * (warp + 8 * r) + 2 * ft;
+      *reinterpret_cast<float2*>(p) =
+          make_float2(hh[r][tm][0] + cc[r][tm][0], hh[r][tm][1] + cc[r][tm][1]);
+      *reinterpret_cast<float2*>(p + 8 * ldo) =
+          make_float2(hh[r][tm][2] + cc[r][tm][2], hh[r][tm][3] + cc[r][tm][3]);
+    }
+  }
+}
+
+// ---- prep: grid (nC, Hv). Shared: Ks [C][dk+8], Vs [C][dv+8], Am, Tm [C][C+4], X [3][16][16],
+// gam, bet, dec, eg [C]. Row strides: 8 mod 32 for tiles read as B fragments or as pairs (K in
+// K K^T), 4 mod 32 for tiles read as A fragments (conflict-free fragment loads).
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(const float* __restrict__ k, const float* __restrict__ v,
                 const float* __restrict__ g, const float* __restrict__ beta, int T, int Tc, int Hk,
@@ -67,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
   const int t0 = chunk * C, valid = min(C, T - t0);
-  const int ldk = dk + 8, ldv = dv + 8, lda = C + 8;
+  const int ldk = dk + 8, ldv = dv + 8, lda = C + 4;
   float* Ks = smem;
   float* Vs = Ks + C * ldk;
   float* Am = Vs + C * ldv;
@@ -75,7 +124,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* X = Tm + C * lda;
   float* gam = X + 3 * 256;
   float* bet = gam + C;
-  const int tid = threadIdx.x, warp = tid / 32;
+  float* dec = bet + C;  // e^{gamma_C - gamma_j}
+  float* eg = dec + C;   // e^{gamma_j}
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, fg = lane / 4, ft = lane % 4;
 
   load_tiles(Ks, ldk, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk,
              dk, Vs, ldv, v + (static_cast<size_t>(t0) * Hv + h) * dv, static_cast<size_t>(Hv) * dv,
@@ -84,31 +135,54 @@ __global__ void __launch_bounds__(kThreads, 2)
     gam[tid] = tid < valid ? g[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
     bet[tid] = tid < valid ? beta[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
   }
+  for (int e = tid; e < C * C; e += kThreads) Tm[(e / C) * lda + e % C] = 0.0f;
   __syncthreads();
-  chunk_cumsum(gam);                                         // warp 0
-  for (int tile = warp; tile < 16; tile += kThreads / 32) {  // K K^T, lower tiles only
-    const int tm = tile / 4, tn = tile % 4;
-    if (tn > tm) continue;
-    FragC acc;
-    wm::fill_fragment(acc, 0.0f);
-    mma_rows<true>(acc, Ks + tm * 16 * ldk, ldk, Ks + tn * 16 * ldk, ldk, dk);
-    wm::store_matrix_sync(Am + tm * 16 * lda + tn * 16, acc, lda, wm::mem_row_major);
+  if (warp == 0) {  // gamma and its decay vectors
+    chunk_cumsum(gam);
+    __syncwarp();
+    for (int j = lane; j < C; j += 32) dec[j] = __expf(gam[C - 1] - gam[j]), eg[j] = __expf(gam[j]);
   }
   __syncthreads();
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
-  {  // decayed K^T for the scan (needs only gamma)
-    const float gl = gam[C - 1];
+  {  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j): warp w takes columns 8w .. 8w+7 and the
+     // row tiles that reach them; K rows read as pairs (permuted k: t <-> 2t, t + 4 <-> 2t + 1).
+    const int n0 = 8 * warp, tm0 = warp / 2;
+    float ph[4][4] = {}, pc[4][4] = {};
+    for (int k0 = 0; k0 < dk; k0 += 8) {
+      const float2 kb = *reinterpret_cast<const float2*>(Ks + (n0 + fg) * ldk + k0 + 2 * ft);
+      const float bf[2] = {kb.x, kb.y};
+      uint32_t bh[2], bl[2];
+      split(bf, bh, bl);
+#pragma unroll
+      for (int tm = 0; tm < 4; ++tm) {
+        if (tm < tm0) continue;
+        const float* r = Ks + (16 * tm + fg) * ldk + k0 + 2 * ft;
+        const float2 x = *reinterpret_cast<const float2*>(r);
+        const float2 y = *reinterpret_cast<const float2*>(r + 8 * ldk);
+        const float af[4] = {x.x, y.x, x.y, y.y};
+        uint32_t ah[4], al[4];
+        split(af, ah, al);
+        mma3(ph[tm], pc[tm], pc[tm], ah, al, bh, bl);
+      }
+    }
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = 16 * tm + fg + 8 * (c / 2), j = n0 + 2 * ft + c % 2;
+        Am[i * lda + j] =
+            tm >= tm0 && i > j ? bet[i] * (ph[tm][c] + pc[tm][c]) * __expf(gam[i] - gam[j]) : 0.0f;
+      }
+    }
+  }
+  {  // decayed K^T for the scan; a warp covers 4 rows j x 8 columns d (conflict-free reads of Ks)
     float* kt = ws.KT + (static_cast<size_t>(h) * nC + chunk) * dk * C;
     for (int e = tid; e < dk * C; e += kThreads) {
-      const int d = e / C, j = e % C;
-      kt[e] = Ks[j * ldk + d] * expf(gl - gam[j]);
+      const int blk = e / 32, l = e % 32, j = 4 * (blk % (C / 4)) + l % 4,
+                d = 8 * (blk / (C / 4)) + l / 4;
+      kt[d * C + j] = Ks[j * ldk + d] * dec[j];
     }
     if (tid < C) ws.G[row0 + tid] = gam[tid];
-  }
-  for (int e = tid; e < C * C; e += kThreads) {
-    const int i = e / C, j = e % C;
-    Am[i * lda + j] = i > j ? bet[i] * Am[i * lda + j] * expf(gam[i] - gam[j]) : 0.0f;
-    Tm[i * lda + j] = 0.0f;
   }
   __syncthreads();
   // Tm = (I + A)^-1 blockwise. Diagonal 16x16 blocks by forward substitution, one thread per
@@ -146,271 +220,348 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int e = tid; e < C * C; e += kThreads) {
     const int i = e / C, j = e % C;
     const float t = j <= i ? Tm[i * lda + j] : 0.0f;
-    Am[i * lda + j] = t * bet[j] * expf(gam[j]);
+    Am[i * lda + j] = t * bet[j] * eg[j];
     Tm[i * lda + j] = t * bet[j];
   }
   __syncthreads();
-  const int nw = 4 * (dk / 16), nu = 4 * (dv / 16);
-  for (int tile = warp; tile < nw + nu; tile += kThreads / 32) {  // W = Am K, U = Tm V
-    const bool is_w = tile < nw;
-    const int t = is_w ? tile : tile - nw, tm = t % 4, tn = t / 4;
-    FragC acc;
-    wm::fill_fragment(acc, 0.0f);
-    if (is_w) {  // lower-triangular left factor: k only up to the tile's last row
-      mma_rows<false>(acc, Am + tm * 16 * lda, lda, Ks + tn * 16, ldk, 16 * (tm + 1));
-      wm::store_matrix_sync(ws.W + (row0 + tm * 16) * dk + tn * 16, acc, dk, wm::mem_row_major);
-    } else {
-      mma_rows<false>(acc, Tm + tm * 16 * lda, lda, Vs + tn * 16, ldv, 16 * (tm + 1));
-      wm::store_matrix_sync(ws.U + (row0 + tm * 16) * dv + tn * 16, acc, dv, wm::mem_row_major);
-    }
-  }
+  lower_times(Am, lda, Ks, ldk, dk, ws.W + row0 * dk, dk, warp, lane);  // W = Am K
+  lower_times(Tm, lda, Vs, ldv, dv, ws.U + row0 * dv, dv, warp, lane);  // U = Tm V
 }
 
-// ---- scan: grid (dv / kScanBV, Hv), kScanWarps warps, sequential over chunks. The state S
-// [dk][kScanBV] lives in registers: warp w holds rows 16 (w + 4 mi) .. +15 as m16n8 accumulators.
-// Per chunk: publish S (shared + global), Vn = U - W S (warp w: chunk rows 16w..16w+15), then
-// S = e^{gamma_C} S + KT Vn. The A operands (W, KT rows, contiguous in k) come straight from global
-// memory into registers, fetched one chunk ahead; their k index is permuted within each 16-column
-// group (thread t holds physical columns 4t..4t+3 as logical k = t, t+4 of two k8 steps) so that a
-// float4 load feeds two mma steps; the B operands read the same permutation from shared memory.
-__global__ void __launch_bounds__(kScanWarps * 32, 2) scan_kernel(int Tc, int dk, int dv, Ws ws) {
-  __shared__ float Hs[kMaxHeadDim][kScanLd];
-  __shared__ float Vs[C][kScanLd];
-  const int h = blockIdx.y, c0 = blockIdx.x * kScanBV;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int nC = Tc / C, kgs = dk / 16;
-  const float* Wh = ws.W + static_cast<size_t>(h) * Tc * dk;
-  const float* Uh = ws.U + static_cast<size_t>(h) * Tc * dv;
-  const float* KTh = ws.KT + static_cast<size_t>(h) * nC * dk * C;
-  const float* Gh = ws.G + static_cast<size_t>(h) * Tc;
-  float* Hh = ws.H + static_cast<size_t>(h) * nC * dk * dv;
-  float* Vnh = ws.Vn + static_cast<size_t>(h) * Tc * dv;
+// ---- scan: grid (dv / kScanBV, Hv), sequential over chunks, warp-specialised so that each warp
+// keeps only its own operands in registers (no spills at two CTAs per SM):
+//   state warps (4..7): hold S [dk][kScanBV] as m16n8 accumulators (warp s: rows 16 (s + 4 mi)),
+//     publish it per chunk (shared + global), then S = e^{gamma_C} S + KT Vn;
+//   value warps (0..3): Vn = U - W S for chunk rows 16 w .. +15, to shared + global.
+// A operands (W, KT rows, contiguous in k) come from global memory straight into registers,
+// fetched one chunk ahead; their k index is permuted within each 16-column group (thread t holds
+// physical columns 4t..4t+3 as logical k = t, t+4 of two k8 steps) so that one float4 load feeds
+// two mma steps; B operands read the same permutation from shared memory.
+// Two consecutive values stored as their TF32 halves.
+__device__ __forceinline__ void put_split(uint32_t* hi, uint32_t* lo, float2 v) {
+  const uint32_t h0 = to_tf32(v.x), h1 = to_tf32(v.y);
+  *reinterpret_cast<uint2*>(hi) = make_uint2(h0, h1);
+  *reinterpret_cast<uint2*>(lo) =
+      make_uint2(to_tf32(v.x - __uint_as_float(h0)), to_tf32(v.y - __uint_as_float(h1)));
+}
 
-  float4 wa[kMaxHeadDim / 16][2];  // W rows 16 warp + g (+8), columns 16 kg + 4t .. +3
-  float4 ka[2][C / 16][2];         // KT rows 16 (warp + 4 mi) + g (+8), columns 16 kg + 4t .. +3
-  float2 ua[2][kScanNT];           // U rows 16 warp + g (+8), columns c0 + 8n + 2t, +1
-  float sacc[2][kScanNT][4];       // the state, C layout
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int n = 0; n < kScanNT; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) sacc[mi][n][i] = 0.0f;
+__device__ __forceinline__ void a_frag(const float4& r0, const float4& r1, int s, float (&a)[4]) {
+  a[0] = s ? r0.z : r0.x;
+  a[1] = s ? r1.z : r1.x;
+  a[2] = s ? r0.w : r0.y;
+  a[3] = s ? r1.w : r1.y;
+}
 
-  auto load_w = [&](int chunk) {
-    const float* p = Wh + (static_cast<size_t>(chunk) * C + 16 * warp + g) * dk + 4 * t;
+using SplitRows = uint32_t (*)[kScanLd];
+
+// Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3).
+__device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
+                                         int warp, int g, int t, int nC, int kgs, SplitRows Hh,
+                                         SplitRows Hl, SplitRows Vh, SplitRows Vl) {
+  const float* Wp = ws.W + static_cast<size_t>(h) * Tc * dk + (16 * warp + g) * dk + 4 * t;
+  const float* Up = ws.U + static_cast<size_t>(h) * Tc * dv + (16 * warp + g) * dv + c0 + 2 * t;
+  float* Vp = ws.Vn + static_cast<size_t>(h) * Tc * dv + (16 * warp + g) * dv + c0 + 2 * t;
+  float4 wa[kMaxHeadDim / 16][2];
+  float2 ua[2][kScanNT];
+  auto load = [&](int chunk) {
+    const float* w = Wp + static_cast<size_t>(chunk) * C * dk;
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg)
-      if (kg < kgs) {
-        wa[kg][0] = ldg4(p + 16 * kg);
-        wa[kg][1] = ldg4(p + 8 * dk + 16 * kg);
-      }
-  };
-  auto load_k = [&](int chunk) {
-    const float* p = KTh + static_cast<size_t>(chunk) * dk * C + 4 * t;
+      if (kg < kgs) wa[kg][0] = ldg4(w + 16 * kg), wa[kg][1] = ldg4(w + 8 * dk + 16 * kg);
+    const float* u = Up + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      const int mt = warp + kScanWarps * mi;
-      if (mt < kgs) {
-#pragma unroll
-        for (int kg = 0; kg < C / 16; ++kg) {
-          ka[mi][kg][0] = ldg4(p + (16 * mt + g) * C + 16 * kg);
-          ka[mi][kg][1] = ldg4(p + (16 * mt + g + 8) * C + 16 * kg);
-        }
-      }
-    }
+    for (int n = 0; n < kScanNT; ++n)
+      ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
   };
-  auto load_u = [&](int chunk) {
-    const float* p = Uh + (static_cast<size_t>(chunk) * C + 16 * warp + g) * dv + c0 + 2 * t;
-#pragma unroll
-    for (int n = 0; n < kScanNT; ++n) {
-      ua[0][n] = ldg2(p + 8 * n);
-      ua[1][n] = ldg2(p + 8 * dv + 8 * n);
-    }
-  };
-  load_w(0);
-  load_k(0);
-  load_u(0);
-  float gl = __ldg(Gh + C - 1);
-
+  load(0);
   for (int chunk = 0; chunk < nC; ++chunk) {
-    const float egl = expf(gl);
-    if (chunk + 1 < nC) gl = __ldg(Gh + static_cast<size_t>(chunk + 1) * C + C - 1);
-      // 1. publish the state before this chunk
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      const int mt = warp + kScanWarps * mi;
-      if (mt >= kgs) continue;
-      const int d = 16 * mt + g;
-#pragma unroll
-      for (int n = 0; n < kScanNT; ++n) {
-        const int col = 8 * n + 2 * t;
-        const float2 lo = make_float2(sacc[mi][n][0], sacc[mi][n][1]);
-        const float2 hi = make_float2(sacc[mi][n][2], sacc[mi][n][3]);
-        *reinterpret_cast<float2*>(&Hs[d][col]) = lo;
-        *reinterpret_cast<float2*>(&Hs[d + 8][col]) = hi;
-        float* gp = Hh + (static_cast<size_t>(chunk) * dk + d) * dv + c0 + col;
-        *reinterpret_cast<float2*>(gp) = lo;
-        *reinterpret_cast<float2*>(gp + 8 * dv) = hi;
-      }
-    }
-    __syncthreads();
-    // 2. Vn = U - W S for chunk rows 16 warp .. +15 (two accumulator sets for ILP)
-    float vacc[2][kScanNT][4];
-#pragma unroll
-    for (int p = 0; p < 2; ++p)
-#pragma unroll
-      for (int n = 0; n < kScanNT; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) vacc[p][n][i] = 0.0f;
+    __syncthreads();  // S of this chunk published
+    float hh[kScanNT][4] = {}, lh[kScanNT][4] = {}, hl[kScanNT][4] = {};
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
       if (kg >= kgs) continue;
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
-        const float a[4] = {s ? wa[kg][0].z : wa[kg][0].x, s ? wa[kg][1].z : wa[kg][1].x,
-                            s ? wa[kg][0].w : wa[kg][0].y, s ? wa[kg][1].w : wa[kg][1].y};
+        float a[4];
+        a_frag(wa[kg][0], wa[kg][1], s, a);
+        uint32_t ah[4], al[4];
+        split(a, ah, al);
         const int k0 = 16 * kg + 4 * t + 2 * s;
 #pragma unroll
         for (int n = 0; n < kScanNT; ++n) {
-          const float b[2] = {Hs[k0][8 * n + g], Hs[k0 + 1][8 * n + g]};
-          mma3(vacc[kg & 1][n], a, b);
+          const uint32_t bh[2] = {Hh[k0][8 * n + g], Hh[k0 + 1][8 * n + g]};
+          const uint32_t bl[2] = {Hl[k0][8 * n + g], Hl[k0 + 1][8 * n + g]};
+          mma3(hh[n], lh[n], hl[n], ah, al, bh, bl);
         }
       }
     }
-    if (chunk + 1 < nC) load_w(chunk + 1);
-    {
-      const int r = 16 * warp + g;
-      float* gp = Vnh + (static_cast<size_t>(chunk) * C + r) * dv + c0 + 2 * t;
+    float2 vn[2][kScanNT];
 #pragma unroll
-      for (int n = 0; n < kScanNT; ++n) {
-        const float2 lo = make_float2(ua[0][n].x - (vacc[0][n][0] + vacc[1][n][0]),
-                                      ua[0][n].y - (vacc[0][n][1] + vacc[1][n][1]));
-        const float2 hi = make_float2(ua[1][n].x - (vacc[0][n][2] + vacc[1][n][2]),
-                                      ua[1][n].y - (vacc[0][n][3] + vacc[1][n][3]));
-        *reinterpret_cast<float2*>(&Vs[r][8 * n + 2 * t]) = lo;
-        *reinterpret_cast<float2*>(&Vs[r + 8][8 * n + 2 * t]) = hi;
-        *reinterpret_cast<float2*>(gp + 8 * n) = lo;
-        *reinterpret_cast<float2*>(gp + 8 * dv + 8 * n) = hi;
-      }
+    for (int n = 0; n < kScanNT; ++n) {
+      vn[0][n] = make_float2(ua[0][n].x - (hh[n][0] + (lh[n][0] + hl[n][0])),
+                             ua[0][n].y - (hh[n][1] + (lh[n][1] + hl[n][1])));
+      vn[1][n] = make_float2(ua[1][n].x - (hh[n][2] + (lh[n][2] + hl[n][2])),
+                             ua[1][n].y - (hh[n][3] + (lh[n][3] + hl[n][3])));
     }
-    if (chunk + 1 < nC) load_u(chunk + 1);
-    __syncthreads();
-    // 3. S = e^{gamma_C} S + KT Vn
+    if (chunk + 1 < nC) load(chunk + 1);
+    const int r = 16 * warp + g;
+    float* vp = Vp + static_cast<size_t>(chunk) * C * dv;
+#pragma unroll
+    for (int n = 0; n < kScanNT; ++n) {
+      put_split(&Vh[r][8 * n + 2 * t], &Vl[r][8 * n + 2 * t], vn[0][n]);
+      put_split(&Vh[r + 8][8 * n + 2 * t], &Vl[r + 8][8 * n + 2 * t], vn[1][n]);
+      *reinterpret_cast<float2*>(vp + 8 * n) = vn[0][n];
+      *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = vn[1][n];
+    }
+    __syncthreads();  // Vn of this chunk ready
+  }
+}
+
+// S = e^{gamma_C} S + KT Vn, published per chunk (state warps 4..7).
+__device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
+                                         int warp, int g, int t, int nC, int kgs, SplitRows Hh,
+                                         SplitRows Hl, SplitRows Vh, SplitRows Vl) {
+  const int sw = warp - 4;
+  const float* KTp = ws.KT + static_cast<size_t>(h) * nC * dk * C + 4 * t;
+  const float* Gh = ws.G + static_cast<size_t>(h) * Tc;
+  float* Hp = ws.H + static_cast<size_t>(h) * nC * dk * dv + c0 + 2 * t;
+  float4 ka[2][C / 16][2];
+  float sh[2][kScanNT][4] = {}, sc[2][kScanNT][4] = {};  // S = sh + sc
+  auto load = [&](int chunk) {
+    const float* p = KTp + static_cast<size_t>(chunk) * dk * C;
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
-      const int mt = warp + kScanWarps * mi;
+      const int mt = sw + 4 * mi;
+      if (mt >= kgs) continue;
+#pragma unroll
+      for (int kg = 0; kg < C / 16; ++kg) {
+        ka[mi][kg][0] = ldg4(p + (16 * mt + g) * C + 16 * kg);
+        ka[mi][kg][1] = ldg4(p + (16 * mt + g + 8) * C + 16 * kg);
+      }
+    }
+  };
+  load(0);
+  float gl = __ldg(Gh + C - 1);
+  for (int chunk = 0; chunk < nC; ++chunk) {
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {  // publish the state before this chunk
+      const int mt = sw + 4 * mi;
+      if (mt >= kgs) continue;
+      const int d = 16 * mt + g;
+      float* hp = Hp + (static_cast<size_t>(chunk) * dk + d) * dv;
+#pragma unroll
+      for (int n = 0; n < kScanNT; ++n) {
+        const int col = 8 * n + 2 * t;
+        const float2 lo = make_float2(sh[mi][n][0] + sc[mi][n][0], sh[mi][n][1] + sc[mi][n][1]);
+        const float2 hi = make_float2(sh[mi][n][2] + sc[mi][n][2], sh[mi][n][3] + sc[mi][n][3]);
+        put_split(&Hh[d][col], &Hl[d][col], lo);
+        put_split(&Hh[d + 8][col], &Hl[d + 8][col], hi);
+        *reinterpret_cast<float2*>(hp + 8 * n) = lo;
+        *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = hi;
+      }
+    }
+    const float egl = __expf(gl);
+    if (chunk + 1 < nC) gl = __ldg(Gh + static_cast<size_t>(chunk + 1) * C + C - 1);
+    __syncthreads();  // S published
+    __syncthreads();  // Vn ready
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      const int mt = sw + 4 * mi;
       if (mt >= kgs) continue;
 #pragma unroll
       for (int n = 0; n < kScanNT; ++n)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) sacc[mi][n][i] *= egl;
+        for (int i = 0; i < 4; ++i) sh[mi][n][i] *= egl, sc[mi][n][i] *= egl;
 #pragma unroll
       for (int kg = 0; kg < C / 16; ++kg) {
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
-          const float a[4] = {
-              s ? ka[mi][kg][0].z : ka[mi][kg][0].x, s ? ka[mi][kg][1].z : ka[mi][kg][1].x,
-              s ? ka[mi][kg][0].w : ka[mi][kg][0].y, s ? ka[mi][kg][1].w : ka[mi][kg][1].y};
+          float a[4];
+          a_frag(ka[mi][kg][0], ka[mi][kg][1], s, a);
+          uint32_t ah[4], al[4];
+          split(a, ah, al);
           const int k0 = 16 * kg + 4 * t + 2 * s;
 #pragma unroll
           for (int n = 0; n < kScanNT; ++n) {
-            const float b[2] = {Vs[k0][8 * n + g], Vs[k0 + 1][8 * n + g]};
-            mma3(sacc[mi][n], a, b);
+            const uint32_t bh[2] = {Vh[k0][8 * n + g], Vh[k0 + 1][8 * n + g]};
+            const uint32_t bl[2] = {Vl[k0][8 * n + g], Vl[k0 + 1][8 * n + g]};
+            mma3(sh[mi][n], sc[mi][n], sc[mi][n], ah, al, bh, bl);
           }
         }
       }
     }
-    if (chunk + 1 < nC) load_k(chunk + 1);
+    if (chunk + 1 < nC) load(chunk + 1);
   }
 }
 
-// ---- output: grid (nC, Hv). Shared: Qs [C][ldq] (Q, then O), Ks [C][ldq] (K, then Vn), Ps
-// [C][C+8], Hs [dk][dv+8], gam [C].
+__global__ void __launch_bounds__(kScanThreads, 2) scan_kernel(int Tc, int dk, int dv, Ws ws) {
+  // B operands, published already split into TF32 halves (each is read by four warps)
+  __shared__ uint32_t Hh[kMaxHeadDim][kScanLd], Hl[kMaxHeadDim][kScanLd];
+  __shared__ uint32_t Vh[C][kScanLd], Vl[C][kScanLd];
+  const int h = blockIdx.y, c0 = blockIdx.x * kScanBV;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int nC = Tc / C, kgs = dk / 16;
+
+  // separate functions: each role gets its own register allocation (no spills at 2 CTAs/SM)
+  if (warp < 4)
+    scan_values(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
+  else
+    scan_states(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
+}
+
+// ---- output: grid (nC, Hv), kOutThreads (16 warps), raw m16n8k8 3xTF32. Fragments use the
+// k permutation "logical k = t <-> column k0 + 2t, k = t + 4 <-> k0 + 2t + 1" so that each A row
+// pair and each K row pair is one 8-byte shared load. Shared (row strides chosen for
+// conflict-free fragment loads: 8 mod 32 for A / K^T tiles, 4 mod 32 for row-major B tiles):
+//   Qs [C][dk+8]  Q (fp32), then e^gamma Q as TF32 hi bits;  Ks [C][dk+8]  K, then the lo bits;
+//   Vs [C][dv+4]  Vn;  Ph, Pl [C][C+8]  P = (Q K^T) o Gamma split;  Hs [dk][dv+4]  S;  gam [C].
+// Warp w owns O columns 8w .. 8w+7 for all 64 rows. The two products that form O take their B
+// operands (S, Vn) rounded to TF32 and keep A (e^gamma Q, P) exact as hi + lo ("2xTF32", relative
+// error ~2^-12 per product, well under the bf16 rounding of O): O feeds nothing sequential, while
+// every product on the recurrence (prep, scan) stays 3xTF32.
+__device__ __forceinline__ void lds_a(const uint32_t* base, int ld, int row0, int k0, int g, int t,
+                                      uint32_t (&a)[4]) {
+  const uint2 x = *reinterpret_cast<const uint2*>(base + (row0 + g) * ld + k0 + 2 * t);
+  const uint2 y = *reinterpret_cast<const uint2*>(base + (row0 + g + 8) * ld + k0 + 2 * t);
+  a[0] = x.x, a[1] = y.x, a[2] = x.y, a[3] = y.y;
+}
+
 template <typename E>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kOutThreads, 1)
     output_kernel(const float* __restrict__ q, const float* __restrict__ k, int T, int Tc, int Hk,
                   int Hv, int dk, int dv, Ws ws, E* __restrict__ o) {
+  constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
   const int t0 = chunk * C, valid = min(C, T - t0);
-  const int ldq = max(dk, dv) + 8, ldh = dv + 8, ldp = C + 8;
+  const int ldq = dk + 8, ldv = dv + 4, ldp = C + 8, ldh = dv + 4;
   float* Qs = smem;
   float* Ks = Qs + C * ldq;
-  float* Ps = Ks + C * ldq;
-  float* Hs = Ps + C * ldp;
+  float* Vs = Ks + C * ldq;
+  uint32_t* Ph = reinterpret_cast<uint32_t*>(Vs + C * ldv);
+  uint32_t* Pl = Ph + C * ldp;
+  float* Hs = reinterpret_cast<float*>(Pl + C * ldp);
   float* gam = Hs + dk * ldh;
-  const int tid = threadIdx.x, warp = tid / 32;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
 
-  load_tiles(Qs, ldq, q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk,
-             dk, Ks, ldq, k + (static_cast<size_t>(t0) * Hk + kh) * dk,
-             static_cast<size_t>(Hk) * dk, dk, valid);
+  // every load in flight at once
+  load_tiles<kOutThreads>(
+      Qs, ldq, q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, Ks,
+      ldq, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, valid);
+  load_tile<kOutThreads>(Vs, ldv, ws.Vn + row0 * dv, dv, dv, C);
   {
     const float* hg = ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv;
-    const int n4 = dk * dv / 4;
+    const int c4 = dv / 4;
 #pragma unroll 4
-    for (int e = tid; e < n4; e += kThreads) {
-      const float4 x = ldg4(hg + 4 * e);
-      float* d = Hs + (4 * e / dv) * ldh + (4 * e) % dv;
-      d[0] = x.x, d[1] = x.y, d[2] = x.z, d[3] = x.w;
+    for (int e = tid; e < dk * c4; e += kOutThreads) {
+      const int r = e / c4, c = e - r * c4;
+      *reinterpret_cast<float4*>(Hs + r * ldh + 4 * c) = ldg4(hg + 4 * e);
     }
   }
   if (tid < C) gam[tid] = ws.G[row0 + tid];
   __syncthreads();
-  for (int tile = warp; tile < 16; tile += kThreads / 32) {  // Q K^T, lower tiles only
-    const int tm = tile / 4, tn = tile % 4;
-    if (tn > tm) continue;
-    FragC acc;
-    wm::fill_fragment(acc, 0.0f);
-    mma_rows<true>(acc, Qs + tm * 16 * ldq, ldq, Ks + tn * 16 * ldq, ldq, dk);
-    wm::store_matrix_sync(Ps + tm * 16 * ldp + tn * 16, acc, ldp, wm::mem_row_major);
-  }
-  __syncthreads();
-  for (int e = tid; e < C * C; e += kThreads) {
-    const int i = e / C, j = e % C;
-    Ps[i * ldp + j] = i >= j ? Ps[i * ldp + j] * expf(gam[i] - gam[j]) : 0.0f;
-  }
-  for (int e = tid; e < C * dk; e += kThreads) {
-    const int i = e / dk, d = e % dk;
-    Qs[i * ldq + d] *= expf(gam[i]);
-  }
-  load_tile(Ks, ldq, ws.Vn + row0 * dv, dv, dv, C);
-  __syncthreads();
-  // O = (e^gamma Q) S + P Vn; tile = warp + 8 r, m-tile = tile % 4 (balances the triangular P).
-  const int ntiles = 4 * (dv / 16);
-  FragC acc[4];
+
+  // P = (Q K^T) o Gamma_incl, lower triangle: warp w < 8 takes columns 8w .. 8w+7 and the row
+  // tiles that reach them.
+  if (warp < C / 8) {
+    const int n0 = 8 * warp, tm0 = warp / 2;
+    float ph[4][4] = {}, pc[4][4] = {};
+    for (int k0 = 0; k0 < dk; k0 += 8) {
+      const float2 kb = *reinterpret_cast<const float2*>(Ks + (n0 + g) * ldq + k0 + 2 * t);
+      const float bf[2] = {kb.x, kb.y};
+      uint32_t bh[2], bl[2];
+      split(bf, bh, bl);
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int tile = warp + 8 * r;
-    if (tile >= ntiles) continue;
-    const int tm = tile % 4, tn = tile / 4;
-    wm::fill_fragment(acc[r], 0.0f);
-    mma_rows<false>(acc[r], Qs + tm * 16 * ldq, ldq, Hs + tn * 16, ldh, dk);
-    mma_rows<false>(acc[r], Ps + tm * 16 * ldp, ldp, Ks + tn * 16, ldq, 16 * (tm + 1));
-  }
-  __syncthreads();
+      for (int tm = 0; tm < 4; ++tm) {
+        if (tm < tm0) continue;
+        const float2 x = *reinterpret_cast<const float2*>(Qs + (16 * tm + g) * ldq + k0 + 2 * t);
+        const float2 y =
+            *reinterpret_cast<const float2*>(Qs + (16 * tm + g + 8) * ldq + k0 + 2 * t);
+        const float af[4] = {x.x, y.x, x.y, y.y};
+        uint32_t ah[4], al[4];
+        split(af, ah, al);
+        mma3(ph[tm], pc[tm], pc[tm], ah, al, bh, bl);
+      }
+    }
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int tile = warp + 8 * r;
-    if (tile >= ntiles) continue;
-    const int tm = tile % 4, tn = tile / 4;
-    wm::store_matrix_sync(Qs + tm * 16 * ldq + tn * 16, acc[r], ldq, wm::mem_row_major);
+    for (int tm = 0; tm < 4; ++tm) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = 16 * tm + g + 8 * (c / 2), j = n0 + 2 * t + c % 2;
+        const float p =
+            tm >= tm0 && i >= j ? (ph[tm][c] + pc[tm][c]) * __expf(gam[i] - gam[j]) : 0.0f;
+        const uint32_t hi = to_tf32(p);
+        Ph[i * ldp + j] = hi;
+        Pl[i * ldp + j] = to_tf32(p - __uint_as_float(hi));
+      }
+    }
   }
   __syncthreads();
-  for (int e = tid; e < valid * dv; e += kThreads) {
-    const int i = e / dv, c = e % dv;
-    o[(static_cast<size_t>(t0 + i) * Hv + h) * dv + c] = from_f<E>(Qs[i * ldq + c]);
+  // e^gamma Q as TF32 halves: hi over Qs, lo over Ks (K is no longer needed).
+  {
+    uint32_t* Qh = reinterpret_cast<uint32_t*>(Qs);
+    uint32_t* Ql = reinterpret_cast<uint32_t*>(Ks);
+    for (int i = warp; i < C; i += NW) {
+      const float sc = __expf(gam[i]);
+      for (int d = lane; d < dk; d += 32) {
+        const float x = Qs[i * ldq + d] * sc;
+        const uint32_t hi = to_tf32(x);
+        Qh[i * ldq + d] = hi;
+        Ql[i * ldq + d] = to_tf32(x - __uint_as_float(hi));
+      }
+    }
+  }
+  __syncthreads();
+  // O = (e^gamma Q) S + P Vn for columns 8 warp .. +7.
+  const int n0 = 8 * warp;
+  if (n0 >= dv) return;
+  const uint32_t* Qh = reinterpret_cast<const uint32_t*>(Qs);
+  const uint32_t* Ql = reinterpret_cast<const uint32_t*>(Ks);
+  float oh[4][4] = {}, oc[4][4] = {};
+  for (int k0 = 0; k0 < dk; k0 += 8) {
+    const uint32_t bh[2] = {to_tf32(Hs[(k0 + 2 * t) * ldh + n0 + g]),
+                            to_tf32(Hs[(k0 + 2 * t + 1) * ldh + n0 + g])};
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm) {
+      uint32_t ah[4], al[4];
+      lds_a(Qh, ldq, 16 * tm, k0, g, t, ah);
+      lds_a(Ql, ldq, 16 * tm, k0, g, t, al);
+      mma2(oh[tm], oc[tm], ah, al, bh);
+    }
+  }
+  for (int k0 = 0; k0 < C; k0 += 8) {
+    const uint32_t bh[2] = {to_tf32(Vs[(k0 + 2 * t) * ldv + n0 + g]),
+                            to_tf32(Vs[(k0 + 2 * t + 1) * ldv + n0 + g])};
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm) {
+      if (k0 >= 16 * (tm + 1)) continue;  // P is lower triangular
+      uint32_t ah[4], al[4];
+      lds_a(Ph, ldp, 16 * tm, k0, g, t, ah);
+      lds_a(Pl, ldp, 16 * tm, k0, g, t, al);
+      mma2(oh[tm], oc[tm], ah, al, bh);
+    }
+  }
+#pragma unroll
+  for (int tm = 0; tm < 4; ++tm) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * tm + g + 8 * hr;
+      if (i >= valid) continue;
+      E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + n0 + 2 * t;
+      dst[0] = from_f<E>(oh[tm][2 * hr] + oc[tm][2 * hr]);
+      dst[1] = from_f<E>(oh[tm][2 * hr + 1] + oc[tm][2 * hr + 1]);
+    }
   }
 }
 
 size_t prep_smem(int dk, int dv) {
   return sizeof(float) * (static_cast<size_t>(C) * (dk + 8) + static_cast<size_t>(C) * (dv + 8) +
-                          2 * C * (C + 8) + 3 * 256 + 2 * C);
+                          2 * C * (C + 4) + 3 * 256 + 4 * C);
 }
 size_t output_smem(int dk, int dv) {
-  const size_t ldq = std::max(dk, dv) + 8;
-  return sizeof(float) * (2 * C * ldq + C * (C + 8) + static_cast<size_t>(dk) * (dv + 8) + C);
+  return sizeof(float) * (2 * C * (dk + 8) + C * (dv + 4) + 2 * C * (C + 8) +
+                          static_cast<size_t>(dk) * (dv + 4) + C);
 }
 
 }  // namespace
@@ -427,7 +578,7 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
 
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between) {
+                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan) {
   const int Tc = (T + C - 1) / C * C, nC = Tc / C;
   const Ws ws = carve(workspace, Tc, Hv, dk, dv);
   const size_t ps = prep_smem(dk, dv), os = output_smem(dk, dv);
@@ -439,10 +590,11 @@ void chunked_tc(const float* q, const float* k, const float* v, const float* g, 
   prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(k, v, g, beta, T, Tc, Hk, Hv, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
-  scan_kernel<<<dim3(dv / kScanBV, Hv), kScanWarps * 32, 0, s>>>(Tc, dk, dv, ws);
+  scan_kernel<<<dim3(dv / kScanBV, Hv), kScanThreads, 0, s>>>(Tc, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
+  if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   output_kernel<__nv_bfloat16>
-      <<<dim3(nC, Hv), kThreads, os, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
+      <<<dim3(nC, Hv), kOutThreads, os, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 

@@ -20,10 +20,9 @@ bool tc_supported(int dk, int dv);
 // states and the corrected values Vn.
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
 
-// Same contract as gdn_chunked() (gdn_chunked.h); `between` is recorded after the parallel prep
-// kernel.
+// Same contract as gdn_chunked() (gdn_chunked.h).
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between);
+                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan);
 
 }  // namespace clef::engine::cuda::gdn

@@ -12,22 +12,34 @@ namespace clef::engine::cuda::gdn {
 
 constexpr int kChunk = 64;
 constexpr int kMaxHeadDim = 128;
-constexpr int kTileThreads = 256;  // block size the tile copies are written for
-constexpr int kMaxVec = kChunk * kMaxHeadDim / 4 / kTileThreads;  // float4 per thread per tile
+constexpr int kTileThreads = 256;  // default block size of the tile copies
 
-// Two tiles at once. Row i of tile X is at srcX + i * strideX (colsX contiguous floats, colsX % 4
-// == 0) and lands at dstX + i * ldX.
+// Stores one float4 at dst: one 16-byte store when the destination is 16-byte aligned (ld % 4 ==
+// 0 for every row), else four scalar stores (the SIMT kernels' odd strides).
+__device__ __forceinline__ void put4(float* dst, const float4& v, bool vec) {
+  if (vec) {
+    *reinterpret_cast<float4*>(dst) = v;
+  } else {
+    dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+  }
+}
+
+// Two tiles at once, by a block of THREADS threads. Row i of tile X is at srcX + i * strideX (colsX
+// contiguous floats, colsX % 4 == 0, 16-byte aligned) and lands at dstX + i * ldX.
+template <int THREADS = kTileThreads>
 __device__ __forceinline__ void load_tiles(float* __restrict__ dstA, int ldA,
                                            const float* __restrict__ srcA, size_t strideA,
                                            int colsA, float* __restrict__ dstB, int ldB,
                                            const float* __restrict__ srcB, size_t strideB,
                                            int colsB, int valid) {
+  constexpr int kVec = kChunk * kMaxHeadDim / 4 / THREADS;  // float4 per thread per tile
   const int a4 = colsA / 4, b4 = colsB / 4;
-  float4 va[kMaxVec], vb[kMaxVec];
+  const bool va4 = ldA % 4 == 0, vb4 = ldB % 4 == 0;
+  float4 va[kVec], vb[kVec];
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-  for (int r = 0; r < kMaxVec; ++r) {
-    const int e = threadIdx.x + r * kTileThreads;
+  for (int r = 0; r < kVec; ++r) {
+    const int e = threadIdx.x + r * THREADS;
     const int ia = e / a4, ib = e / b4;
     va[r] = (e < kChunk * a4 && ia < valid)
                 ? __ldg(reinterpret_cast<const float4*>(srcA + ia * strideA + (e % a4) * 4))
@@ -37,39 +49,33 @@ __device__ __forceinline__ void load_tiles(float* __restrict__ dstA, int ldA,
                 : zero;
   }
 #pragma unroll
-  for (int r = 0; r < kMaxVec; ++r) {
-    const int e = threadIdx.x + r * kTileThreads;
-    if (e < kChunk * a4) {
-      float* d = dstA + (e / a4) * ldA + (e % a4) * 4;
-      d[0] = va[r].x, d[1] = va[r].y, d[2] = va[r].z, d[3] = va[r].w;
-    }
-    if (e < kChunk * b4) {
-      float* d = dstB + (e / b4) * ldB + (e % b4) * 4;
-      d[0] = vb[r].x, d[1] = vb[r].y, d[2] = vb[r].z, d[3] = vb[r].w;
-    }
+  for (int r = 0; r < kVec; ++r) {
+    const int e = threadIdx.x + r * THREADS;
+    if (e < kChunk * a4) put4(dstA + (e / a4) * ldA + (e % a4) * 4, va[r], va4);
+    if (e < kChunk * b4) put4(dstB + (e / b4) * ldB + (e % b4) * 4, vb[r], vb4);
   }
 }
 
 // One tile, as load_tiles.
+template <int THREADS = kTileThreads>
 __device__ __forceinline__ void load_tile(float* __restrict__ dst, int ld,
                                           const float* __restrict__ src, size_t stride, int cols,
                                           int valid) {
+  constexpr int kVec = kChunk * kMaxHeadDim / 4 / THREADS;
   const int c4 = cols / 4;
-  float4 v[kMaxVec];
+  const bool v4 = ld % 4 == 0;
+  float4 v[kVec];
 #pragma unroll
-  for (int r = 0; r < kMaxVec; ++r) {
-    const int e = threadIdx.x + r * kTileThreads, i = e / c4;
+  for (int r = 0; r < kVec; ++r) {
+    const int e = threadIdx.x + r * THREADS, i = e / c4;
     v[r] = (e < kChunk * c4 && i < valid)
                ? __ldg(reinterpret_cast<const float4*>(src + i * stride + (e % c4) * 4))
                : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 #pragma unroll
-  for (int r = 0; r < kMaxVec; ++r) {
-    const int e = threadIdx.x + r * kTileThreads;
-    if (e < kChunk * c4) {
-      float* d = dst + (e / c4) * ld + (e % c4) * 4;
-      d[0] = v[r].x, d[1] = v[r].y, d[2] = v[r].z, d[3] = v[r].w;
-    }
+  for (int r = 0; r < kVec; ++r) {
+    const int e = threadIdx.x + r * THREADS;
+    if (e < kChunk * c4) put4(dst + (e / c4) * ld + (e % c4) * 4, v[r], v4);
   }
 }
 
