@@ -20,7 +20,7 @@ namespace {
 using namespace tf32x3;
 constexpr int C = kChunk;
 constexpr int kThreads = kTileThreads;  // prep kernel
-constexpr int kOutThreads = 512;        // output kernel: one CTA per SM, 16 warps hide latency
+constexpr int kOutThreads = 256;        // output kernel
 constexpr int kScanThreads = 256;       // 4 value warps + 4 state warps
 constexpr int kScanNT = 2;              // n8 tiles of value columns per scan CTA
 constexpr int kScanBV = 8 * kScanNT;    // value columns per scan CTA
@@ -409,16 +409,17 @@ __global__ void __launch_bounds__(kScanThreads, 2) scan_kernel(int Tc, int dk, i
     scan_states(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
 }
 
-// ---- output: grid (nC, Hv), kOutThreads (16 warps), raw m16n8k8 3xTF32. Fragments use the
-// k permutation "logical k = t <-> column k0 + 2t, k = t + 4 <-> k0 + 2t + 1" so that each A row
-// pair and each K row pair is one 8-byte shared load. Shared (row strides chosen for
-// conflict-free fragment loads: 8 mod 32 for A / K^T tiles, 4 mod 32 for row-major B tiles):
+// ---- output: grid (nC, Hv), kOutThreads (8 warps, two CTAs per SM so that one CTA's loads overlap
+// the other's products), raw m16n8k8. Fragments use the k permutation "logical k = t <-> column
+// k0 + 2t, k = t + 4 <-> k0 + 2t + 1" so that each A row pair is one 8-byte shared load. Shared
+// (row strides 8 mod 32: conflict-free pair loads):
 //   Qs [C][dk+8]  Q (fp32), then e^gamma Q as TF32 hi bits;  Ks [C][dk+8]  K, then the lo bits;
-//   Vs [C][dv+4]  Vn;  Ph, Pl [C][C+8]  P = (Q K^T) o Gamma split;  Hs [dk][dv+4]  S;  gam [C].
-// Warp w owns O columns 8w .. 8w+7 for all 64 rows. The two products that form O take their B
-// operands (S, Vn) rounded to TF32 and keep A (e^gamma Q, P) exact as hi + lo ("2xTF32", relative
-// error ~2^-12 per product, well under the bf16 rounding of O): O feeds nothing sequential, while
-// every product on the recurrence (prep, scan) stays 3xTF32.
+//   Ph, Pl [C][C+8]  P = (Q K^T) o Gamma split;  gam [C].
+// Warp w owns O columns 16w .. 16w+15 for all 64 rows; its B fragments (S, Vn) come straight from
+// global memory (each element is read by one warp only). The two products that form O take B
+// rounded to TF32 and keep A exact as hi + lo ("2xTF32", relative error ~2^-12 per product, well
+// under the bf16 rounding of O): O feeds nothing sequential, while every product on the recurrence
+// (prep, scan) stays 3xTF32.
 __device__ __forceinline__ void lds_a(const uint32_t* base, int ld, int row0, int k0, int g, int t,
                                       uint32_t (&a)[4]) {
   const uint2 x = *reinterpret_cast<const uint2*>(base + (row0 + g) * ld + k0 + 2 * t);
@@ -426,45 +427,71 @@ __device__ __forceinline__ void lds_a(const uint32_t* base, int ld, int row0, in
   a[0] = x.x, a[1] = y.x, a[2] = x.y, a[3] = y.y;
 }
 
+// acc[r][tm] += A[rows 16 tm..][k] B[k][cols of tile r] for k in [0, K) (and k < 16 (tm + 1) when
+// lower), A split in shared memory (ah/al planes, stride lda), B rows in global memory (stride
+// ldb), kBatch k8 steps per batch of loads.
+template <bool kLower, int kBatch = 2>
+__device__ __forceinline__ void times_global_b(float (&hh)[2][4][4], float (&lo)[2][4][4],
+                                               const uint32_t* ah_s, const uint32_t* al_s, int lda,
+                                               const float* B, int ldb, int K, int col0, bool on1,
+                                               int g, int t) {
+  for (int kb = 0; kb < K; kb += 8 * kBatch) {
+    float bv[kBatch][2][2];
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int k0 = kb + 8 * s, c = col0 + 8 * r + g;
+        const bool ok = k0 < K && (r == 0 || on1);
+        bv[s][r][0] = ok ? __ldg(B + static_cast<size_t>(k0 + 2 * t) * ldb + c) : 0.0f;
+        bv[s][r][1] = ok ? __ldg(B + static_cast<size_t>(k0 + 2 * t + 1) * ldb + c) : 0.0f;
+      }
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      const int k0 = kb + 8 * s;
+      if (k0 >= K) break;
+      uint32_t b[2][2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) b[r][0] = to_tf32(bv[s][r][0]), b[r][1] = to_tf32(bv[s][r][1]);
+#pragma unroll
+      for (int tm = 0; tm < 4; ++tm) {
+        if (kLower && k0 >= 16 * (tm + 1)) continue;
+        uint32_t ah[4], al[4];
+        lds_a(ah_s, lda, 16 * tm, k0, g, t, ah);
+        lds_a(al_s, lda, 16 * tm, k0, g, t, al);
+        mma2(hh[0][tm], lo[0][tm], ah, al, b[0]);
+        if (on1) mma2(hh[1][tm], lo[1][tm], ah, al, b[1]);
+      }
+    }
+  }
+}
+
 template <typename E>
-__global__ void __launch_bounds__(kOutThreads, 1)
+__global__ void __launch_bounds__(kOutThreads, 2)
     output_kernel(const float* __restrict__ q, const float* __restrict__ k, int T, int Tc, int Hk,
                   int Hv, int dk, int dv, Ws ws, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
   const int t0 = chunk * C, valid = min(C, T - t0);
-  const int ldq = dk + 8, ldv = dv + 4, ldp = C + 8, ldh = dv + 4;
+  const int ldq = dk + 8, ldp = C + 8;
   float* Qs = smem;
   float* Ks = Qs + C * ldq;
-  float* Vs = Ks + C * ldq;
-  uint32_t* Ph = reinterpret_cast<uint32_t*>(Vs + C * ldv);
+  uint32_t* Ph = reinterpret_cast<uint32_t*>(Ks + C * ldq);
   uint32_t* Pl = Ph + C * ldp;
-  float* Hs = reinterpret_cast<float*>(Pl + C * ldp);
-  float* gam = Hs + dk * ldh;
+  float* gam = reinterpret_cast<float*>(Pl + C * ldp);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
 
-  // every load in flight at once
   load_tiles<kOutThreads>(
       Qs, ldq, q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, Ks,
       ldq, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, valid);
-  load_tile<kOutThreads>(Vs, ldv, ws.Vn + row0 * dv, dv, dv, C);
-  {
-    const float* hg = ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv;
-    const int c4 = dv / 4;
-#pragma unroll 4
-    for (int e = tid; e < dk * c4; e += kOutThreads) {
-      const int r = e / c4, c = e - r * c4;
-      *reinterpret_cast<float4*>(Hs + r * ldh + 4 * c) = ldg4(hg + 4 * e);
-    }
-  }
   if (tid < C) gam[tid] = ws.G[row0 + tid];
   __syncthreads();
 
-  // P = (Q K^T) o Gamma_incl, lower triangle: warp w < 8 takes columns 8w .. 8w+7 and the row
-  // tiles that reach them.
-  if (warp < C / 8) {
+  {  // P = (Q K^T) o Gamma_incl, lower triangle: warp w takes columns 8w .. 8w+7 and the row
+     // tiles that reach them.
+    static_assert(NW == C / 8, "one warp per 8 columns of P");
     const int n0 = 8 * warp, tm0 = warp / 2;
     float ph[4][4] = {}, pc[4][4] = {};
     for (int k0 = 0; k0 < dk; k0 += 8) {
@@ -475,9 +502,9 @@ __global__ void __launch_bounds__(kOutThreads, 1)
 #pragma unroll
       for (int tm = 0; tm < 4; ++tm) {
         if (tm < tm0) continue;
-        const float2 x = *reinterpret_cast<const float2*>(Qs + (16 * tm + g) * ldq + k0 + 2 * t);
-        const float2 y =
-            *reinterpret_cast<const float2*>(Qs + (16 * tm + g + 8) * ldq + k0 + 2 * t);
+        const float* r = Qs + (16 * tm + g) * ldq + k0 + 2 * t;
+        const float2 x = *reinterpret_cast<const float2*>(r);
+        const float2 y = *reinterpret_cast<const float2*>(r + 8 * ldq);
         const float af[4] = {x.x, y.x, x.y, y.y};
         uint32_t ah[4], al[4];
         split(af, ah, al);
@@ -499,58 +526,39 @@ __global__ void __launch_bounds__(kOutThreads, 1)
   }
   __syncthreads();
   // e^gamma Q as TF32 halves: hi over Qs, lo over Ks (K is no longer needed).
-  {
-    uint32_t* Qh = reinterpret_cast<uint32_t*>(Qs);
-    uint32_t* Ql = reinterpret_cast<uint32_t*>(Ks);
-    for (int i = warp; i < C; i += NW) {
-      const float sc = __expf(gam[i]);
-      for (int d = lane; d < dk; d += 32) {
-        const float x = Qs[i * ldq + d] * sc;
-        const uint32_t hi = to_tf32(x);
-        Qh[i * ldq + d] = hi;
-        Ql[i * ldq + d] = to_tf32(x - __uint_as_float(hi));
-      }
+  uint32_t* Qh = reinterpret_cast<uint32_t*>(Qs);
+  uint32_t* Ql = reinterpret_cast<uint32_t*>(Ks);
+  for (int i = warp; i < C; i += NW) {
+    const float sc = __expf(gam[i]);
+    for (int d = lane; d < dk; d += 32) {
+      const float x = Qs[i * ldq + d] * sc;
+      const uint32_t hi = to_tf32(x);
+      Qh[i * ldq + d] = hi;
+      Ql[i * ldq + d] = to_tf32(x - __uint_as_float(hi));
     }
   }
   __syncthreads();
-  // O = (e^gamma Q) S + P Vn for columns 8 warp .. +7.
-  const int n0 = 8 * warp;
-  if (n0 >= dv) return;
-  const uint32_t* Qh = reinterpret_cast<const uint32_t*>(Qs);
-  const uint32_t* Ql = reinterpret_cast<const uint32_t*>(Ks);
-  float oh[4][4] = {}, oc[4][4] = {};
-  for (int k0 = 0; k0 < dk; k0 += 8) {
-    const uint32_t bh[2] = {to_tf32(Hs[(k0 + 2 * t) * ldh + n0 + g]),
-                            to_tf32(Hs[(k0 + 2 * t + 1) * ldh + n0 + g])};
+  // O = (e^gamma Q) S + P Vn for columns 16 warp .. +15.
+  const int col0 = 16 * warp;
+  if (col0 >= dv) return;
+  const bool on1 = col0 + 8 < dv;
+  float oh[2][4][4] = {}, oc[2][4][4] = {};
+  times_global_b<false>(oh, oc, Qh, Ql, ldq, ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv,
+                        dv, dk, col0, on1, g, t);
+  times_global_b<true>(oh, oc, Ph, Pl, ldp, ws.Vn + row0 * dv, dv, C, col0, on1, g, t);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (r == 1 && !on1) break;
 #pragma unroll
     for (int tm = 0; tm < 4; ++tm) {
-      uint32_t ah[4], al[4];
-      lds_a(Qh, ldq, 16 * tm, k0, g, t, ah);
-      lds_a(Ql, ldq, 16 * tm, k0, g, t, al);
-      mma2(oh[tm], oc[tm], ah, al, bh);
-    }
-  }
-  for (int k0 = 0; k0 < C; k0 += 8) {
-    const uint32_t bh[2] = {to_tf32(Vs[(k0 + 2 * t) * ldv + n0 + g]),
-                            to_tf32(Vs[(k0 + 2 * t + 1) * ldv + n0 + g])};
 #pragma unroll
-    for (int tm = 0; tm < 4; ++tm) {
-      if (k0 >= 16 * (tm + 1)) continue;  // P is lower triangular
-      uint32_t ah[4], al[4];
-      lds_a(Ph, ldp, 16 * tm, k0, g, t, ah);
-      lds_a(Pl, ldp, 16 * tm, k0, g, t, al);
-      mma2(oh[tm], oc[tm], ah, al, bh);
-    }
-  }
-#pragma unroll
-  for (int tm = 0; tm < 4; ++tm) {
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int i = 16 * tm + g + 8 * hr;
-      if (i >= valid) continue;
-      E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + n0 + 2 * t;
-      dst[0] = from_f<E>(oh[tm][2 * hr] + oc[tm][2 * hr]);
-      dst[1] = from_f<E>(oh[tm][2 * hr + 1] + oc[tm][2 * hr + 1]);
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = 16 * tm + g + 8 * hr;
+        if (i >= valid) continue;
+        E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 + 8 * r + 2 * t;
+        dst[0] = from_f<E>(oh[r][tm][2 * hr] + oc[r][tm][2 * hr]);
+        dst[1] = from_f<E>(oh[r][tm][2 * hr + 1] + oc[r][tm][2 * hr + 1]);
+      }
     }
   }
 }
@@ -559,9 +567,8 @@ size_t prep_smem(int dk, int dv) {
   return sizeof(float) * (static_cast<size_t>(C) * (dk + 8) + static_cast<size_t>(C) * (dv + 8) +
                           2 * C * (C + 4) + 3 * 256 + 4 * C);
 }
-size_t output_smem(int dk, int dv) {
-  return sizeof(float) * (2 * C * (dk + 8) + C * (dv + 4) + 2 * C * (C + 8) +
-                          static_cast<size_t>(dk) * (dv + 4) + C);
+size_t output_smem(int dk, int /*dv*/) {
+  return sizeof(float) * (2 * C * (dk + 8) + 2 * C * (C + 8) + C);
 }
 
 }  // namespace
