@@ -254,6 +254,17 @@ __device__ __forceinline__ void a_frag(const float4& r0, const float4& r1, int s
 
 using SplitRows = uint32_t (*)[kScanLd];
 
+// Named barriers between the two warp roles (256 threads each: 128 arrive, 128 wait). The state is
+// published in two halves (rows 0..63, then 64..127) so that the value warps start on the first
+// half while the state warps still update the second.
+constexpr int kBarTop = 1, kBarBottom = 2, kBarVn = 3;
+__device__ __forceinline__ void bar_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kScanThreads) : "memory");
+}
+__device__ __forceinline__ void bar_wait(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kScanThreads) : "memory");
+}
+
 // Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3).
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
                                          int warp, int g, int t, int nC, int kgs, SplitRows Hh,
@@ -275,10 +286,11 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   };
   load(0);
   for (int chunk = 0; chunk < nC; ++chunk) {
-    __syncthreads();  // S of this chunk published
     float hh[kScanNT][4] = {}, lh[kScanNT][4] = {}, hl[kScanNT][4] = {};
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
+      if (kg == 0) bar_wait(kBarTop);     // rows 0..63 of S published
+      if (kg == 4) bar_wait(kBarBottom);  // rows 64..127
       if (kg >= kgs) continue;
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
@@ -313,11 +325,12 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       *reinterpret_cast<float2*>(vp + 8 * n) = vn[0][n];
       *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = vn[1][n];
     }
-    __syncthreads();  // Vn of this chunk ready
+    bar_arrive(kBarVn);
   }
 }
 
-// S = e^{gamma_C} S + KT Vn, published per chunk (state warps 4..7).
+// S = e^{gamma_C} S + KT Vn, published per chunk in two halves (state warps 4..7; half mi holds
+// the m16 row tiles sw + 4 mi).
 __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
                                          int warp, int g, int t, int nC, int kgs, SplitRows Hh,
                                          SplitRows Hl, SplitRows Vh, SplitRows Vl) {
@@ -327,70 +340,72 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
   float* Hp = ws.H + static_cast<size_t>(h) * nC * dk * dv + c0 + 2 * t;
   float4 ka[2][C / 16][2];
   float sh[2][kScanNT][4] = {}, sc[2][kScanNT][4] = {};  // S = sh + sc
-  auto load = [&](int chunk) {
+  auto load = [&](int chunk, int mi) {
+    const int mt = sw + 4 * mi;
+    if (mt >= kgs) return;
     const float* p = KTp + static_cast<size_t>(chunk) * dk * C;
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      const int mt = sw + 4 * mi;
-      if (mt >= kgs) continue;
-#pragma unroll
-      for (int kg = 0; kg < C / 16; ++kg) {
-        ka[mi][kg][0] = ldg4(p + (16 * mt + g) * C + 16 * kg);
-        ka[mi][kg][1] = ldg4(p + (16 * mt + g + 8) * C + 16 * kg);
-      }
+    for (int kg = 0; kg < C / 16; ++kg) {
+      ka[mi][kg][0] = ldg4(p + (16 * mt + g) * C + 16 * kg);
+      ka[mi][kg][1] = ldg4(p + (16 * mt + g + 8) * C + 16 * kg);
     }
   };
-  load(0);
-  float gl = __ldg(Gh + C - 1);
-  for (int chunk = 0; chunk < nC; ++chunk) {
+  // half mi of the state before `chunk`, to shared (split) and to the published states
+  auto publish = [&](int chunk, int mi) {
+    const int mt = sw + 4 * mi;
+    if (mt >= kgs) return;
+    const int d = 16 * mt + g;
+    float* hp = Hp + (static_cast<size_t>(chunk) * dk + d) * dv;
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {  // publish the state before this chunk
-      const int mt = sw + 4 * mi;
-      if (mt >= kgs) continue;
-      const int d = 16 * mt + g;
-      float* hp = Hp + (static_cast<size_t>(chunk) * dk + d) * dv;
-#pragma unroll
-      for (int n = 0; n < kScanNT; ++n) {
-        const int col = 8 * n + 2 * t;
-        const float2 lo = make_float2(sh[mi][n][0] + sc[mi][n][0], sh[mi][n][1] + sc[mi][n][1]);
-        const float2 hi = make_float2(sh[mi][n][2] + sc[mi][n][2], sh[mi][n][3] + sc[mi][n][3]);
-        put_split(&Hh[d][col], &Hl[d][col], lo);
-        put_split(&Hh[d + 8][col], &Hl[d + 8][col], hi);
-        *reinterpret_cast<float2*>(hp + 8 * n) = lo;
-        *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = hi;
-      }
+    for (int n = 0; n < kScanNT; ++n) {
+      const int col = 8 * n + 2 * t;
+      const float2 lo = make_float2(sh[mi][n][0] + sc[mi][n][0], sh[mi][n][1] + sc[mi][n][1]);
+      const float2 hi = make_float2(sh[mi][n][2] + sc[mi][n][2], sh[mi][n][3] + sc[mi][n][3]);
+      put_split(&Hh[d][col], &Hl[d][col], lo);
+      put_split(&Hh[d + 8][col], &Hl[d + 8][col], hi);
+      *reinterpret_cast<float2*>(hp + 8 * n) = lo;
+      *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = hi;
     }
-    const float egl = __expf(gl);
-    if (chunk + 1 < nC) gl = __ldg(Gh + static_cast<size_t>(chunk + 1) * C + C - 1);
-    __syncthreads();  // S published
-    __syncthreads();  // Vn ready
+  };
+  load(0, 0);
+  load(0, 1);
+  publish(0, 0);  // S_0 = 0
+  bar_arrive(kBarTop);
+  publish(0, 1);
+  bar_arrive(kBarBottom);
+  for (int chunk = 0; chunk < nC; ++chunk) {
+    const float egl = __expf(__ldg(Gh + static_cast<size_t>(chunk) * C + C - 1));
+    bar_wait(kBarVn);  // Vn of this chunk ready (and every read of the published halves done)
+    if (chunk + 1 == nC) break;  // the state after the last chunk is not needed
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
-      const int mt = sw + 4 * mi;
-      if (mt >= kgs) continue;
+      if (sw + 4 * mi < kgs) {
 #pragma unroll
-      for (int n = 0; n < kScanNT; ++n)
+        for (int n = 0; n < kScanNT; ++n)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) sh[mi][n][i] *= egl, sc[mi][n][i] *= egl;
+          for (int i = 0; i < 4; ++i) sh[mi][n][i] *= egl, sc[mi][n][i] *= egl;
 #pragma unroll
-      for (int kg = 0; kg < C / 16; ++kg) {
+        for (int kg = 0; kg < C / 16; ++kg) {
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          float a[4];
-          a_frag(ka[mi][kg][0], ka[mi][kg][1], s, a);
-          uint32_t ah[4], al[4];
-          split(a, ah, al);
-          const int k0 = 16 * kg + 4 * t + 2 * s;
+          for (int s = 0; s < 2; ++s) {
+            float a[4];
+            a_frag(ka[mi][kg][0], ka[mi][kg][1], s, a);
+            uint32_t ah[4], al[4];
+            split(a, ah, al);
+            const int k0 = 16 * kg + 4 * t + 2 * s;
 #pragma unroll
-          for (int n = 0; n < kScanNT; ++n) {
-            const uint32_t bh[2] = {Vh[k0][8 * n + g], Vh[k0 + 1][8 * n + g]};
-            const uint32_t bl[2] = {Vl[k0][8 * n + g], Vl[k0 + 1][8 * n + g]};
-            mma3(sh[mi][n], sc[mi][n], sc[mi][n], ah, al, bh, bl);
+            for (int n = 0; n < kScanNT; ++n) {
+              const uint32_t bh[2] = {Vh[k0][8 * n + g], Vh[k0 + 1][8 * n + g]};
+              const uint32_t bl[2] = {Vl[k0][8 * n + g], Vl[k0 + 1][8 * n + g]};
+              mma3(sh[mi][n], sc[mi][n], sc[mi][n], ah, al, bh, bl);
+            }
           }
         }
+        load(chunk + 1, mi);
+        publish(chunk + 1, mi);
       }
+      bar_arrive(mi == 0 ? kBarTop : kBarBottom);
     }
-    if (chunk + 1 < nC) load(chunk + 1);
   }
 }
 
