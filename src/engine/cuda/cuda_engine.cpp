@@ -160,8 +160,8 @@ class Impl final : public CudaEngine {
     const bool tc = !std::is_same_v<E, float> && cfg_.linear_key_head_dim % 16 == 0 &&
                     cfg_.linear_value_head_dim % 16 == 0;
     i.kernels["linear_attention"] =
-        tc ? "chunked gated delta rule (chunk 64, 3xTF32 wmma matmuls, fp32 state, value columns "
-             "split)"
+        tc ? "chunked gated delta rule (chunk 64, fp32 state, 3xTF32 mma.sync: parallel prep, "
+             "warp-specialised scan, parallel output)"
            : "chunked gated delta rule (chunk 64, fp32 SIMT, value columns split)";
     i.kernels["attention"] = std::is_same_v<E, float>
                                  ? "flash attention fp32 SIMT (generic)"
