@@ -14,6 +14,7 @@
 #include "engine/cuda/attention_core.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/gdn_chunked.h"
+#include "engine/cuda/gdn_tc.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/head.h"
 #include "engine/cuda/kernels.h"
@@ -157,8 +158,8 @@ class Impl final : public CudaEngine {
     i.backend = "cuda";
     i.device = device_;
     i.dtype = std::is_same_v<E, float> ? "float32" : "bfloat16";
-    const bool tc = !std::is_same_v<E, float> && cfg_.linear_key_head_dim % 16 == 0 &&
-                    cfg_.linear_value_head_dim % 16 == 0;
+    const bool tc = !std::is_same_v<E, float> &&
+                    gdn::tc_supported(cfg_.linear_key_head_dim, cfg_.linear_value_head_dim);
     i.kernels["linear_attention"] =
         tc ? "chunked gated delta rule (chunk 64, fp32 state, 3xTF32 mma.sync: parallel prep, "
              "warp-specialised scan, parallel output)"

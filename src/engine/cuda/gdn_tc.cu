@@ -589,8 +589,15 @@ size_t output_smem(int dk, int /*dv*/) {
 }  // namespace
 
 bool tc_supported(int dk, int dv) {
-  return dk % 16 == 0 && dv % 16 == 0 && dk >= 16 && dv >= 16 && dk <= kMaxHeadDim &&
-         dv <= kMaxHeadDim;
+  if (dk % 16 != 0 || dv % 16 != 0 || dk < 16 || dv < 16 || dk > kMaxHeadDim || dv > kMaxHeadDim)
+    return false;
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
+    return false;
+  }
+  return std::max(prep_smem(dk, dv), output_smem(dk, dv)) <= static_cast<size_t>(optin);
 }
 
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {

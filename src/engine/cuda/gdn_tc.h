@@ -13,7 +13,8 @@
 
 namespace clef::engine::cuda::gdn {
 
-// dk, dv multiples of 16 and at most 128.
+// dk, dv multiples of 16 and at most 128, and the current device grants the kernels' shared memory
+// (~110 KiB per block: sm_80 and sm_90 do; sm_86 / sm_89, 99 KiB, take the SIMT kernels instead).
 bool tc_supported(int dk, int dv);
 
 // Floats of scratch for Tc (= T rounded up to 64) rows: W, U, decayed K^T, gamma, the per-chunk
