@@ -1,9 +1,10 @@
 // The chunked gated delta rule (spec/gpu.md §4, chunk 64, fp32 state), the GPU form of the exact
-// sequential recurrence in spec/model.md §3. Two kernels: a parallel one over (chunk, value head)
-// that builds the UT transform Tm = (I + A)^-1 and W = Tm diag(beta e^gamma) K, U = Tm diag(beta)
-// V, P = (Q K^T) o Gamma; then the only sequential kernel, over chunks, with the value columns
-// split across CTAs so that a batch-1 prefill fills the GPU. Only non-positive log-decay
-// differences are ever exponentiated.
+// sequential recurrence in spec/model.md §3. The bf16 engine runs the tensor-core path of gdn_tc.h
+// where the head dims and the device allow it; otherwise (and always in the float32 parity engine)
+// two SIMT kernels: a parallel one over (chunk, value head) that builds the UT transform
+// Tm = (I + A)^-1 and W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V, P = (Q K^T) o Gamma; then
+// the only sequential kernel, over chunks, with the value columns split across CTAs so that a
+// batch-1 prefill fills the GPU. Only non-positive log-decay differences are ever exponentiated.
 #pragma once
 
 #include <cuda_bf16.h>
