@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "bench/sha256.h"
+#include "model/pinning.h"
 
 namespace clef::bench {
 
@@ -197,7 +197,7 @@ Manifest parse_manifest(const std::string& text, const std::string& path,
                         const ManifestOptions& opts) {
   Manifest m;
   m.path = path;
-  m.sha256 = sha256_hex(text);
+  m.sha256 = model::sha256_hex(text);
   std::istringstream in(text);
   std::string line;
   std::set<std::string> ids;

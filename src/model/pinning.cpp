@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "model/config.h"
@@ -23,6 +24,22 @@
 namespace clef::model {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Lowercase hex of a digest.
+std::string to_hex(const unsigned char* md, unsigned int len) {
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * size_t{len});
+  for (unsigned int i = 0; i < len; ++i) {
+    hex += kHex[md[i] >> 4];
+    hex += kHex[md[i] & 15];
+  }
+  return hex;
+}
+
+}  // namespace
 
 std::string sha256_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -49,13 +66,15 @@ std::string sha256_file(const std::string& path) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx.get(), md, &len);
-  static const char* kHex = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) {
-    hex += kHex[md[i] >> 4];
-    hex += kHex[md[i] & 15];
-  }
-  return hex;
+  return to_hex(md, len);
+}
+
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("sha256 failed (OpenSSL EVP_Digest)");
+  return to_hex(md, len);
 }
 
 std::vector<std::string> release_files(const std::string& dir) {

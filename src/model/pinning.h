@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace clef::model {
@@ -14,6 +15,9 @@ struct FileHash {
 
 // Lowercase hex sha256 of a file (large sequential reads). Throws LoadError naming the file.
 std::string sha256_file(const std::string& path);
+
+// Lowercase hex sha256 of in-memory bytes (e.g. a bench manifest's fingerprint).
+std::string sha256_hex(std::string_view bytes);
 
 // The files that make up a release (top-level *.json and *.safetensors: configs, index, shards,
 // head, tokenizer), relative paths, sorted. Symlinks (as in a HF cache snapshot) are followed.

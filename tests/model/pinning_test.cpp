@@ -47,6 +47,15 @@ TEST(Pinning, Sha256KnownVectors) {
   EXPECT_THROW(sha256_file(tmp / "missing"), LoadError);
 }
 
+TEST(Pinning, Sha256HexOfBytesMatchesTheFileDigest) {
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  ScratchDir tmp;
+  const std::string big(9u << 20, 'a');
+  testing::write_file(tmp / "big", big);
+  EXPECT_EQ(sha256_hex(big), sha256_file(tmp / "big"));
+}
+
 TEST(Pinning, HashCommandMatchesSha256sum) {
   std::string dir = testing::golden("models/tiny-r2");
   int status = -1;
