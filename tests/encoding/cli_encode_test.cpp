@@ -1,45 +1,22 @@
 // `clefserve encode` end to end (the CLI contract of issue 2): raw stdin bytes in, fixture-format
 // JSON out; refusals print {"error": ...} and exit 2.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
 
 #include "json/value.h"
+#include "support/cli_runner.h"
 
 using clef::json::Value;
 
 namespace {
 
-struct CliRun {
-  std::string out;
-  int status = -1;
-};
+using clef::testsupport::CliResult;
 
-CliRun run_encode(const std::string& stdin_bytes, const std::string& args) {
-  // Unique per process and call: ctest runs the tests of this file in parallel processes.
-  static int calls = 0;
-  const std::string in_path = ::testing::TempDir() + "clef_cli_encode_" + std::to_string(getpid()) +
-                              "_" + std::to_string(calls++) + ".json";
-  {
-    std::ofstream f(in_path, std::ios::binary);
-    f << stdin_bytes;
-  }
-  const std::string cmd = std::string(CLEF_BINARY) + " encode " + args + " < " + in_path;
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::remove(in_path.c_str());
-  return r;
+CliResult run_encode(const std::string& stdin_bytes, const std::string& args) {
+  return clef::testsupport::run_clefserve("encode " + args, stdin_bytes);
 }
 
 Value parse_or_die(const std::string& text) {
@@ -68,7 +45,7 @@ TEST(CliEncode, EdgeFixturesByteForByte) {
   ASSERT_EQ(lines.size(), 10u);
   for (size_t i = 0; i < lines.size(); ++i) {
     const Value& expected = *lines[i].find("expected");
-    CliRun r = run_encode(lines[i].find("raw")->as_string(), kQwen + " --truncation allow");
+    CliResult r = run_encode(lines[i].find("raw")->as_string(), kQwen + " --truncation allow");
     if (expected.find("error")) {
       EXPECT_EQ(r.status, 2) << "line " << i + 1;
       EXPECT_NE(parse_or_die(r.out).find("error"), nullptr);
@@ -93,26 +70,26 @@ TEST(CliEncode, TruncationPolicyAndMaxLength) {
   const std::string release =
       std::string("--model ") + CLEF_SOURCE_DIR + "/tests/golden/models/tiny-r2";
 
-  CliRun allowed = run_encode(body, release + max + " --truncation allow");
+  CliResult allowed = run_encode(body, release + max + " --truncation allow");
   ASSERT_EQ(allowed.status, 0) << allowed.out;
   EXPECT_EQ(static_cast<int64_t>(parse_or_die(allowed.out).find("input_ids")->items().size()),
             *cut->find("reference_fp32")->find("input_tokens")->as_int64());
 
-  CliRun refused = run_encode(body, release + max);  // default: error
+  CliResult refused = run_encode(body, release + max);  // default: error
   EXPECT_EQ(refused.status, 2);
   Value err = parse_or_die(refused.out);
   ASSERT_NE(err.find("error"), nullptr);
   EXPECT_NE(err.find("error")->as_string().find("state_too_long"), std::string::npos)
       << refused.out;
 
-  CliRun roomy = run_encode(body, release);  // 16384 by default: fits uncut
+  CliResult roomy = run_encode(body, release);  // 16384 by default: fits uncut
   EXPECT_EQ(roomy.status, 0);
   EXPECT_GT(parse_or_die(roomy.out).find("input_ids")->items().size(),
             parse_or_die(allowed.out).find("input_ids")->items().size());
 }
 
 TEST(CliEncode, RefusalsAndFailures) {
-  CliRun r = run_encode("{\"model\":\"m\",\"state\":\"s\",\"questions\":{}}", kQwen);
+  CliResult r = run_encode("{\"model\":\"m\",\"state\":\"s\",\"questions\":{}}", kQwen);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(parse_or_die(r.out).find("error"), nullptr);
   r = run_encode("{not json", kQwen);

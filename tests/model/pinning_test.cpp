@@ -2,11 +2,9 @@
 // paths, and the `clefserve hash` command.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
-
 #include "model/pinning.h"
 #include "model_test_util.h"
+#include "support/cli_runner.h"
 
 namespace clef::model {
 namespace {
@@ -20,16 +18,9 @@ bool contains(const std::string& s, const std::string& sub) {
   return s.find(sub) != std::string::npos;
 }
 
-std::string run(const std::string& cmd, int* status = nullptr) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int rc = pclose(p);
-  if (status) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return out;
+// stdout of a shell command.
+std::string run(const std::string& cmd) {
+  return testsupport::run_command(cmd).out;
 }
 
 TEST(Pinning, Sha256KnownVectors) {
@@ -58,16 +49,20 @@ TEST(Pinning, Sha256HexOfBytesMatchesTheFileDigest) {
 
 TEST(Pinning, HashCommandMatchesSha256sum) {
   std::string dir = testing::golden("models/tiny-r2");
-  int status = -1;
-  std::string ours = run(std::string(CLEF_BINARY) + " hash --model " + dir, &status);
-  EXPECT_EQ(status, 0);
+  const testsupport::CliResult hash =
+      testsupport::run_command(std::string(CLEF_BINARY) + " hash --model " + dir);
+  const std::string& ours = hash.out;
+  EXPECT_EQ(hash.status, 0);
   std::string ref = run("cd " + dir + " && sha256sum $(ls *.json *.safetensors | LC_ALL=C sort)");
   EXPECT_EQ(ours, ref);
   EXPECT_TRUE(contains(ours, "  model.safetensors\n"));
   EXPECT_TRUE(contains(ours, "  tokenizer.json\n"));
   EXPECT_TRUE(contains(ours, "  joint_head_config.json\n"));
-  run(std::string(CLEF_BINARY) + " hash --model /nonexistent/model 2>/dev/null", &status);
-  EXPECT_EQ(status, 1);
+  const int missing_status =
+      testsupport::run_command(std::string(CLEF_BINARY) +
+                               " hash --model /nonexistent/model 2>/dev/null")
+          .status;
+  EXPECT_EQ(missing_status, 1);
 }
 
 TEST(Pinning, VerifyAcceptsMatchAndRefusesMismatchMissingOrUnlisted) {

@@ -1,40 +1,18 @@
 // `clefserve decide` end to end: stdin request -> stdout response, exit statuses 0 / 1 / 2.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "engine/golden_models.h"
+#include "support/cli_runner.h"
 
 namespace clef {
 namespace {
 
-struct Proc {
-  int status = -1;
-  std::string out;
-};
+using testsupport::CliResult;
 
-Proc run_decide(const std::string& args, const std::string& stdin_text) {
-  const std::string in_path =
-      ::testing::TempDir() + "clef_decide_stdin_" + std::to_string(getpid()) + ".json";
-  {
-    std::ofstream f(in_path, std::ios::binary);
-    f << stdin_text;
-  }
-  const std::string cmd = std::string(CLEF_BINARY) + " decide " + args + " < " + in_path + " 2>&1";
-  Proc r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+CliResult run_decide(const std::string& args, const std::string& stdin_text) {
+  return testsupport::run_clefserve("decide " + args + " 2>&1", stdin_text);
 }
 
 std::string model_arg(const std::string& m) {
@@ -46,8 +24,8 @@ TEST(CliDecide, RawProbabilitiesMatchReferenceOnTinyR3) {
   for (const auto& r : records) {
     if (r.max_length != 16384) continue;
     SCOPED_TRACE("line " + std::to_string(r.line));
-    const Proc run = run_decide(model_arg("tiny-r3") + " --device cpu --raw --truncation allow",
-                                json::dumps(r.request));
+    const CliResult run = run_decide(
+        model_arg("tiny-r3") + " --device cpu --raw --truncation allow", json::dumps(r.request));
     ASSERT_EQ(run.status, 0) << run.out;
     json::ParseError err;
     auto resp = json::parse(run.out, &err);
@@ -62,7 +40,7 @@ TEST(CliDecide, RawProbabilitiesMatchReferenceOnTinyR3) {
 }
 
 TEST(CliDecide, RefusedRequestPrintsErrorAndExits2) {
-  Proc r = run_decide(model_arg("tiny-r2"), R"({"model":"m","state":"x","questions":{}})");
+  CliResult r = run_decide(model_arg("tiny-r2"), R"({"model":"m","state":"x","questions":{}})");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("\"error\""), std::string::npos) << r.out;
   r = run_decide(model_arg("tiny-r2"), "{not json");
@@ -73,7 +51,7 @@ TEST(CliDecide, RefusedRequestPrintsErrorAndExits2) {
 TEST(CliDecide, StateTooLongIsRefusedUnlessTruncationAllowed) {
   const std::string body = R"({"model":"m","state":")" + std::string(3000, 'a') + " b" +
                            R"(","questions":{"q":{"type":"noul"}}})";
-  Proc r = run_decide(model_arg("tiny-r2") + " --max-length 300", body);
+  CliResult r = run_decide(model_arg("tiny-r2") + " --max-length 300", body);
   EXPECT_EQ(r.status, 2) << r.out;
   r = run_decide(model_arg("tiny-r2") + " --max-length 300 --truncation allow", body);
   EXPECT_EQ(r.status, 0) << r.out;
@@ -82,14 +60,14 @@ TEST(CliDecide, StateTooLongIsRefusedUnlessTruncationAllowed) {
 }
 
 TEST(CliDecide, LoadFailureIsOneLineOnStderrAndExit1) {
-  const Proc r = run_decide("--model /nonexistent/clef-model", "{}");
+  const CliResult r = run_decide("--model /nonexistent/clef-model", "{}");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("clefserve decide:"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
 }
 
 TEST(CliDecide, CpuRefusesBfloat16) {
-  const Proc r = run_decide(model_arg("tiny-r2") + " --dtype bfloat16", "{}");
+  const CliResult r = run_decide(model_arg("tiny-r2") + " --dtype bfloat16", "{}");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("float32"), std::string::npos) << r.out;
 }

@@ -1,8 +1,4 @@
 // `clefserve tokenize` through the real binary (CLEF_BINARY): fixture lines, exit statuses.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -10,32 +6,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/cli_runner.h"
+
 namespace {
 
 const std::string kGolden = std::string(CLEF_SOURCE_DIR) + "/tests/golden/";
 
-struct CliResult {
-  int status;
-  std::string out;
-};
+using clef::testsupport::CliResult;
 
 CliResult run_tokenize(const std::string& tokenizer, const std::string& input) {
-  std::string in_path =
-      ::testing::TempDir() + "clef_tokenize_stdin_" + std::to_string(getpid()) + ".txt";
-  {
-    std::ofstream f(in_path, std::ios::binary);
-    f << input;
-  }
-  std::string cmd = std::string(CLEF_BINARY) + " tokenize --tokenizer '" + tokenizer + "' < '" +
-                    in_path + "' 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  return clef::testsupport::run_clefserve("tokenize --tokenizer '" + tokenizer + "' 2>/dev/null",
+                                          input);
 }
 
 TEST(TokenizeCli, PrintsFixtureIds) {
