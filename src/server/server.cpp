@@ -251,11 +251,19 @@ void Server::Impl::setup() {
         send_detail(res, 500, "Internal Server Error");
       });
 
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // Counted before the response is written (httplib calls this handler just before sending, the
+  // logger only after): a client that has its answer and then scrapes /metrics sees it counted.
+  http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     double secs =
         t_ctx.active ? std::chrono::duration<double>(Clock::now() - t_ctx.start).count() : 0.0;
     Route route = t_ctx.active ? t_ctx.route : route_of(req.path);
     metrics.observe_request(route_label(route), res.status, secs);
+  });
+
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    double secs =
+        t_ctx.active ? std::chrono::duration<double>(Clock::now() - t_ctx.start).count() : 0.0;
+    Route route = t_ctx.active ? t_ctx.route : route_of(req.path);
     ojson fields{{"id", t_ctx.active ? t_ctx.id : res.get_header_value("X-Request-Id")},
                  {"method", req.method},
                  {"path", route_label(route)},
