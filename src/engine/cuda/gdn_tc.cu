@@ -59,6 +59,41 @@ __device__ __forceinline__ float2 ldg2(const float* p) {
   return __ldg(reinterpret_cast<const float2*>(p));
 }
 
+// x k^T (3xTF32) for the 16x8 tiles of a 64 x 64 lower triangle that warp w owns: columns
+// 8w .. 8w+7, row tiles w/2 .. 3 (the others are left zero). X, K: 64 rows of d floats at stride ld
+// (8 mod 32), read as pairs (permuted k: t <-> 2t, t + 4 <-> 2t + 1). Shared by prep (K K^T) and
+// output (Q K^T).
+__device__ __forceinline__ void lower_xkt(const float* X, const float* K, int ld, int d, int warp,
+                                          int g, int t, float (&acc)[4][4]) {
+  const int n0 = 8 * warp, tm0 = warp / 2;
+  float pc[4][4] = {};
+#pragma unroll
+  for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[tm][c] = 0.0f;
+  for (int k0 = 0; k0 < d; k0 += 8) {
+    const float2 kb = *reinterpret_cast<const float2*>(K + (n0 + g) * ld + k0 + 2 * t);
+    const float bf[2] = {kb.x, kb.y};
+    uint32_t bh[2], bl[2];
+    split(bf, bh, bl);
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm) {
+      if (tm < tm0) continue;
+      const float* r = X + (16 * tm + g) * ld + k0 + 2 * t;
+      const float2 x = *reinterpret_cast<const float2*>(r);
+      const float2 y = *reinterpret_cast<const float2*>(r + 8 * ld);
+      const float af[4] = {x.x, y.x, x.y, y.y};
+      uint32_t ah[4], al[4];
+      split(af, ah, al);
+      mma3(acc[tm], pc[tm], pc[tm], ah, al, bh, bl);
+    }
+  }
+#pragma unroll
+  for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[tm][c] += pc[tm][c];
+}
+
 // out[64 x n] = L R for a lower-triangular L (64 x 64, row stride 4 mod 32) and R (64 x n, row
 // stride 8 mod 32), raw m16n8k8 3xTF32 in the standard fragment layout. Warp w takes the n8
 // column tiles w and w + 8 for all four row tiles (k stops at each row tile's diagonal); out is
@@ -147,31 +182,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   {  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j): warp w takes columns 8w .. 8w+7 and the
      // row tiles that reach them; K rows read as pairs (permuted k: t <-> 2t, t + 4 <-> 2t + 1).
     const int n0 = 8 * warp, tm0 = warp / 2;
-    float ph[4][4] = {}, pc[4][4] = {};
-    for (int k0 = 0; k0 < dk; k0 += 8) {
-      const float2 kb = *reinterpret_cast<const float2*>(Ks + (n0 + fg) * ldk + k0 + 2 * ft);
-      const float bf[2] = {kb.x, kb.y};
-      uint32_t bh[2], bl[2];
-      split(bf, bh, bl);
-#pragma unroll
-      for (int tm = 0; tm < 4; ++tm) {
-        if (tm < tm0) continue;
-        const float* r = Ks + (16 * tm + fg) * ldk + k0 + 2 * ft;
-        const float2 x = *reinterpret_cast<const float2*>(r);
-        const float2 y = *reinterpret_cast<const float2*>(r + 8 * ldk);
-        const float af[4] = {x.x, y.x, x.y, y.y};
-        uint32_t ah[4], al[4];
-        split(af, ah, al);
-        mma3(ph[tm], pc[tm], pc[tm], ah, al, bh, bl);
-      }
-    }
+    float ph[4][4];
+    lower_xkt(Ks, Ks, ldk, dk, warp, fg, ft, ph);
 #pragma unroll
     for (int tm = 0; tm < 4; ++tm) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int i = 16 * tm + fg + 8 * (c / 2), j = n0 + 2 * ft + c % 2;
-        Am[i * lda + j] =
-            tm >= tm0 && i > j ? bet[i] * (ph[tm][c] + pc[tm][c]) * __expf(gam[i] - gam[j]) : 0.0f;
+        Am[i * lda + j] = tm >= tm0 && i > j ? bet[i] * ph[tm][c] * __expf(gam[i] - gam[j]) : 0.0f;
       }
     }
   }
@@ -508,31 +526,14 @@ __global__ void __launch_bounds__(kOutThreads, 2)
      // tiles that reach them.
     static_assert(NW == C / 8, "one warp per 8 columns of P");
     const int n0 = 8 * warp, tm0 = warp / 2;
-    float ph[4][4] = {}, pc[4][4] = {};
-    for (int k0 = 0; k0 < dk; k0 += 8) {
-      const float2 kb = *reinterpret_cast<const float2*>(Ks + (n0 + g) * ldq + k0 + 2 * t);
-      const float bf[2] = {kb.x, kb.y};
-      uint32_t bh[2], bl[2];
-      split(bf, bh, bl);
-#pragma unroll
-      for (int tm = 0; tm < 4; ++tm) {
-        if (tm < tm0) continue;
-        const float* r = Qs + (16 * tm + g) * ldq + k0 + 2 * t;
-        const float2 x = *reinterpret_cast<const float2*>(r);
-        const float2 y = *reinterpret_cast<const float2*>(r + 8 * ldq);
-        const float af[4] = {x.x, y.x, x.y, y.y};
-        uint32_t ah[4], al[4];
-        split(af, ah, al);
-        mma3(ph[tm], pc[tm], pc[tm], ah, al, bh, bl);
-      }
-    }
+    float ph[4][4];
+    lower_xkt(Qs, Ks, ldq, dk, warp, g, t, ph);
 #pragma unroll
     for (int tm = 0; tm < 4; ++tm) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int i = 16 * tm + g + 8 * (c / 2), j = n0 + 2 * t + c % 2;
-        const float p =
-            tm >= tm0 && i >= j ? (ph[tm][c] + pc[tm][c]) * __expf(gam[i] - gam[j]) : 0.0f;
+        const float p = tm >= tm0 && i >= j ? ph[tm][c] * __expf(gam[i] - gam[j]) : 0.0f;
         const uint32_t hi = to_tf32(p);
         Ph[i * ldp + j] = hi;
         Pl[i * ldp + j] = to_tf32(p - __uint_as_float(hi));
