@@ -19,9 +19,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 int port() {
-  ServerProcess& s = shared_server();
-  EXPECT_TRUE(s.started()) << s.log();
-  return s.port();
+  return shared_port();
 }
 
 // {"detail": "<non-empty string>"} and the common headers.

@@ -22,9 +22,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 int port() {
-  ServerProcess& s = shared_server();
-  EXPECT_TRUE(s.started()) << s.log();
-  return s.port();
+  return shared_port();
 }
 
 void collect_refs(const json& j, std::vector<std::string>* refs) {

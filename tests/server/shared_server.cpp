@@ -1,5 +1,7 @@
 #include "shared_server.h"
 
+#include <gtest/gtest.h>
+
 #include <memory>
 
 namespace clef::server_test {
@@ -9,6 +11,12 @@ ServerProcess& shared_server() {
       std::vector<std::string>{"--model", golden_model("tiny-r2"), "--max-length",
                                std::to_string(kSharedMaxLength), "--max-queue", "256"});
   return *srv;
+}
+
+int shared_port() {
+  ServerProcess& s = shared_server();
+  EXPECT_TRUE(s.started()) << s.log();
+  return s.port();
 }
 
 DecideResult decide(const std::string& request, const std::vector<std::string>& extra) {

@@ -12,6 +12,8 @@ namespace clef::server_test {
 inline constexpr int kSharedMaxLength = 1024;
 
 ServerProcess& shared_server();
+// The shared server's port; a failed start is reported (with its log) as a test failure.
+int shared_port();
 
 struct DecideResult {
   int status = -1;     // decide's exit status (0 answered, 2 refused)
