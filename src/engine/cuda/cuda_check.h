@@ -82,4 +82,35 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Page-locked host memory (grows like DeviceBuffer). A cudaMemcpyAsync from pageable memory may
+// wait for the stream to drain; from pinned memory it is queued, so the host can keep enqueueing
+// while the GPU still runs earlier work.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { release(); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  // Reallocates (contents lost) when `bytes` exceeds the current size.
+  void resize(size_t bytes) {
+    if (bytes <= bytes_) return;
+    release();
+    CLEF_CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
+    bytes_ = bytes;
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void release() noexcept {
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 }  // namespace clef::engine::cuda

@@ -147,9 +147,9 @@ __device__ __forceinline__ void lower_times(const float* L, int ldl, const float
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(const float* __restrict__ k, const float* __restrict__ v,
                 const float* __restrict__ g, const float* __restrict__ beta, int T, int Tc, int Hk,
-                int Hv, int dk, int dv, Ws ws) {
+                int Hv, int dk, int dv, int h0, Ws ws) {
   extern __shared__ __align__(128) float smem[];
-  const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
+  const int chunk = blockIdx.x, h = h0 + blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
   const int t0 = chunk * C, valid = min(C, T - t0);
   const int ldk = dk + 8, ldv = dv + 8, lda = C + 4;
   float* Ks = smem;
@@ -427,11 +427,12 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
   }
 }
 
-__global__ void __launch_bounds__(kScanThreads, 2) scan_kernel(int Tc, int dk, int dv, Ws ws) {
+__global__ void __launch_bounds__(kScanThreads, 2) scan_kernel(int Tc, int dk, int dv, int h0,
+                                                                  Ws ws) {
   // B operands, published already split into TF32 halves (each is read by four warps)
   __shared__ uint32_t Hh[kMaxHeadDim][kScanLd], Hl[kMaxHeadDim][kScanLd];
   __shared__ uint32_t Vh[C][kScanLd], Vl[C][kScanLd];
-  const int h = blockIdx.y, c0 = blockIdx.x * kScanBV;
+  const int h = h0 + blockIdx.y, c0 = blockIdx.x * kScanBV;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int nC = Tc / C, kgs = dk / 16;
 
@@ -502,10 +503,10 @@ __device__ __forceinline__ void times_global_b(float (&hh)[2][4][4], float (&lo)
 template <typename E>
 __global__ void __launch_bounds__(kOutThreads, 2)
     output_kernel(const float* __restrict__ q, const float* __restrict__ k, int T, int Tc, int Hk,
-                  int Hv, int dk, int dv, Ws ws, E* __restrict__ o) {
+                  int Hv, int dk, int dv, int h0, Ws ws, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
-  const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
+  const int chunk = blockIdx.x, h = h0 + blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
   const int t0 = chunk * C, valid = min(C, T - t0);
   const int ldq = dk + 8, ldp = C + 8;
   float* Qs = smem;
@@ -608,7 +609,8 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
 
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan) {
+                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
+                const GdnOverlap* overlap) {
   const int Tc = (T + C - 1) / C * C, nC = Tc / C;
   const Ws ws = carve(workspace, Tc, Hv, dk, dv);
   const size_t ps = prep_smem(dk, dv), os = output_smem(dk, dv);
@@ -617,15 +619,47 @@ void chunked_tc(const float* q, const float* k, const float* v, const float* g, 
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(output_kernel<__nv_bfloat16>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(os)));
-  prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(k, v, g, beta, T, Tc, Hk, Hv, dk, dv, ws);
-  CLEF_CUDA_LAUNCH_CHECK();
-  if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
-  scan_kernel<<<dim3(dv / kScanBV, Hv), kScanThreads, 0, s>>>(Tc, dk, dv, ws);
-  CLEF_CUDA_LAUNCH_CHECK();
-  if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
-  output_kernel<__nv_bfloat16>
-      <<<dim3(nC, Hv), kOutThreads, os, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
-  CLEF_CUDA_LAUNCH_CHECK();
+  auto prep = [&](int h0, int nh, cudaStream_t st) {
+    prep_kernel<<<dim3(nC, nh), kThreads, ps, st>>>(k, v, g, beta, T, Tc, Hk, Hv, dk, dv, h0, ws);
+    CLEF_CUDA_LAUNCH_CHECK();
+  };
+  auto scan = [&](int h0, int nh, cudaStream_t st) {
+    scan_kernel<<<dim3(dv / kScanBV, nh), kScanThreads, 0, st>>>(Tc, dk, dv, h0, ws);
+    CLEF_CUDA_LAUNCH_CHECK();
+  };
+  auto output = [&](int h0, int nh, cudaStream_t st) {
+    output_kernel<__nv_bfloat16>
+        <<<dim3(nC, nh), kOutThreads, os, st>>>(q, k, T, Tc, Hk, Hv, dk, dv, h0, ws, o);
+    CLEF_CUDA_LAUNCH_CHECK();
+  };
+  const int groups = overlap && !between && !after_scan ? overlap->groups_for(Hv) : 1;
+  if (groups <= 1) {
+    prep(0, Hv, s);
+    if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
+    scan(0, Hv, s);
+    if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
+    output(0, Hv, s);
+    return;
+  }
+  // Head groups: group i's scan waits only for its own prep, and its outputs are formed while the
+  // later groups still scan (the scan is latency-bound and leaves most of each SM idle). The side
+  // streams fork from s and join back into it, so this also works inside a graph capture.
+  const GdnOverlap& ov = *overlap;
+  const int hg = Hv / groups;
+  CLEF_CUDA_CHECK(cudaEventRecord(ov.fork, s));
+  CLEF_CUDA_CHECK(cudaStreamWaitEvent(ov.scan_stream, ov.fork, 0));
+  CLEF_CUDA_CHECK(cudaStreamWaitEvent(ov.out_stream, ov.fork, 0));
+  for (int i = 0; i < groups; ++i) {
+    prep(i * hg, hg, s);
+    CLEF_CUDA_CHECK(cudaEventRecord(ov.prep_done[i], s));
+    CLEF_CUDA_CHECK(cudaStreamWaitEvent(ov.scan_stream, ov.prep_done[i], 0));
+    scan(i * hg, hg, ov.scan_stream);
+    CLEF_CUDA_CHECK(cudaEventRecord(ov.scan_done[i], ov.scan_stream));
+    CLEF_CUDA_CHECK(cudaStreamWaitEvent(ov.out_stream, ov.scan_done[i], 0));
+    output(i * hg, hg, ov.out_stream);
+  }
+  CLEF_CUDA_CHECK(cudaEventRecord(ov.join, ov.out_stream));
+  CLEF_CUDA_CHECK(cudaStreamWaitEvent(s, ov.join, 0));
 }
 
 }  // namespace clef::engine::cuda::gdn

@@ -127,14 +127,17 @@ const float* CudaJointHead::wf(const std::string& name) const {
 }
 
 float* CudaJointHead::buf(const std::string& name, size_t floats) {
+  // Grown with headroom: a reallocation frees the old buffer, and cudaFree waits for the device.
   DeviceBuffer& b = scratch_[name];
-  b.resize(std::max<size_t>(floats, 1) * sizeof(float));
+  const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
+  if (bytes > b.bytes()) b.resize(bytes + bytes / 4);
   return b.get<float>();
 }
 
 __nv_bfloat16* CudaJointHead::buf_bf16(const std::string& name, size_t elems) {
   DeviceBuffer& b = scratch_[name];
-  b.resize(std::max<size_t>(elems, 1) * sizeof(__nv_bfloat16));
+  const size_t bytes = std::max<size_t>(elems, 1) * sizeof(__nv_bfloat16);
+  if (bytes > b.bytes()) b.resize(bytes + bytes / 4);
   return b.get<__nv_bfloat16>();
 }
 
@@ -241,8 +244,11 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
   }
   host_table_dev_.resize(table.size() * sizeof(int32_t));
   int32_t* dt = host_table_dev_.get<int32_t>();
-  CLEF_CUDA_CHECK(
-      cudaMemcpyAsync(dt, table.data(), table.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  // The previous run synchronised the stream, so the pinned staging buffer is free to reuse.
+  table_pinned_.resize(table.size() * sizeof(int32_t));
+  std::copy(table.begin(), table.end(), table_pinned_.get<int32_t>());
+  CLEF_CUDA_CHECK(cudaMemcpyAsync(dt, table_pinned_.get(), table.size() * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, s));
   const int32_t* q_spans = dt;
   const int32_t* o_spans = dt + 2 * nq;
   const int32_t* owner = dt + off_owner;
@@ -346,10 +352,11 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
   hk::final_logits(Lm, Qm, g, Fn, U, res, owner, N, D, W, prior_scale_, joint_scale_, gate_, logits,
                    s);
 
-  std::vector<float> flat(N);
-  CLEF_CUDA_CHECK(
-      cudaMemcpyAsync(flat.data(), logits, N * sizeof(float), cudaMemcpyDeviceToHost, s));
+  logits_pinned_.resize(static_cast<size_t>(N) * sizeof(float));
+  CLEF_CUDA_CHECK(cudaMemcpyAsync(logits_pinned_.get(), logits, N * sizeof(float),
+                                  cudaMemcpyDeviceToHost, s));
   CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
+  const float* flat = logits_pinned_.get<float>();
   std::vector<std::vector<float>> out(nq);
   for (int k = 0, j = 0; k < nq; ++k)
     for (size_t o = 0; o < enc.questions[k].option_spans.size(); ++o) out[k].push_back(flat[j++]);

@@ -86,6 +86,9 @@ class CudaJointHead {
   std::unique_ptr<HeadGemm> gemm_;
   std::map<std::string, DeviceBuffer> scratch_;
   DeviceBuffer host_table_dev_;
+  // Pinned staging for the span table and the logits: the table's upload is then queued behind the
+  // backbone instead of waiting for it, so the whole head is enqueued while the backbone runs.
+  PinnedBuffer table_pinned_, logits_pinned_;
 };
 
 }  // namespace clef::engine::cuda
