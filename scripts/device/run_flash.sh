@@ -40,16 +40,6 @@ if has profile; then
   summary+=("profile rc $?")
 fi
 
-if has groups; then
-  # The GDN head-group overlap (gdn_overlap.h) at each group count in GROUPS_LIST, same binary.
-  for G in ${GROUPS_LIST:-1 2 4}; do
-    echo "## CLEF_GDN_GROUPS=$G" >> "$L/groups.txt"
-    CLEF_GDN_GROUPS=$G timeout 200 clefserve profile --model $M --device cuda --runs "${RUNS:-10}" \
-      --lengths "${GROUP_LENGTHS:-361,961,5661}" >> "$L/groups.txt" 2>>"$L/misc.log"
-    summary+=("groups $G rc $?")
-  done
-fi
-
 if has parity; then
   python3 -c "import random; random.seed(1); print(' '.join(str(random.randrange(151643)) for _ in range(777)))" > /tmp/ids.txt
   clefserve profile --model $M --dump-hidden /tmp/h_bf16.f32 --ids /tmp/ids.txt > "$L/parity.log" 2>&1
@@ -102,5 +92,4 @@ fi
 
 echo "================ SUMMARY ================"
 for s in "${summary[@]}"; do echo "$s"; done
-[ -f "$L/groups.txt" ] && grep -E "^## |^\| [0-9]" "$L/groups.txt"
 [ -f "$L/profile_bf16.txt" ] && cat "$L/profile_bf16.txt"

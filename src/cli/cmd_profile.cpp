@@ -188,9 +188,12 @@ int run_profile(const ProfileArgs& a) {
       "\n| tokens | e2e p50 ms | GEMM floor ms | ratio | gemm | gdn_core | attention | "
       "norms/elementwise | head | host (encode+answer) | eager stage sum |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  auto st = [](const Row& r, const char* k) {
-    auto it = r.stages.find(k);
-    return it == r.stages.end() ? 0.0 : it->second;
+  // A stage's time; "head" sums the head's sub-stages ("head", "head.gemm", ...).
+  auto st = [](const Row& r, const std::string& k) {
+    double sum = 0;
+    for (const auto& [name, ms] : r.stages)
+      if (name == k || name.starts_with(k + ".")) sum += ms;
+    return sum;
   };
   for (const Row& r : rows)
     std::printf("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
@@ -200,6 +203,12 @@ int run_profile(const ProfileArgs& a) {
   std::printf(
       "(stage columns: device time of one eager forward with events between ops; e2e uses the CUDA "
       "graph)\n");
+  for (const Row& r : rows) {
+    std::string parts;
+    for (const auto& [name, ms] : r.stages)
+      if (name.starts_with("head")) parts += " " + name + " " + std::to_string(ms).substr(0, 5);
+    if (!parts.empty()) std::printf("head at %d tokens (ms):%s\n", r.tokens, parts.c_str());
+  }
   if (!a.json_out.empty()) {
     std::vector<json::Value> items;
     for (const Row& r : rows) {

@@ -331,27 +331,8 @@ TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
     std::vector<float> ref(no);
     ref::gated_delta_rule(q.data(), k.data(), v.data(), g.data(), beta.data(), c.T, c.Hk, c.Hv,
                           c.dk, c.dv, ref.data());
-    const auto got = to_host<E>(o, no);
-    CLEF_EXPECT_CLOSE(got, ref, kBf16<E> ? 1e-2 : 2e-5);  // bf16: TF32 matmuls + bf16 output
-    if constexpr (kBf16<E>) {
-      // The same kernels per group of value heads on side streams: identical arithmetic per head,
-      // so the outputs must match bit for bit (groups 2 and 3 reach uneven splits of Hv = 6).
-      for (int groups : {2, 3, 4}) {
-        GdnOverlap ov(groups);
-        if (ov.groups_for(c.Hv) <= 1) continue;
-        SCOPED_TRACE("groups=" + std::to_string(ov.groups_for(c.Hv)));
-        CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
-        auto o2 = poisoned<E>(no);
-        gdn_chunked<E>(dq.template get<float>(), dk.template get<float>(),
-                       dv.template get<float>(), dg.template get<float>(),
-                       db.template get<float>(), c.T, c.Hk, c.Hv, c.dk, c.dv,
-                       o2.template get<E>(), ws.get(), 0, nullptr, nullptr, &ov);
-        const auto got2 = to_host<E>(o2, no);
-        size_t diff = 0;
-        for (size_t i = 0; i < no; ++i) diff += got2[i] != got[i] || got2[i] != got2[i];
-        EXPECT_EQ(diff, 0u) << "outputs differing from the single-stream run";
-      }
-    }
+    CLEF_EXPECT_CLOSE(to_host<E>(o, no), ref,
+                      kBf16<E> ? 1e-2 : 2e-5);  // bf16: TF32 matmuls + bf16 output
   }
 }
 

@@ -6,15 +6,14 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <stdexcept>
 
 #include "engine/cuda/attention_core.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/gdn_chunked.h"
-#include "engine/cuda/gdn_overlap.h"
 #include "engine/cuda/gdn_tc.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/head.h"
@@ -27,7 +26,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kBucket = 64;  // token bucket granularity (also the GDN chunk)
-constexpr int kGdnGroups = 2;  // value-head groups of the GDN core (gdn_overlap.h)
 constexpr size_t kMaxGraphs =
     256;  // every bucket up to 16384 tokens: a cyclic mix of lengths must not thrash
 
@@ -132,11 +130,6 @@ class Impl final : public CudaEngine {
     kernels_mode_ = opts.kernels;
     validate_config();
     CLEF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    // Head groups of the tensor-core GDN path (gdn_overlap.h); CLEF_GDN_GROUPS overrides the
-    // default for tuning runs.
-    int groups = kGdnGroups;
-    if (const char* env = std::getenv("CLEF_GDN_GROUPS")) groups = std::atoi(env);
-    gdn_overlap_ = std::make_unique<GdnOverlap>(groups);
     upload_weights();
     head_ = std::make_unique<CudaJointHead>(
         *rel_, std::is_same_v<E, float> ? HeadPrecision::Float32 : HeadPrecision::BFloat16, nullptr,
@@ -145,7 +138,6 @@ class Impl final : public CudaEngine {
 
   ~Impl() override {
     clear_graphs();
-    gdn_overlap_.reset();
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -172,12 +164,7 @@ class Impl final : public CudaEngine {
         tc ? "chunked gated delta rule (chunk 64, fp32 state, 3xTF32 mma.sync: parallel prep, "
              "warp-specialised scan, parallel output)"
            : "chunked gated delta rule (chunk 64, fp32 SIMT, value columns split)";
-    if (tc) {
-      const int g = gdn_overlap_->groups_for(cfg_.linear_num_value_heads);
-      if (g > 1)
-        i.kernels["linear_attention"] += "; " + std::to_string(g) +
-                                         " value-head groups overlapped on side streams";
-    }
+
     i.kernels["attention"] = std::is_same_v<E, float>
                                  ? "flash attention fp32 SIMT (generic)"
                                  : "flash attention bf16 mma.sync (sm80+, generic)";
@@ -195,7 +182,7 @@ class Impl final : public CudaEngine {
     // The head is enqueued while the backbone still runs (as in forward) and synchronises at its
     // end, so this last interval is what the head adds to a request: its device time, the logits'
     // copy and the host's wake-up.
-    head(req);
+    head(req, [&rec](const char* kind) { rec.mark(kind); });
     rec.mark("head");
     return rec.collect();
   }
@@ -409,8 +396,7 @@ class Impl final : public CudaEngine {
                          gb_.get<float>(), s);
         mark("norms_elementwise");
         gdn_chunked<E>(gq_.get<float>(), gk_.get<float>(), gv_.get<float>(), gg_.get<float>(),
-                       gb_.get<float>(), Tp, Hk, Hv, dk, dv, go_.get<E>(), gws_.get(), s, nullptr,
-                       nullptr, gdn_overlap_.get());
+                       gb_.get<float>(), Tp, Hk, Hv, dk, dv, go_.get<E>(), gws_.get(), s);
         mark("gdn_core");
         gated_rms_norm<E>(go_.get<E>(), proj + cqkv, L.n_in, L.gnorm_w.get<float>(), mid, Tp, Hv,
                           dv, eps, s);
@@ -503,9 +489,11 @@ class Impl final : public CudaEngine {
     return out;
   }
 
-  ForwardOutput head(const encoding::EncodedRequest& req) {
+  ForwardOutput head(const encoding::EncodedRequest& req,
+                     std::function<void(const char*)> marks = nullptr) {
     ForwardOutput o;
-    o.logits = head_->run(hidden_.get(), static_cast<int>(req.input_ids.size()), req, stream_);
+    o.logits = head_->run(hidden_.get(), static_cast<int>(req.input_ids.size()), req, stream_,
+                          std::move(marks));
     return o;
   }
 
@@ -522,7 +510,6 @@ class Impl final : public CudaEngine {
       ids_, hidden_f_;
   std::list<std::pair<int, cudaGraphExec_t>> graphs_;
   std::unique_ptr<CudaJointHead> head_;
-  std::unique_ptr<GdnOverlap> gdn_overlap_;
 };
 
 }  // namespace

@@ -253,7 +253,7 @@ size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv) {
 template <typename E>
 void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, cudaStream_t s,
-                 cudaEvent_t between, cudaEvent_t after_scan, const GdnOverlap* overlap) {
+                 cudaEvent_t between, cudaEvent_t after_scan) {
   if (T <= 0) return;
   if (dk > kMaxHeadDim || dv > kMaxHeadDim || dk < 1 || dv < 1)
     throw std::invalid_argument("gdn_chunked: head dims must be in [1, 128]");
@@ -266,7 +266,7 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
     if (gdn::tc_supported(dk, dv)) {
       gdn::chunked_tc(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, static_cast<float*>(workspace), s,
-                      between, after_scan, overlap);
+                      between, after_scan);
       return;
     }
   }
@@ -288,10 +288,9 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
 
 template void gdn_chunked<float>(const float*, const float*, const float*, const float*,
                                  const float*, int, int, int, int, int, float*, void*, cudaStream_t,
-                                 cudaEvent_t, cudaEvent_t, const GdnOverlap*);
+                                 cudaEvent_t, cudaEvent_t);
 template void gdn_chunked<__nv_bfloat16>(const float*, const float*, const float*, const float*,
                                          const float*, int, int, int, int, int, __nv_bfloat16*,
-                                         void*, cudaStream_t, cudaEvent_t, cudaEvent_t,
-                                         const GdnOverlap*);
+                                         void*, cudaStream_t, cudaEvent_t, cudaEvent_t);
 
 }  // namespace clef::engine::cuda

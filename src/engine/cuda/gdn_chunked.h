@@ -12,8 +12,6 @@
 
 #include <cstddef>
 
-#include "engine/cuda/gdn_overlap.h"
-
 namespace clef::engine::cuda {
 
 constexpr int kGdnChunk = 64;
@@ -25,12 +23,10 @@ size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv);
 // q, k: [T, Hk, dk] fp32 (q l2-normalised and scaled, k l2-normalised); v: [T, Hv, dv]; g, beta:
 // [T, Hv]. o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128.
 // `between` and `after_scan` (optional, profiling) are recorded on s after the parallel prep kernel
-// and after the sequential scan. `overlap` (optional, tensor-core path only, ignored when profiling
-// events are given) runs the kernels per group of value heads on its side streams (gdn_overlap.h).
+// and after the sequential scan.
 template <typename E>
 void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, cudaStream_t s,
-                 cudaEvent_t between = nullptr, cudaEvent_t after_scan = nullptr,
-                 const GdnOverlap* overlap = nullptr);
+                 cudaEvent_t between = nullptr, cudaEvent_t after_scan = nullptr);
 
 }  // namespace clef::engine::cuda

@@ -7,6 +7,7 @@
 // two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_math.cuh"
@@ -22,9 +23,12 @@ constexpr int C = kChunk;
 constexpr int kThreads = kTileThreads;  // prep kernel
 constexpr int kOutThreads = 256;        // output kernel
 constexpr int kScanThreads = 256;       // 4 value warps + 4 state warps
-constexpr int kScanNT = 2;              // n8 tiles of value columns per scan CTA
-constexpr int kScanBV = 8 * kScanNT;    // value columns per scan CTA
-constexpr int kScanLd = kScanBV + 2;    // shared row stride: conflict-free B-fragment reads
+// The scan CTA takes NT n8 tiles of value columns (8 NT columns); its shared rows are 8 NT + 2
+// words apart, which keeps the B-fragment reads conflict-free for any NT.
+template <int NT>
+constexpr int scan_ld() {
+  return 8 * NT + 2;
+}
 
 struct Ws {
   float* W;   // [Hv][Tc][dk]       Tm diag(beta e^gamma) K
@@ -147,9 +151,9 @@ __device__ __forceinline__ void lower_times(const float* L, int ldl, const float
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(const float* __restrict__ k, const float* __restrict__ v,
                 const float* __restrict__ g, const float* __restrict__ beta, int T, int Tc, int Hk,
-                int Hv, int dk, int dv, int h0, Ws ws) {
+                int Hv, int dk, int dv, Ws ws) {
   extern __shared__ __align__(128) float smem[];
-  const int chunk = blockIdx.x, h = h0 + blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
+  const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
   const int t0 = chunk * C, valid = min(C, T - t0);
   const int ldk = dk + 8, ldv = dv + 8, lda = C + 4;
   float* Ks = smem;
@@ -246,9 +250,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   lower_times(Tm, lda, Vs, ldv, dv, ws.U + row0 * dv, dv, warp, lane);  // U = Tm V
 }
 
-// ---- scan: grid (dv / kScanBV, Hv), sequential over chunks, warp-specialised so that each warp
+// ---- scan: grid (dv / (8 NT), Hv), sequential over chunks, warp-specialised so that each warp
 // keeps only its own operands in registers (no spills at two CTAs per SM):
-//   state warps (4..7): hold S [dk][kScanBV] as m16n8 accumulators (warp s: rows 16 (s + 4 mi)),
+//   state warps (4..7): hold S [dk][8 NT] as m16n8 accumulators (warp s: rows 16 (s + 4 mi)),
 //     publish it per chunk (shared + global), then S = e^{gamma_C} S + KT Vn;
 //   value warps (0..3): Vn = U - W S for chunk rows 16 w .. +15, to shared + global.
 // A operands (W, KT rows, contiguous in k) come from global memory straight into registers,
@@ -270,7 +274,8 @@ __device__ __forceinline__ void a_frag(const float4& r0, const float4& r1, int s
   a[3] = s ? r1.w : r1.y;
 }
 
-using SplitRows = uint32_t (*)[kScanLd];
+template <int NT>
+using SplitRows = uint32_t (*)[scan_ld<NT>()];
 
 // Named barriers between the two warp roles (256 threads each: 128 arrive, 128 wait). The state is
 // published in two halves (rows 0..63, then 64..127) so that the value warps start on the first
@@ -284,14 +289,16 @@ __device__ __forceinline__ void bar_wait(int id) {
 }
 
 // Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3).
+template <int NT>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int g, int t, int nC, int kgs, SplitRows Hh,
-                                         SplitRows Hl, SplitRows Vh, SplitRows Vl) {
+                                         int warp, int g, int t, int nC, int kgs,
+                                         SplitRows<NT> Hh, SplitRows<NT> Hl, SplitRows<NT> Vh,
+                                         SplitRows<NT> Vl) {
   const float* Wp = ws.W + static_cast<size_t>(h) * Tc * dk + (16 * warp + g) * dk + 4 * t;
   const float* Up = ws.U + static_cast<size_t>(h) * Tc * dv + (16 * warp + g) * dv + c0 + 2 * t;
   float* Vp = ws.Vn + static_cast<size_t>(h) * Tc * dv + (16 * warp + g) * dv + c0 + 2 * t;
   float4 wa[kMaxHeadDim / 16][2];
-  float2 ua[2][kScanNT];
+  float2 ua[2][NT];
   auto load = [&](int chunk) {
     const float* w = Wp + static_cast<size_t>(chunk) * C * dk;
 #pragma unroll
@@ -299,12 +306,12 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       if (kg < kgs) wa[kg][0] = ldg4(w + 16 * kg), wa[kg][1] = ldg4(w + 8 * dk + 16 * kg);
     const float* u = Up + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
-    for (int n = 0; n < kScanNT; ++n)
+    for (int n = 0; n < NT; ++n)
       ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
   };
   load(0);
   for (int chunk = 0; chunk < nC; ++chunk) {
-    float hh[kScanNT][4] = {}, lh[kScanNT][4] = {}, hl[kScanNT][4] = {};
+    float hh[NT][4] = {}, lh[NT][4] = {}, hl[NT][4] = {};
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
       if (kg == 0) bar_wait(kBarTop);     // rows 0..63 of S published
@@ -318,16 +325,16 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         split(a, ah, al);
         const int k0 = 16 * kg + 4 * t + 2 * s;
 #pragma unroll
-        for (int n = 0; n < kScanNT; ++n) {
+        for (int n = 0; n < NT; ++n) {
           const uint32_t bh[2] = {Hh[k0][8 * n + g], Hh[k0 + 1][8 * n + g]};
           const uint32_t bl[2] = {Hl[k0][8 * n + g], Hl[k0 + 1][8 * n + g]};
           mma3(hh[n], lh[n], hl[n], ah, al, bh, bl);
         }
       }
     }
-    float2 vn[2][kScanNT];
+    float2 vn[2][NT];
 #pragma unroll
-    for (int n = 0; n < kScanNT; ++n) {
+    for (int n = 0; n < NT; ++n) {
       vn[0][n] = make_float2(ua[0][n].x - (hh[n][0] + (lh[n][0] + hl[n][0])),
                              ua[0][n].y - (hh[n][1] + (lh[n][1] + hl[n][1])));
       vn[1][n] = make_float2(ua[1][n].x - (hh[n][2] + (lh[n][2] + hl[n][2])),
@@ -337,7 +344,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
     const int r = 16 * warp + g;
     float* vp = Vp + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
-    for (int n = 0; n < kScanNT; ++n) {
+    for (int n = 0; n < NT; ++n) {
       put_split(&Vh[r][8 * n + 2 * t], &Vl[r][8 * n + 2 * t], vn[0][n]);
       put_split(&Vh[r + 8][8 * n + 2 * t], &Vl[r + 8][8 * n + 2 * t], vn[1][n]);
       *reinterpret_cast<float2*>(vp + 8 * n) = vn[0][n];
@@ -349,15 +356,17 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
 
 // S = e^{gamma_C} S + KT Vn, published per chunk in two halves (state warps 4..7; half mi holds
 // the m16 row tiles sw + 4 mi).
+template <int NT>
 __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int g, int t, int nC, int kgs, SplitRows Hh,
-                                         SplitRows Hl, SplitRows Vh, SplitRows Vl) {
+                                         int warp, int g, int t, int nC, int kgs,
+                                         SplitRows<NT> Hh, SplitRows<NT> Hl, SplitRows<NT> Vh,
+                                         SplitRows<NT> Vl) {
   const int sw = warp - 4;
   const float* KTp = ws.KT + static_cast<size_t>(h) * nC * dk * C + 4 * t;
   const float* Gh = ws.G + static_cast<size_t>(h) * Tc;
   float* Hp = ws.H + static_cast<size_t>(h) * nC * dk * dv + c0 + 2 * t;
   float4 ka[2][C / 16][2];
-  float sh[2][kScanNT][4] = {}, sc[2][kScanNT][4] = {};  // S = sh + sc
+  float sh[2][NT][4] = {}, sc[2][NT][4] = {};  // S = sh + sc
   auto load = [&](int chunk, int mi) {
     const int mt = sw + 4 * mi;
     if (mt >= kgs) return;
@@ -375,7 +384,7 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
     const int d = 16 * mt + g;
     float* hp = Hp + (static_cast<size_t>(chunk) * dk + d) * dv;
 #pragma unroll
-    for (int n = 0; n < kScanNT; ++n) {
+    for (int n = 0; n < NT; ++n) {
       const int col = 8 * n + 2 * t;
       const float2 lo = make_float2(sh[mi][n][0] + sc[mi][n][0], sh[mi][n][1] + sc[mi][n][1]);
       const float2 hi = make_float2(sh[mi][n][2] + sc[mi][n][2], sh[mi][n][3] + sc[mi][n][3]);
@@ -399,7 +408,7 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
     for (int mi = 0; mi < 2; ++mi) {
       if (sw + 4 * mi < kgs) {
 #pragma unroll
-        for (int n = 0; n < kScanNT; ++n)
+        for (int n = 0; n < NT; ++n)
 #pragma unroll
           for (int i = 0; i < 4; ++i) sh[mi][n][i] *= egl, sc[mi][n][i] *= egl;
 #pragma unroll
@@ -412,7 +421,7 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
             split(a, ah, al);
             const int k0 = 16 * kg + 4 * t + 2 * s;
 #pragma unroll
-            for (int n = 0; n < kScanNT; ++n) {
+            for (int n = 0; n < NT; ++n) {
               const uint32_t bh[2] = {Vh[k0][8 * n + g], Vh[k0 + 1][8 * n + g]};
               const uint32_t bl[2] = {Vl[k0][8 * n + g], Vl[k0 + 1][8 * n + g]};
               mma3(sh[mi][n], sc[mi][n], sc[mi][n], ah, al, bh, bl);
@@ -427,20 +436,23 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
   }
 }
 
-__global__ void __launch_bounds__(kScanThreads, 2) scan_kernel(int Tc, int dk, int dv, int h0,
-                                                                  Ws ws) {
+// Two CTAs per SM with 16 columns each; one with 32 (twice the registers per thread).
+template <int NT>
+__global__ void __launch_bounds__(kScanThreads, NT <= 2 ? 2 : 1)
+    scan_kernel(int Tc, int dk, int dv, Ws ws) {
   // B operands, published already split into TF32 halves (each is read by four warps)
-  __shared__ uint32_t Hh[kMaxHeadDim][kScanLd], Hl[kMaxHeadDim][kScanLd];
-  __shared__ uint32_t Vh[C][kScanLd], Vl[C][kScanLd];
-  const int h = h0 + blockIdx.y, c0 = blockIdx.x * kScanBV;
+  extern __shared__ __align__(128) float smem[];
+  const SplitRows<NT> Hh = reinterpret_cast<SplitRows<NT>>(smem), Hl = Hh + kMaxHeadDim,
+                      Vh = Hl + kMaxHeadDim, Vl = Vh + C;
+  const int h = blockIdx.y, c0 = blockIdx.x * 8 * NT;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int nC = Tc / C, kgs = dk / 16;
 
   // separate functions: each role gets its own register allocation (no spills at 2 CTAs/SM)
   if (warp < 4)
-    scan_values(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
+    scan_values<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
   else
-    scan_states(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
+    scan_states<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
 }
 
 // ---- output: grid (nC, Hv), kOutThreads (8 warps, two CTAs per SM so that one CTA's loads overlap
@@ -503,10 +515,10 @@ __device__ __forceinline__ void times_global_b(float (&hh)[2][4][4], float (&lo)
 template <typename E>
 __global__ void __launch_bounds__(kOutThreads, 2)
     output_kernel(const float* __restrict__ q, const float* __restrict__ k, int T, int Tc, int Hk,
-                  int Hv, int dk, int dv, int h0, Ws ws, E* __restrict__ o) {
+                  int Hv, int dk, int dv, Ws ws, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
-  const int chunk = blockIdx.x, h = h0 + blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
+  const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
   const int t0 = chunk * C, valid = min(C, T - t0);
   const int ldq = dk + 8, ldp = C + 8;
   float* Qs = smem;
@@ -580,6 +592,26 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   }
 }
 
+template <int NT>
+void launch_scan_nt(int Tc, int dk, int dv, int Hv, const Ws& ws, cudaStream_t s) {
+  const size_t bytes = sizeof(uint32_t) * 2 * (kMaxHeadDim + C) * scan_ld<NT>();
+  CLEF_CUDA_CHECK(cudaFuncSetAttribute(scan_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+  scan_kernel<NT><<<dim3(dv / (8 * NT), Hv), kScanThreads, bytes, s>>>(Tc, dk, dv, ws);
+  CLEF_CUDA_LAUNCH_CHECK();
+}
+
+void launch_scan(int Tc, int dk, int dv, int Hv, const Ws& ws, cudaStream_t s) {
+  static const int nt = [] {
+    const char* e = std::getenv("CLEF_SCAN_NT");
+    return e ? std::atoi(e) : 2;
+  }();
+  if (nt == 4 && dv % 32 == 0)
+    launch_scan_nt<4>(Tc, dk, dv, Hv, ws, s);
+  else
+    launch_scan_nt<2>(Tc, dk, dv, Hv, ws, s);
+}
+
 size_t prep_smem(int dk, int dv) {
   return sizeof(float) * (static_cast<size_t>(C) * (dk + 8) + static_cast<size_t>(C) * (dv + 8) +
                           2 * C * (C + 4) + 3 * 256 + 4 * C);
@@ -609,8 +641,7 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
 
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                const GdnOverlap* overlap) {
+                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan) {
   const int Tc = (T + C - 1) / C * C, nC = Tc / C;
   const Ws ws = carve(workspace, Tc, Hv, dk, dv);
   const size_t ps = prep_smem(dk, dv), os = output_smem(dk, dv);
@@ -619,47 +650,14 @@ void chunked_tc(const float* q, const float* k, const float* v, const float* g, 
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(output_kernel<__nv_bfloat16>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(os)));
-  auto prep = [&](int h0, int nh, cudaStream_t st) {
-    prep_kernel<<<dim3(nC, nh), kThreads, ps, st>>>(k, v, g, beta, T, Tc, Hk, Hv, dk, dv, h0, ws);
-    CLEF_CUDA_LAUNCH_CHECK();
-  };
-  auto scan = [&](int h0, int nh, cudaStream_t st) {
-    scan_kernel<<<dim3(dv / kScanBV, nh), kScanThreads, 0, st>>>(Tc, dk, dv, h0, ws);
-    CLEF_CUDA_LAUNCH_CHECK();
-  };
-  auto output = [&](int h0, int nh, cudaStream_t st) {
-    output_kernel<__nv_bfloat16>
-        <<<dim3(nC, nh), kOutThreads, os, st>>>(q, k, T, Tc, Hk, Hv, dk, dv, h0, ws, o);
-    CLEF_CUDA_LAUNCH_CHECK();
-  };
-  const int groups = overlap && !between && !after_scan ? overlap->groups_for(Hv) : 1;
-  if (groups <= 1) {
-    prep(0, Hv, s);
-    if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
-    scan(0, Hv, s);
-    if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
-    output(0, Hv, s);
-    return;
-  }
-  // Head groups: group i's scan waits only for its own prep, and its outputs are formed while the
-  // later groups still scan (the scan is latency-bound and leaves most of each SM idle). The side
-  // streams fork from s and join back into it, so this also works inside a graph capture.
-  const GdnOverlap& ov = *overlap;
-  const int hg = Hv / groups;
-  CLEF_CUDA_CHECK(cudaEventRecord(ov.fork, s));
-  CLEF_CUDA_CHECK(cudaStreamWaitEvent(ov.scan_stream, ov.fork, 0));
-  CLEF_CUDA_CHECK(cudaStreamWaitEvent(ov.out_stream, ov.fork, 0));
-  for (int i = 0; i < groups; ++i) {
-    prep(i * hg, hg, s);
-    CLEF_CUDA_CHECK(cudaEventRecord(ov.prep_done[i], s));
-    CLEF_CUDA_CHECK(cudaStreamWaitEvent(ov.scan_stream, ov.prep_done[i], 0));
-    scan(i * hg, hg, ov.scan_stream);
-    CLEF_CUDA_CHECK(cudaEventRecord(ov.scan_done[i], ov.scan_stream));
-    CLEF_CUDA_CHECK(cudaStreamWaitEvent(ov.out_stream, ov.scan_done[i], 0));
-    output(i * hg, hg, ov.out_stream);
-  }
-  CLEF_CUDA_CHECK(cudaEventRecord(ov.join, ov.out_stream));
-  CLEF_CUDA_CHECK(cudaStreamWaitEvent(s, ov.join, 0));
+  prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(k, v, g, beta, T, Tc, Hk, Hv, dk, dv, ws);
+  CLEF_CUDA_LAUNCH_CHECK();
+  if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
+  launch_scan(Tc, dk, dv, Hv, ws, s);
+  if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
+  output_kernel<__nv_bfloat16>
+      <<<dim3(nC, Hv), kOutThreads, os, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
+  CLEF_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace clef::engine::cuda::gdn

@@ -11,8 +11,6 @@
 
 #include <cstddef>
 
-#include "engine/cuda/gdn_overlap.h"
-
 namespace clef::engine::cuda::gdn {
 
 // dk, dv multiples of 16 and at most 128, and the current device grants the kernels' shared memory
@@ -26,7 +24,6 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
 // Same contract as gdn_chunked() (gdn_chunked.h).
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                const GdnOverlap* overlap);
+                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan);
 
 }  // namespace clef::engine::cuda::gdn

@@ -160,12 +160,15 @@ void CudaJointHead::linear(const float* x, const __nv_bfloat16* x_bf16, int rows
     B.ptr = wt.f32.get<float>() + static_cast<size_t>(row_off) * K;
   }
   gemm_->run(use_bf16, rows, N, K, A, B, true, y, N, 0, 1, 1.f, accumulate ? 1.f : 0.f, s);
+  mark(use_bf16 ? "head.gemm_bf16" : "head.gemm");
   hk::bias_act(y, rows, N, bias, gelu, s);
+  mark("head.small");
 }
 
 void CudaJointHead::layer_norm(const std::string& name, const float* x, int rows, int n, float* y,
                                __nv_bfloat16* y_bf16, cudaStream_t s) {
   hk::layer_norm(x, rows, n, wf(name + ".weight"), wf(name + ".bias"), kLnEps, y, y_bf16, s);
+  mark("head.small");
 }
 
 void CudaJointHead::mha(const std::string& name, const float* xq, int nq, const float* xkv,
@@ -184,16 +187,25 @@ void CudaJointHead::mha(const std::string& name, const float* xq, int nq, const 
   GemmOperand A{q, W, hd}, B{kv, 2 * W, hd};
   gemm_->run(false, nq, nk, hd, A, B, true, sc, nk, static_cast<int64_t>(nq) * nk, heads_, 1.f, 0.f,
              s);
+  mark("head.gemm");
   hk::softmax_rows(sc, heads_ * nq, nk, 1.f / std::sqrt(static_cast<float>(hd)), s);
+  mark("head.small");
   GemmOperand P{sc, nk, static_cast<int64_t>(nq) * nk}, V{kv + W, 2 * W, hd};
   gemm_->run(false, nq, hd, nk, P, V, false, att, W, hd, heads_, 1.f, 0.f, s);
+  mark("head.gemm");
   linear(att, nullptr, nq, W, name + ".out_proj.weight", 0, W, out, true,
          wf(name + ".out_proj.bias"), false, s);
 }
 
 std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
                                                    const encoding::EncodedRequest& enc,
-                                                   cudaStream_t s) {
+                                                   cudaStream_t s,
+                                                   std::function<void(const char*)> marks) {
+  struct Reset {  // marks live for this call only
+    std::function<void(const char*)>& m;
+    ~Reset() { m = nullptr; }
+  } reset{mark_};
+  mark_ = std::move(marks);
   const int D = D_, W = W_;
   const bool bf16 = precision_ == HeadPrecision::BFloat16;
   if (T <= 0 || static_cast<size_t>(T) != enc.input_ids.size())
@@ -264,12 +276,14 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
                    wf("hidden_norm.bias"), kLnEps, S, S16, s);
   else
     layer_norm("hidden_norm", static_cast<const float*>(hidden), T, D, S, nullptr, s);
+  mark("head.small");
   float* M = buf("M", static_cast<size_t>(T) * W);
   linear(S, S16, T, D, "memory_projection.weight", 0, W, M, false, nullptr, false, s);
   __nv_bfloat16* M16 = nullptr;
   if (bf16) {
     M16 = buf_bf16("M16", static_cast<size_t>(T) * W);
     hk::to_bf16(M, M16, static_cast<size_t>(T) * W, s);
+    mark("head.small");
   }
   const float* g = S + static_cast<size_t>(T - 1) * D;
 
@@ -278,11 +292,14 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
   float* Cm = buf("Cm", static_cast<size_t>(N) * D);
   float* Lm = buf("Lm", static_cast<size_t>(N) * D);
   hk::span_mean(S, D, q_spans, nq, Qm, s);
+  mark("head.small");
   hk::span_mean(S, D, o_spans, N, Cm, s);
+  mark("head.small");
   if (lm_head_is_bf16_)
     hk::lexical_mean(static_cast<const __nv_bfloat16*>(lm_head_), D, ids, o_spans, N, Lm, s);
   else
     hk::lexical_mean(static_cast<const float*>(lm_head_), D, ids, o_spans, N, Lm, s);
+  mark("head.small");
   float* O = buf("O", static_cast<size_t>(N) * W);
   float* oq = buf("oq", static_cast<size_t>(nq) * W);
   linear(Cm, nullptr, N, D, "option_context_projection.weight", 0, W, O, false, nullptr, false, s);
@@ -290,6 +307,7 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
   linear(Qm, nullptr, nq, D, "option_question_projection.weight", 0, W, oq, false, nullptr, false,
          s);
   hk::add_rows_gathered(O, oq, owner, N, W, s);
+  mark("head.small");
 
   // Evidence layers: options attend to the normalised memory.
   float* qn = buf("qn", static_cast<size_t>(N) * W);
@@ -316,9 +334,11 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
   float* Fb = buf("F", static_cast<size_t>(nq) * W);
   linear(Qm, nullptr, nq, D, "question_projection.weight", 0, W, f0, false, nullptr, false, s);
   hk::option_summary(O, f0, first, nq, W, max_opts, summ, s);
+  mark("head.small");
   layer_norm("option_summary_norm", summ, nq, W, sn, nullptr, s);
   linear(g, nullptr, 1, D, "global_projection.weight", 0, W, gp, false, nullptr, false, s);
   hk::field_init(f0, sn, gp, wf("type_embedding.weight"), types, nq, W, Fb, s);
+  mark("head.small");
 
   // Decoder layers (norm_first TransformerDecoderLayer; cross-attention to the raw memory M).
   float* n1 = buf("n1", static_cast<size_t>(nq) * W);
@@ -345,12 +365,14 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
   float* res = buf("res", N);
   float* logits = buf("logits", N);
   hk::scorer_features(Fn, U, owner, N, W, feat, s);
+  mark("head.small");
   linear(feat, nullptr, N, 4 * W, "residual_scorer.0.weight", 0, W, rh, false,
          wf("residual_scorer.0.bias"), true, s);
   linear(rh, nullptr, N, W, "residual_scorer.3.weight", 0, 1, res, false,
          wf("residual_scorer.3.bias"), false, s);
   hk::final_logits(Lm, Qm, g, Fn, U, res, owner, N, D, W, prior_scale_, joint_scale_, gate_, logits,
                    s);
+  mark("head.small");
 
   logits_pinned_.resize(static_cast<size_t>(N) * sizeof(float));
   CLEF_CUDA_CHECK(cudaMemcpyAsync(logits_pinned_.get(), logits, N * sizeof(float),

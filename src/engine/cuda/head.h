@@ -46,8 +46,11 @@ class CudaJointHead {
   // in MODEL order. Synchronises `stream` before returning. Throws std::runtime_error on an empty
   // or out-of-range span, a token id outside the vocabulary, or a CUDA failure. Not thread-safe
   // (the head owns its scratch buffers).
+  // `marks` (profiling, optional) is called after each enqueued op with its kind ("head.gemm",
+  // "head.gemm_bf16", "head.small"), e.g. to record an event.
   std::vector<std::vector<float>> run(const void* hidden, int T,
-                                      const encoding::EncodedRequest& enc, cudaStream_t stream);
+                                      const encoding::EncodedRequest& enc, cudaStream_t stream,
+                                      std::function<void(const char*)> marks = nullptr);
 
   HeadPrecision precision() const { return precision_; }
 
@@ -75,7 +78,12 @@ class CudaJointHead {
            const __nv_bfloat16* xkv_bf16, int nk, float* out, const std::string& tag,
            cudaStream_t s);
 
+  void mark(const char* kind) const {
+    if (mark_) mark_(kind);
+  }
+
   HeadPrecision precision_;
+  std::function<void(const char*)> mark_;
   int D_ = 0, W_ = 0, heads_ = 0, F_ = 0, routing_ = 0, layers_ = 0;
   int64_t vocab_ = 0;
   float prior_scale_ = 0, joint_scale_ = 0, gate_ = 0;
