@@ -1,5 +1,6 @@
-// The CUDA backend (issue 6): bf16 production path and a float32 parity path behind the Engine interface.
-// Plain C++ header (no CUDA types) so create_engine.cpp and the CLI can include it without nvcc.
+// The CUDA backend (issue 6): bf16 production path and a float32 parity path behind the Engine
+// interface. Plain C++ header (no CUDA types) so create_engine.cpp and the CLI can include it
+// without nvcc.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,8 @@ class CudaEngine : public Engine {
   virtual std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) = 0;
 };
 
-// Throws std::runtime_error with one clear line when no CUDA device is usable or an option is invalid.
+// Throws std::runtime_error with one clear line when no CUDA device is usable or an option is
+// invalid.
 std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const model::Release> release,
                                          const EngineOptions& opts);
 

@@ -291,9 +291,8 @@ __device__ __forceinline__ void bar_wait(int id) {
 // Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3).
 template <int NT>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int g, int t, int nC, int kgs,
-                                         SplitRows<NT> Hh, SplitRows<NT> Hl, SplitRows<NT> Vh,
-                                         SplitRows<NT> Vl) {
+                                         int warp, int g, int t, int nC, int kgs, SplitRows<NT> Hh,
+                                         SplitRows<NT> Hl, SplitRows<NT> Vh, SplitRows<NT> Vl) {
   const float* Wp = ws.W + static_cast<size_t>(h) * Tc * dk + (16 * warp + g) * dk + 4 * t;
   const float* Up = ws.U + static_cast<size_t>(h) * Tc * dv + (16 * warp + g) * dv + c0 + 2 * t;
   float* Vp = ws.Vn + static_cast<size_t>(h) * Tc * dv + (16 * warp + g) * dv + c0 + 2 * t;
@@ -306,8 +305,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       if (kg < kgs) wa[kg][0] = ldg4(w + 16 * kg), wa[kg][1] = ldg4(w + 8 * dk + 16 * kg);
     const float* u = Up + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
-      ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
+    for (int n = 0; n < NT; ++n) ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
   };
   load(0);
   for (int chunk = 0; chunk < nC; ++chunk) {
@@ -358,9 +356,8 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
 // the m16 row tiles sw + 4 mi).
 template <int NT>
 __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int g, int t, int nC, int kgs,
-                                         SplitRows<NT> Hh, SplitRows<NT> Hl, SplitRows<NT> Vh,
-                                         SplitRows<NT> Vl) {
+                                         int warp, int g, int t, int nC, int kgs, SplitRows<NT> Hh,
+                                         SplitRows<NT> Hl, SplitRows<NT> Vh, SplitRows<NT> Vl) {
   const int sw = warp - 4;
   const float* KTp = ws.KT + static_cast<size_t>(h) * nC * dk * C + 4 * t;
   const float* Gh = ws.G + static_cast<size_t>(h) * Tc;

@@ -13,6 +13,9 @@ namespace clef::engine::cuda {
 namespace {
 
 constexpr float kLnEps = 1e-5f;  // every head LayerNorm (PyTorch default)
+// Linears with at most this many rows (questions, options, the global token) take
+// head_kernels::skinny_linear; longer ones (the T-row memory GEMMs) cuBLASLt.
+constexpr int kSkinnyMaxRows = 64;
 
 namespace hk = head_kernels;
 
@@ -59,9 +62,18 @@ CudaJointHead::CudaJointHead(const model::Release& release, HeadPrecision precis
     wt.f32 = DeviceBuffer(std::max<size_t>(n, 1) * sizeof(float));
     CLEF_CUDA_CHECK(
         cudaMemcpy(wt.f32.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    if (bf16 && is_memory_gemm_weight(name)) {
-      host_bf16.resize(n);
-      for (size_t i = 0; i < n; ++i) host_bf16[i] = model::float_to_bf16(host[i]);
+    // A bf16 copy of every matrix that bf16 holds exactly (all of them under the loading rule):
+    // the few-row linears stream it at half the bytes with the same fp32 products. The bf16 mode's
+    // T-row GEMM weights get one in any case.
+    const bool matrix = t.shape.size() == 2;
+    host_bf16.resize(matrix ? n : 0);
+    bool exact = matrix;
+    for (size_t i = 0; i < host_bf16.size(); ++i) {
+      host_bf16[i] = model::float_to_bf16(host[i]);
+      exact = exact && (model::bf16_to_float(host_bf16[i]) == host[i] || host[i] != host[i]);
+    }
+    wt.bf16_exact = exact;
+    if (exact || (bf16 && is_memory_gemm_weight(name))) {
       wt.bf16 = DeviceBuffer(std::max<size_t>(n, 1) * 2);
       CLEF_CUDA_CHECK(cudaMemcpy(wt.bf16.get(), host_bf16.data(), n * 2, cudaMemcpyHostToDevice));
     }
@@ -148,6 +160,13 @@ void CudaJointHead::linear(const float* x, const __nv_bfloat16* x_bf16, int rows
   if (wt.shape.size() != 2 || wt.shape[1] != K || wt.shape[0] < row_off + N)
     throw std::runtime_error("joint head: " + name + " has an unexpected shape");
   const bool use_bf16 = x_bf16 && wt.bf16.get();
+  if (!use_bf16 && rows <= kSkinnyMaxRows && wt.bf16_exact) {
+    if (!x) throw std::runtime_error("joint head: no fp32 input for " + name);
+    hk::skinny_linear(x, rows, K, wt.bf16.get<__nv_bfloat16>() + static_cast<size_t>(row_off) * K,
+                      N, bias, gelu, accumulate, y, s);
+    mark("head.linear_few_rows");
+    return;
+  }
   GemmOperand A, B;
   A.ld = K;
   B.ld = K;
@@ -375,8 +394,8 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
   mark("head.small");
 
   logits_pinned_.resize(static_cast<size_t>(N) * sizeof(float));
-  CLEF_CUDA_CHECK(cudaMemcpyAsync(logits_pinned_.get(), logits, N * sizeof(float),
-                                  cudaMemcpyDeviceToHost, s));
+  CLEF_CUDA_CHECK(
+      cudaMemcpyAsync(logits_pinned_.get(), logits, N * sizeof(float), cudaMemcpyDeviceToHost, s));
   CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
   const float* flat = logits_pinned_.get<float>();
   std::vector<std::vector<float>> out(nq);

@@ -47,7 +47,7 @@ class CudaJointHead {
   // or out-of-range span, a token id outside the vocabulary, or a CUDA failure. Not thread-safe
   // (the head owns its scratch buffers).
   // `marks` (profiling, optional) is called after each enqueued op with its kind ("head.gemm",
-  // "head.gemm_bf16", "head.small"), e.g. to record an event.
+  // "head.gemm_bf16", "head.linear_few_rows", "head.small"), e.g. to record an event.
   std::vector<std::vector<float>> run(const void* hidden, int T,
                                       const encoding::EncodedRequest& enc, cudaStream_t stream,
                                       std::function<void(const char*)> marks = nullptr);
@@ -57,7 +57,8 @@ class CudaJointHead {
  private:
   struct Weight {
     DeviceBuffer f32;   // always
-    DeviceBuffer bf16;  // only for the weights of the T-row GEMMs in BFloat16 mode
+    DeviceBuffer bf16;  // matrices: when exact in bf16, and the T-row GEMMs' in BFloat16 mode
+    bool bf16_exact = false;
     std::vector<int64_t> shape;
   };
   const Weight& w(const std::string& name) const;

@@ -93,6 +93,67 @@ __global__ void bias_act_kernel(float* y, size_t total, int n, const float* __re
   }
 }
 
+constexpr int kSkinnyRows = 8;  // rows of x per pass (accumulators per lane)
+
+// One warp per output column n; lanes split k. VEC: 8 weights (16 bytes) per lane per step.
+template <bool VEC>
+__global__ void skinny_linear_kernel(const float* __restrict__ x, int M, int K,
+                                     const __nv_bfloat16* __restrict__ w, int N,
+                                     const float* __restrict__ bias, bool gelu, bool accumulate,
+                                     float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (n >= N) return;
+  const __nv_bfloat16* wr = w + static_cast<size_t>(n) * K;
+  for (int m0 = 0; m0 < M; m0 += kSkinnyRows) {
+    const int mb = min(kSkinnyRows, M - m0);
+    const float* xb = x + static_cast<size_t>(m0) * K;
+    float acc[kSkinnyRows] = {};
+    if constexpr (VEC) {
+#pragma unroll 2
+      for (int k = 8 * lane; k < K; k += 8 * 32) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr + k));
+        const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+        float wf[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+          wf[2 * i] = f.x, wf[2 * i + 1] = f.y;
+        }
+#pragma unroll
+        for (int m = 0; m < kSkinnyRows; ++m) {
+          if (m >= mb) break;
+          const float4 a =
+              __ldg(reinterpret_cast<const float4*>(xb + static_cast<size_t>(m) * K + k));
+          const float4 b =
+              __ldg(reinterpret_cast<const float4*>(xb + static_cast<size_t>(m) * K + k + 4));
+          acc[m] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] +
+                    b.y * wf[5] + b.z * wf[6] + b.w * wf[7];
+        }
+      }
+    } else {
+      for (int k = lane; k < K; k += 32) {
+        const float wv = __bfloat162float(wr[k]);
+#pragma unroll
+        for (int m = 0; m < kSkinnyRows; ++m)
+          if (m < mb) acc[m] += xb[static_cast<size_t>(m) * K + k] * wv;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kSkinnyRows; ++m) acc[m] = warp_sum(acc[m]);
+      // lane m writes row m0 + m (static indexing keeps acc in registers)
+#pragma unroll
+    for (int m = 0; m < kSkinnyRows; ++m) {
+      if (lane != m || m >= mb) continue;
+      float* out = y + static_cast<size_t>(m0 + m) * N + n;
+      float v = acc[m];
+      if (accumulate) v += *out;
+      if (bias) v += bias[n];
+      *out = gelu ? gelu_erf(v) : v;
+    }
+  }
+}
+
 __global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y,
                                size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -265,6 +326,22 @@ void bias_act(float* y, int rows, int n, const float* bias, bool gelu, cudaStrea
   if (total == 0 || (!bias && !gelu)) return;
   bias_act_kernel<<<grid_for(total), kThreads, 0, s>>>(y, total, n, bias, gelu);
   check("bias_act");
+}
+
+void skinny_linear(const float* x, int M, int K, const __nv_bfloat16* w, int N, const float* bias,
+                   bool gelu, bool accumulate, float* y, cudaStream_t s) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) throw std::runtime_error("joint head kernel skinny_linear: K must be positive");
+  const int blocks = (N + kThreads / 32 - 1) / (kThreads / 32);
+  const bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (vec)
+    skinny_linear_kernel<true>
+        <<<blocks, kThreads, 0, s>>>(x, M, K, w, N, bias, gelu, accumulate, y);
+  else
+    skinny_linear_kernel<false>
+        <<<blocks, kThreads, 0, s>>>(x, M, K, w, N, bias, gelu, accumulate, y);
+  check("skinny_linear");
 }
 
 void to_bf16(const float* x, __nv_bfloat16* y, size_t n, cudaStream_t s) {

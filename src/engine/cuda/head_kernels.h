@@ -21,6 +21,15 @@ void bias_act(float* y, int rows, int n, const float* bias, bool gelu, cudaStrea
 
 void to_bf16(const float* x, __nv_bfloat16* y, size_t n, cudaStream_t s);
 
+// The head's few-row linears: y[m, n] = act((sum_k x[m, k] w[n, k] (+ y[m, n] when accumulate)) +
+// bias[n]) for m < M, n < N (x [M, K] fp32, w [N, K] bf16, y [M, N]; bias may be null; act =
+// gelu_erf or identity). One warp per output column streams its weight row once for up to 8 rows of
+// x (weights dominate: the head's weights are bf16 in every release, so this reads half the bytes
+// of an fp32 GEMM, with the same fp32 products). 16-byte loads when K % 8 == 0 and the rows are
+// aligned, else a scalar path.
+void skinny_linear(const float* x, int M, int K, const __nv_bfloat16* w, int N, const float* bias,
+                   bool gelu, bool accumulate, float* y, cudaStream_t s);
+
 // out[i, :] = mean of rows [spans[2i], spans[2i+1]) of src [*, n].
 void span_mean(const float* src, int n, const int32_t* spans, int count, float* out,
                cudaStream_t s);
