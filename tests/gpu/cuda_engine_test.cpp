@@ -178,7 +178,8 @@ TEST_P(CudaEngineGolden, HiddenStatesMatchCpuEngineOnRandomIds) {
     const auto e16 = gputest::compare(diag(*b16).last_hidden_state(ids), cpu);
     EXPECT_EQ(e16.non_finite, 0u);
     // A bf16 run of these tiny random models drifts several % from fp32 (the reference's own bf16
-    // probabilities move by up to 0.05); this catches gross errors, the fixture test above is the real bound.
+    // probabilities move by up to 0.05); this catches gross errors, the fixture test above is the
+    // real bound.
     EXPECT_LE(e16.rel_l2, 0.15);
     std::printf("T=%d: fp32 rel L2 %.3g, bf16 rel L2 %.3g\n", T, e32.rel_l2, e16.rel_l2);
   }

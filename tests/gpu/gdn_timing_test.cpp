@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cuda/gdn_chunked.h"
+#include "engine/cuda/gdn_tc.h"
 #include "gpu/gpu_test_util.h"
 
 namespace clef {
@@ -67,6 +68,16 @@ void time_shape(int T, std::mt19937_64& rng) {
       "us, x24 layers %.2f ms\n",
       std::is_same_v<E, float> ? "fp32" : "bf16", T, 1e3 * mp, 1e3 * ms, 1e3 * ms / chunks,
       1e3 * mr, 24 * (mp + ms + mr));
+#ifdef CLEF_GDN_PHASE_CLOCKS
+  if constexpr (!std::is_same_v<E, float>) {
+    const auto pc = gdn::phase_cycles();  // over all 12 repetitions
+    std::printf(
+        "[gdn phases] T %5d prep (cycles/block): load %.0f gamma %.0f kkt %.0f diag %.0f "
+        "offdiag+scale %.0f W %.0f U %.0f | output: load %.0f P %.0f Qsplit %.0f QS %.0f "
+        "PVn %.0f\n",
+        T, pc[0], pc[1], pc[2], pc[3], pc[4], pc[5], pc[6], pc[8], pc[9], pc[10], pc[11], pc[12]);
+  }
+#endif
   const auto out = to_host<E>(o, no);
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
   cudaEventDestroy(e0);

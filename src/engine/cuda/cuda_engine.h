@@ -27,6 +27,9 @@ class CudaEngine : public Engine {
   // Median time (ms) of all the backbone's linear layers at T tokens, as this engine fuses them,
   // through cuBLASLt with the best timed algorithm per shape, replayed from a CUDA graph.
   virtual double gemm_floor_ms(int T, int runs) = 0;
+  // Median device time (ms) of the backbone alone for these ids as a request runs it (the bucket's
+  // CUDA graph, captured first if needed), timed with events over `runs` replays.
+  virtual double backbone_ms(const std::vector<int32_t>& ids, int runs) = 0;
   // The backbone's last_hidden_state (after the final norm) for these ids, [T, hidden] as float.
   virtual std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) = 0;
 };

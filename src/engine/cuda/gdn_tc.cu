@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_math.cuh"
@@ -55,6 +56,26 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
   w.Vn = p;
   return w;
 }
+
+#ifdef CLEF_GDN_PHASE_CLOCKS
+// Diagnostic build only: per-phase cycle sums of the prep (0..7) and output (8..11) kernels, as
+// seen by thread 0 after each block-wide step (gdn_tc.h: phase_cycles()).
+__device__ unsigned long long g_phase_cycles[16], g_phase_blocks[2];
+struct PhaseClock {
+  long long t = clock64();
+  int base;
+  __device__ explicit PhaseClock(int b) : base(b) {}
+  __device__ void mark(int i) {
+    if (threadIdx.x != 0) return;
+    const long long now = clock64();
+    atomicAdd(&g_phase_cycles[base + i], static_cast<unsigned long long>(now - t));
+    t = now;
+  }
+};
+#define CLEF_PHASE(clk, i) clk.mark(i)
+#else
+#define CLEF_PHASE(clk, i) ((void)0)
+#endif
 
 __device__ __forceinline__ float4 ldg4(const float* p) {
   return __ldg(reinterpret_cast<const float4*>(p));
@@ -166,6 +187,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* dec = bet + C;  // e^{gamma_C - gamma_j}
   float* eg = dec + C;   // e^{gamma_j}
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, fg = lane / 4, ft = lane % 4;
+#ifdef CLEF_GDN_PHASE_CLOCKS
+  PhaseClock clk(0);
+#endif
 
   load_tiles(Ks, ldk, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk,
              dk, Vs, ldv, v + (static_cast<size_t>(t0) * Hv + h) * dv, static_cast<size_t>(Hv) * dv,
@@ -176,12 +200,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   for (int e = tid; e < C * C; e += kThreads) Tm[(e / C) * lda + e % C] = 0.0f;
   __syncthreads();
-  if (warp == 0) {  // gamma and its decay vectors
+  CLEF_PHASE(clk, 0);  // loads
+  if (warp == 0) {     // gamma and its decay vectors
     chunk_cumsum(gam);
     __syncwarp();
     for (int j = lane; j < C; j += 32) dec[j] = __expf(gam[C - 1] - gam[j]), eg[j] = __expf(gam[j]);
   }
   __syncthreads();
+  CLEF_PHASE(clk, 1);  // gamma
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
   {  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j): warp w takes columns 8w .. 8w+7 and the
      // row tiles that reach them; K rows read as pairs (permuted k: t <-> 2t, t + 4 <-> 2t + 1).
@@ -207,6 +233,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (tid < C) ws.G[row0 + tid] = gam[tid];
   }
   __syncthreads();
+  CLEF_PHASE(clk, 2);  // K K^T, decayed K^T
   // Tm = (I + A)^-1 blockwise. Diagonal 16x16 blocks by forward substitution, one thread per
   // column (no syncs inside); then the off-diagonal blocks by distance from the diagonal,
   // T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ (6 syncs instead of 63).
@@ -219,6 +246,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
   __syncthreads();
+  CLEF_PHASE(clk, 3);  // diagonal blocks
   for (int dist = 1; dist < 4; ++dist) {
     const int n = (4 - dist) * 256;
     for (int e = tid; e < n; e += kThreads) {
@@ -246,8 +274,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     Tm[i * lda + j] = t * bet[j];
   }
   __syncthreads();
+  CLEF_PHASE(clk, 4);  // off-diagonal blocks + scaling
   lower_times(Am, lda, Ks, ldk, dk, ws.W + row0 * dk, dk, warp, lane);  // W = Am K
+  CLEF_PHASE(clk, 5);                                                   // W (warp 0)
   lower_times(Tm, lda, Vs, ldv, dv, ws.U + row0 * dv, dv, warp, lane);  // U = Tm V
+  CLEF_PHASE(clk, 6);                                                   // U (warp 0)
+#ifdef CLEF_GDN_PHASE_CLOCKS
+  if (tid == 0) atomicAdd(&g_phase_blocks[0], 1ull);
+#endif
 }
 
 // ---- scan: grid (dv / (8 NT), Hv), sequential over chunks, warp-specialised so that each warp
@@ -525,12 +559,17 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   float* gam = reinterpret_cast<float*>(Pl + C * ldp);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
+#ifdef CLEF_GDN_PHASE_CLOCKS
+  PhaseClock clk(8);
+  if (tid == 0) atomicAdd(&g_phase_blocks[1], 1ull);
+#endif
 
   load_tiles<kOutThreads>(
       Qs, ldq, q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, Ks,
       ldq, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, valid);
   if (tid < C) gam[tid] = ws.G[row0 + tid];
   __syncthreads();
+  CLEF_PHASE(clk, 0);  // loads
 
   {  // P = (Q K^T) o Gamma_incl, lower triangle: warp w takes columns 8w .. 8w+7 and the row
      // tiles that reach them.
@@ -551,6 +590,7 @@ __global__ void __launch_bounds__(kOutThreads, 2)
     }
   }
   __syncthreads();
+  CLEF_PHASE(clk, 1);  // P = Q K^T o Gamma
   // e^gamma Q as TF32 halves: hi over Qs, lo over Ks (K is no longer needed).
   uint32_t* Qh = reinterpret_cast<uint32_t*>(Qs);
   uint32_t* Ql = reinterpret_cast<uint32_t*>(Ks);
@@ -564,6 +604,7 @@ __global__ void __launch_bounds__(kOutThreads, 2)
     }
   }
   __syncthreads();
+  CLEF_PHASE(clk, 2);  // e^gamma Q split
   // O = (e^gamma Q) S + P Vn for columns 16 warp .. +15.
   const int col0 = 16 * warp;
   if (col0 >= dv) return;
@@ -571,7 +612,9 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   float oh[2][4][4] = {}, oc[2][4][4] = {};
   times_global_b<false>(oh, oc, Qh, Ql, ldq, ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv,
                         dv, dk, col0, on1, g, t);
+  CLEF_PHASE(clk, 3);  // (e^gamma Q) S (warp 0)
   times_global_b<true>(oh, oc, Ph, Pl, ldp, ws.Vn + row0 * dv, dv, C, col0, on1, g, t);
+  CLEF_PHASE(clk, 4);  // + P Vn (warp 0)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (r == 1 && !on1) break;
@@ -630,6 +673,20 @@ bool tc_supported(int dk, int dv) {
   }
   return std::max(prep_smem(dk, dv), output_smem(dk, dv)) <= static_cast<size_t>(optin);
 }
+
+#ifdef CLEF_GDN_PHASE_CLOCKS
+std::vector<double> phase_cycles() {
+  unsigned long long c[16], b[2];
+  CLEF_CUDA_CHECK(cudaMemcpyFromSymbol(c, g_phase_cycles, sizeof c));
+  CLEF_CUDA_CHECK(cudaMemcpyFromSymbol(b, g_phase_blocks, sizeof b));
+  const unsigned long long zc[16] = {}, zb[2] = {};
+  CLEF_CUDA_CHECK(cudaMemcpyToSymbol(g_phase_cycles, zc, sizeof zc));
+  CLEF_CUDA_CHECK(cudaMemcpyToSymbol(g_phase_blocks, zb, sizeof zb));
+  std::vector<double> out(16);
+  for (int i = 0; i < 16; ++i) out[i] = b[i < 8 ? 0 : 1] ? double(c[i]) / b[i < 8 ? 0 : 1] : 0.0;
+  return out;
+}
+#endif
 
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
   const size_t rows = static_cast<size_t>(Hv) * Tc, nC = Tc / C;

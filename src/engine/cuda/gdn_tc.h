@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <vector>
 
 namespace clef::engine::cuda::gdn {
 
@@ -20,6 +21,12 @@ bool tc_supported(int dk, int dv);
 // Floats of scratch for Tc (= T rounded up to 64) rows: W, U, decayed K^T, gamma, the per-chunk
 // states and the corrected values Vn.
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
+
+#ifdef CLEF_GDN_PHASE_CLOCKS
+// Diagnostic build: mean cycles per block of each phase since the last call (prep 0..6, output
+// 8..12), then reset.
+std::vector<double> phase_cycles();
+#endif
 
 // Same contract as gdn_chunked() (gdn_chunked.h).
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,

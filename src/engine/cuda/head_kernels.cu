@@ -110,7 +110,7 @@ __global__ void skinny_linear_kernel(const float* __restrict__ x, int M, int K,
     const float* xb = x + static_cast<size_t>(m0) * K;
     float acc[kSkinnyRows] = {};
     if constexpr (VEC) {
-#pragma unroll 2
+#pragma unroll 8  // eight 16-byte weight loads in flight per lane: the loop is latency-bound
       for (int k = 8 * lane; k < K; k += 8 * 32) {
         const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr + k));
         const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
