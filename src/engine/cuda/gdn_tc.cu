@@ -62,14 +62,20 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
 // seen by thread 0 after each block-wide step (gdn_tc.h: phase_cycles()).
 __device__ unsigned long long g_phase_cycles[16], g_phase_blocks[2];
 struct PhaseClock {
-  long long t = clock64();
+  long long t = 0;
   int base;
-  __device__ explicit PhaseClock(int b) : base(b) {}
+  __device__ explicit PhaseClock(int b) : base(b) {
+#ifdef __CUDA_ARCH__
+    t = clock64();
+#endif
+  }
   __device__ void mark(int i) {
+#ifdef __CUDA_ARCH__
     if (threadIdx.x != 0) return;
     const long long now = clock64();
     atomicAdd(&g_phase_cycles[base + i], static_cast<unsigned long long>(now - t));
     t = now;
+#endif
   }
 };
 #define CLEF_PHASE(clk, i) clk.mark(i)
