@@ -22,8 +22,9 @@ namespace {
 using namespace tf32x3;
 constexpr int C = kChunk;
 constexpr int kThreads = kTileThreads;  // prep kernel
-constexpr int kOutThreads = 256;        // output kernel
-constexpr int kScanThreads = 256;       // 4 value warps + 4 state warps
+static_assert(kThreads == 256, "prep: one thread per element of a 16x16 block");
+constexpr int kOutThreads = 256;   // output kernel
+constexpr int kScanThreads = 256;  // 4 value warps + 4 state warps
 // The scan CTA takes NT n8 tiles of value columns (8 NT columns); its shared rows are 8 NT + 2
 // words apart, which keeps the B-fragment reads conflict-free for any NT.
 template <int NT>
@@ -90,39 +91,62 @@ __device__ __forceinline__ float2 ldg2(const float* p) {
   return __ldg(reinterpret_cast<const float2*>(p));
 }
 
-// x k^T (3xTF32) for the 16x8 tiles of a 64 x 64 lower triangle that warp w owns: columns
-// 8w .. 8w+7, row tiles w/2 .. 3 (the others are left zero). X, K: 64 rows of d floats at stride ld
-// (8 mod 32), read as pairs (permuted k: t <-> 2t, t + 4 <-> 2t + 1). Shared by prep (K K^T) and
-// output (Q K^T).
+// The 20 m16n8 tiles of a 64 x 64 lower triangle (row tile tm >= column tile n / 2), spread over 8
+// warps as 3,3,3,3,2,2,2,2 (one warp per column would give the first two warps 4 tiles each and
+// make them the critical path): slot s of `warp` is tile (tm, n), or false when unused.
+__device__ __forceinline__ bool xkt_slot(int warp, int s, int& tm, int& n) {
+  if (warp < 4) {
+    tm = warp / 2 + s, n = warp;
+    return true;
+  }
+  if (s == 2) return false;
+  if (warp < 6) {
+    tm = 2 + s, n = warp;
+    return true;
+  }
+  tm = 3, n = s == 0 ? warp - 6 : warp;
+  return true;
+}
+
+// x k^T (3xTF32) for the lower-triangle tiles of `warp` (xkt_slot): acc[s] is slot s's m16n8
+// accumulator. X, K: 64 rows of d floats at stride ld (8 mod 32), read as pairs (permuted k:
+// t <-> 2t, t + 4 <-> 2t + 1). Shared by prep (K K^T) and output (Q K^T). Tiles left out (above
+// the diagonal blocks) are not written by the callers and never read.
 __device__ __forceinline__ void lower_xkt(const float* X, const float* K, int ld, int d, int warp,
-                                          int g, int t, float (&acc)[4][4]) {
-  const int n0 = 8 * warp, tm0 = warp / 2;
-  float pc[4][4] = {};
+                                          int g, int t, float (&acc)[3][4], int (&tms)[3],
+                                          int (&ns)[3], bool (&on)[3]) {
+  float pc[3][4] = {};
 #pragma unroll
-  for (int tm = 0; tm < 4; ++tm)
+  for (int s = 0; s < 3; ++s) {
+    on[s] = xkt_slot(warp, s, tms[s], ns[s]);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[tm][c] = 0.0f;
+    for (int c = 0; c < 4; ++c) acc[s][c] = 0.0f;
+  }
   for (int k0 = 0; k0 < d; k0 += 8) {
-    const float2 kb = *reinterpret_cast<const float2*>(K + (n0 + g) * ld + k0 + 2 * t);
-    const float bf[2] = {kb.x, kb.y};
     uint32_t bh[2], bl[2];
-    split(bf, bh, bl);
+    int nb = -1;
 #pragma unroll
-    for (int tm = 0; tm < 4; ++tm) {
-      if (tm < tm0) continue;
-      const float* r = X + (16 * tm + g) * ld + k0 + 2 * t;
+    for (int s = 0; s < 3; ++s) {
+      if (!on[s]) continue;
+      if (ns[s] != nb) {  // slots of one column share its B fragment
+        nb = ns[s];
+        const float2 kb = *reinterpret_cast<const float2*>(K + (8 * nb + g) * ld + k0 + 2 * t);
+        const float bf[2] = {kb.x, kb.y};
+        split(bf, bh, bl);
+      }
+      const float* r = X + (16 * tms[s] + g) * ld + k0 + 2 * t;
       const float2 x = *reinterpret_cast<const float2*>(r);
       const float2 y = *reinterpret_cast<const float2*>(r + 8 * ld);
       const float af[4] = {x.x, y.x, x.y, y.y};
       uint32_t ah[4], al[4];
       split(af, ah, al);
-      mma3(acc[tm], pc[tm], pc[tm], ah, al, bh, bl);
+      mma3(acc[s], pc[s], pc[s], ah, al, bh, bl);
     }
   }
 #pragma unroll
-  for (int tm = 0; tm < 4; ++tm)
+  for (int s = 0; s < 3; ++s)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[tm][c] += pc[tm][c];
+    for (int c = 0; c < 4; ++c) acc[s][c] += pc[s][c];
 }
 
 // out[64 x n] = L R for a lower-triangular L (64 x 64, row stride 4 mod 32) and R (64 x n, row
@@ -215,59 +239,76 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
   CLEF_PHASE(clk, 1);  // gamma
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
-  {  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j): warp w takes columns 8w .. 8w+7 and the
-     // row tiles that reach them; K rows read as pairs (permuted k: t <-> 2t, t + 4 <-> 2t + 1).
-    const int n0 = 8 * warp, tm0 = warp / 2;
-    float ph[4][4];
-    lower_xkt(Ks, Ks, ldk, dk, warp, fg, ft, ph);
+  {  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j), lower-triangle tiles as in xkt_slot.
+    float ph[3][4];
+    int tms[3], ns[3];
+    bool on[3];
+    lower_xkt(Ks, Ks, ldk, dk, warp, fg, ft, ph, tms, ns, on);
 #pragma unroll
-    for (int tm = 0; tm < 4; ++tm) {
+    for (int sl = 0; sl < 3; ++sl) {
+      if (!on[sl]) continue;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int i = 16 * tm + fg + 8 * (c / 2), j = n0 + 2 * ft + c % 2;
-        Am[i * lda + j] = tm >= tm0 && i > j ? bet[i] * ph[tm][c] * __expf(gam[i] - gam[j]) : 0.0f;
+        const int i = 16 * tms[sl] + fg + 8 * (c / 2), j = 8 * ns[sl] + 2 * ft + c % 2;
+        Am[i * lda + j] = i > j ? bet[i] * ph[sl][c] * __expf(gam[i] - gam[j]) : 0.0f;
       }
     }
   }
-  {  // decayed K^T for the scan; a warp covers 4 rows j x 8 columns d (conflict-free reads of Ks)
+  __syncthreads();
+  CLEF_PHASE(clk, 2);  // K K^T
+  // Tm = (I + A)^-1 blockwise. Diagonal 16x16 blocks by forward substitution, one thread per
+  // column (no syncs inside); then the off-diagonal blocks by distance from the diagonal,
+  // T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ (6 syncs instead of 63).
+  // Warps 0-1 run the substitution with column j of T_II in registers (fully unrolled: the row
+  // loads do not wait on the running sum); meanwhile warps 2-7 store the decayed K^T for the scan
+  // and gamma.
+  if (tid < 64) {
+    const int o = 16 * (tid / 16), j = tid % 16;
+    float col[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float s = i == j ? 1.0f : 0.0f;
+#pragma unroll
+      for (int m = 0; m < i; ++m)
+        if (m >= j) s -= Am[(o + i) * lda + o + m] * col[m];
+      col[i] = s;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) Tm[(o + i) * lda + o + j] = col[i];
+  } else {
+    // a warp covers 4 rows j x 8 columns d (conflict-free reads of Ks)
     float* kt = ws.KT + (static_cast<size_t>(h) * nC + chunk) * dk * C;
-    for (int e = tid; e < dk * C; e += kThreads) {
+    for (int e = tid - 64; e < dk * C; e += kThreads - 64) {
       const int blk = e / 32, l = e % 32, j = 4 * (blk % (C / 4)) + l % 4,
                 d = 8 * (blk / (C / 4)) + l / 4;
       kt[d * C + j] = Ks[j * ldk + d] * dec[j];
     }
-    if (tid < C) ws.G[row0 + tid] = gam[tid];
+    if (tid - 64 < C) ws.G[row0 + tid - 64] = gam[tid - 64];
   }
   __syncthreads();
-  CLEF_PHASE(clk, 2);  // K K^T, decayed K^T
-  // Tm = (I + A)^-1 blockwise. Diagonal 16x16 blocks by forward substitution, one thread per
-  // column (no syncs inside); then the off-diagonal blocks by distance from the diagonal,
-  // T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ (6 syncs instead of 63).
-  if (tid < 64) {
-    const int o = 16 * (tid / 16), j = tid % 16;
-    for (int i = 0; i < 16; ++i) {
-      float s = i == j ? 1.0f : 0.0f;
-      for (int m = j; m < i; ++m) s -= Am[(o + i) * lda + o + m] * Tm[(o + m) * lda + o + j];
-      Tm[(o + i) * lda + o + j] = s;
-    }
-  }
-  __syncthreads();
-  CLEF_PHASE(clk, 3);  // diagonal blocks
+  CLEF_PHASE(clk, 3);  // diagonal blocks, decayed K^T
+  // Compile-time trip counts (dist unrolled): every operand load is issued ahead of the sums.
+#pragma unroll
   for (int dist = 1; dist < 4; ++dist) {
     const int n = (4 - dist) * 256;
-    for (int e = tid; e < n; e += kThreads) {
-      const int I = dist + e / 256, J = I - dist, r = (e / 16) % 16, c = e % 16;
+#pragma unroll
+    for (int e0 = 0; e0 < n; e0 += kThreads) {
+      const int e = e0 + tid, I = dist + e / 256, J = I - dist, r = (e / 16) % 16, c = e % 16;
       float s = 0.0f;
-      for (int kk = 16 * J; kk < 16 * I; ++kk)
-        s += Am[(16 * I + r) * lda + kk] * Tm[kk * lda + 16 * J + c];
+#pragma unroll
+      for (int kk = 0; kk < 16 * dist; ++kk)
+        s += Am[(16 * I + r) * lda + 16 * J + kk] * Tm[(16 * J + kk) * lda + 16 * J + c];
       X[e] = s;
     }
     __syncthreads();
-    for (int e = tid; e < n; e += kThreads) {
-      const int I = dist + e / 256, J = I - dist, r = (e / 16) % 16, c = e % 16;
+#pragma unroll
+    for (int e0 = 0; e0 < n; e0 += kThreads) {
+      const int e = e0 + tid, I = dist + e / 256, J = I - dist, r = (e / 16) % 16, c = e % 16;
       const float* x = X + (e / 256) * 256;
       float s = 0.0f;
-      for (int m = 0; m <= r; ++m) s += Tm[(16 * I + r) * lda + 16 * I + m] * x[m * 16 + c];
+#pragma unroll
+      for (int m = 0; m < 16; ++m)
+        if (m <= r) s += Tm[(16 * I + r) * lda + 16 * I + m] * x[m * 16 + c];
       Tm[(16 * I + r) * lda + 16 * J + c] = -s;
     }
     __syncthreads();
@@ -577,18 +618,20 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   __syncthreads();
   CLEF_PHASE(clk, 0);  // loads
 
-  {  // P = (Q K^T) o Gamma_incl, lower triangle: warp w takes columns 8w .. 8w+7 and the row
-     // tiles that reach them.
-    static_assert(NW == C / 8, "one warp per 8 columns of P");
-    const int n0 = 8 * warp, tm0 = warp / 2;
-    float ph[4][4];
-    lower_xkt(Qs, Ks, ldq, dk, warp, g, t, ph);
+  {  // P = (Q K^T) o Gamma_incl, lower-triangle tiles as in xkt_slot (the product reads no tile
+     // above the diagonal blocks).
+    static_assert(NW == 8, "xkt_slot spreads the tiles over 8 warps");
+    float ph[3][4];
+    int tms[3], ns[3];
+    bool on[3];
+    lower_xkt(Qs, Ks, ldq, dk, warp, g, t, ph, tms, ns, on);
 #pragma unroll
-    for (int tm = 0; tm < 4; ++tm) {
+    for (int sl = 0; sl < 3; ++sl) {
+      if (!on[sl]) continue;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int i = 16 * tm + g + 8 * (c / 2), j = n0 + 2 * t + c % 2;
-        const float p = tm >= tm0 && i >= j ? ph[tm][c] * __expf(gam[i] - gam[j]) : 0.0f;
+        const int i = 16 * tms[sl] + g + 8 * (c / 2), j = 8 * ns[sl] + 2 * t + c % 2;
+        const float p = i >= j ? ph[sl][c] * __expf(gam[i] - gam[j]) : 0.0f;
         const uint32_t hi = to_tf32(p);
         Ph[i * ldp + j] = hi;
         Pl[i * ldp + j] = to_tf32(p - __uint_as_float(hi));
