@@ -76,6 +76,11 @@ void time_shape(int T, std::mt19937_64& rng) {
         "offdiag+scale %.0f W %.0f U %.0f | output: load %.0f P %.0f Qsplit %.0f QS %.0f "
         "PVn %.0f\n",
         T, pc[0], pc[1], pc[2], pc[3], pc[4], pc[5], pc[6], pc[8], pc[9], pc[10], pc[11], pc[12]);
+    std::printf(
+        "[gdn phases] T %5d scan (cycles per chunk step): value: tail %.0f waitTop %.0f "
+        "half1 %.0f waitBottom %.0f half2 %.0f | state: tail %.0f waitVn %.0f upd0 %.0f "
+        "pub0 %.0f upd1 %.0f\n",
+        T, pc[16], pc[17], pc[18], pc[19], pc[20], pc[21], pc[22], pc[23], pc[24], pc[25]);
   }
 #endif
   const auto out = to_host<E>(o, no);

@@ -61,7 +61,16 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
 #ifdef CLEF_GDN_PHASE_CLOCKS
 // Diagnostic build only: per-phase cycle sums of the prep (0..7) and output (8..11) kernels, as
 // seen by thread 0 after each block-wide step (gdn_tc.h: phase_cycles()).
-__device__ unsigned long long g_phase_cycles[16], g_phase_blocks[2];
+__device__ unsigned long long g_phase_cycles[32], g_phase_blocks[3];
+// Scan: cycles since the previous tick of the first lane of warp 0 (value) / warp 4 (state).
+#define CLEF_SCAN_TICK(prev, slot, lane0)                                             \
+  do {                                                                                \
+    if (lane0) {                                                                      \
+      const long long now_ = clock64();                                               \
+      atomicAdd(&g_phase_cycles[slot], static_cast<unsigned long long>(now_ - prev)); \
+      prev = now_;                                                                    \
+    }                                                                                 \
+  } while (0)
 struct PhaseClock {
   long long t = 0;
   int base;
@@ -82,6 +91,7 @@ struct PhaseClock {
 #define CLEF_PHASE(clk, i) clk.mark(i)
 #else
 #define CLEF_PHASE(clk, i) ((void)0)
+#define CLEF_SCAN_TICK(prev, slot, lane0) ((void)0)
 #endif
 
 __device__ __forceinline__ float4 ldg4(const float* p) {
@@ -389,12 +399,25 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
     for (int n = 0; n < NT; ++n) ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
   };
   load(0);
+  [[maybe_unused]] long long clk = clock64();
+  [[maybe_unused]] const bool lane0 = threadIdx.x == 0;
+#ifdef CLEF_GDN_PHASE_CLOCKS
+  if (lane0) atomicAdd(&g_phase_blocks[2], static_cast<unsigned long long>(nC));
+#endif
   for (int chunk = 0; chunk < nC; ++chunk) {
     float hh[NT][4] = {}, lh[NT][4] = {}, hl[NT][4] = {};
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
-      if (kg == 0) bar_wait(kBarTop);     // rows 0..63 of S published
-      if (kg == 4) bar_wait(kBarBottom);  // rows 64..127
+      if (kg == 0) {
+        CLEF_SCAN_TICK(clk, 16, lane0);  // value: Vn, next loads, publish (previous step)
+        bar_wait(kBarTop);               // rows 0..63 of S published
+        CLEF_SCAN_TICK(clk, 17, lane0);  // value: wait for the top half
+      }
+      if (kg == 4) {
+        CLEF_SCAN_TICK(clk, 18, lane0);  // value: first half
+        bar_wait(kBarBottom);            // rows 64..127
+        CLEF_SCAN_TICK(clk, 19, lane0);  // value: wait for the bottom half
+      }
       if (kg >= kgs) continue;
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
@@ -411,6 +434,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         }
       }
     }
+    CLEF_SCAN_TICK(clk, 20, lane0);  // value: second half
     float2 vn[2][NT];
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
@@ -478,10 +502,14 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
   bar_arrive(kBarTop);
   publish(0, 1);
   bar_arrive(kBarBottom);
+  [[maybe_unused]] long long clk = clock64();
+  [[maybe_unused]] const bool lane0 = threadIdx.x == 128;
   for (int chunk = 0; chunk < nC; ++chunk) {
     const float egl = __expf(__ldg(Gh + static_cast<size_t>(chunk) * C + C - 1));
+    CLEF_SCAN_TICK(clk, 21, lane0);  // state: second half's load + publish (previous step)
     bar_wait(kBarVn);  // Vn of this chunk ready (and every read of the published halves done)
-    if (chunk + 1 == nC) break;  // the state after the last chunk is not needed
+    CLEF_SCAN_TICK(clk, 22, lane0);  // state: wait for Vn
+    if (chunk + 1 == nC) break;      // the state after the last chunk is not needed
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
       if (sw + 4 * mi < kgs) {
@@ -506,10 +534,12 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
             }
           }
         }
+        CLEF_SCAN_TICK(clk, mi == 0 ? 23 : 25, lane0);  // state: update half mi
         load(chunk + 1, mi);
         publish(chunk + 1, mi);
       }
       bar_arrive(mi == 0 ? kBarTop : kBarBottom);
+      if (mi == 0) CLEF_SCAN_TICK(clk, 24, lane0);  // state: first half's load + publish
     }
   }
 }
@@ -725,14 +755,17 @@ bool tc_supported(int dk, int dv) {
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
 std::vector<double> phase_cycles() {
-  unsigned long long c[16], b[2];
+  unsigned long long c[32], b[3];
   CLEF_CUDA_CHECK(cudaMemcpyFromSymbol(c, g_phase_cycles, sizeof c));
   CLEF_CUDA_CHECK(cudaMemcpyFromSymbol(b, g_phase_blocks, sizeof b));
-  const unsigned long long zc[16] = {}, zb[2] = {};
+  const unsigned long long zc[32] = {}, zb[3] = {};
   CLEF_CUDA_CHECK(cudaMemcpyToSymbol(g_phase_cycles, zc, sizeof zc));
   CLEF_CUDA_CHECK(cudaMemcpyToSymbol(g_phase_blocks, zb, sizeof zb));
-  std::vector<double> out(16);
-  for (int i = 0; i < 16; ++i) out[i] = b[i < 8 ? 0 : 1] ? double(c[i]) / b[i < 8 ? 0 : 1] : 0.0;
+  std::vector<double> out(32);
+  for (int i = 0; i < 32; ++i) {
+    const unsigned long long n = b[i < 8 ? 0 : i < 16 ? 1 : 2];
+    out[i] = n ? double(c[i]) / n : 0.0;
+  }
   return out;
 }
 #endif
