@@ -7,7 +7,6 @@
 // two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
@@ -443,7 +442,6 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       vn[1][n] = make_float2(ua[1][n].x - (hh[n][2] + (lh[n][2] + hl[n][2])),
                              ua[1][n].y - (hh[n][3] + (lh[n][3] + hl[n][3])));
     }
-    if (chunk + 1 < nC) load(chunk + 1);
     const int r = 16 * warp + g;
     float* vp = Vp + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
@@ -454,6 +452,9 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = vn[1][n];
     }
     bar_arrive(kBarVn);
+    // Next chunk's operands only now: issuing them stalls while the memory system is busy, and
+    // that must not delay the Vn the state warps wait for.
+    if (chunk + 1 < nC) load(chunk + 1);
   }
 }
 
@@ -512,7 +513,8 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
     if (chunk + 1 == nC) break;      // the state after the last chunk is not needed
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
-      if (sw + 4 * mi < kgs) {
+      const bool active = sw + 4 * mi < kgs;
+      if (active) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -535,11 +537,11 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
           }
         }
         CLEF_SCAN_TICK(clk, mi == 0 ? 23 : 25, lane0);  // state: update half mi
-        load(chunk + 1, mi);
         publish(chunk + 1, mi);
       }
       bar_arrive(mi == 0 ? kBarTop : kBarBottom);
-      if (mi == 0) CLEF_SCAN_TICK(clk, 24, lane0);  // state: first half's load + publish
+      if (active) load(chunk + 1, mi);              // after the publish the value warps wait for
+      if (mi == 0) CLEF_SCAN_TICK(clk, 24, lane0);  // state: first half's publish + load
     }
   }
 }
@@ -721,11 +723,9 @@ void launch_scan_nt(int Tc, int dk, int dv, int Hv, const Ws& ws, cudaStream_t s
 }
 
 void launch_scan(int Tc, int dk, int dv, int Hv, const Ws& ws, cudaStream_t s) {
-  static const int nt = [] {
-    const char* e = std::getenv("CLEF_SCAN_NT");
-    return e ? std::atoi(e) : 2;
-  }();
-  if (nt == 4 && dv % 32 == 0)
+  // 32 columns per CTA where dv allows: half the CTAs re-reading each chunk's W and K^T from L2,
+  // which bounds the scan's step time (H200, 961 tokens: 94 -> 86-90 us per layer).
+  if (dv % 32 == 0)
     launch_scan_nt<4>(Tc, dk, dv, Hv, ws, s);
   else
     launch_scan_nt<2>(Tc, dk, dv, Hv, ws, s);
