@@ -294,7 +294,8 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
     hk::layer_norm(static_cast<const __nv_bfloat16*>(hidden), T, D, wf("hidden_norm.weight"),
                    wf("hidden_norm.bias"), kLnEps, S, S16, s);
   else
-    layer_norm("hidden_norm", static_cast<const float*>(hidden), T, D, S, nullptr, s);
+    hk::layer_norm(static_cast<const float*>(hidden), T, D, wf("hidden_norm.weight"),
+                   wf("hidden_norm.bias"), kLnEps, S, nullptr, s);
   mark("head.small");
   float* M = buf("M", static_cast<size_t>(T) * W);
   linear(S, S16, T, D, "memory_projection.weight", 0, W, M, false, nullptr, false, s);
