@@ -1,5 +1,6 @@
-// Error checking and an owning device allocation for the CUDA backend: every CUDA/cuBLASLt call is
-// checked and a failure becomes one std::runtime_error line naming the call (never an abort).
+// Error checking and owning device / pinned host allocations for the CUDA backend: every
+// CUDA/cuBLASLt call is checked and a failure becomes one std::runtime_error line naming the call
+// (never an abort).
 #pragma once
 
 #include <cublasLt.h>
@@ -37,19 +38,20 @@ namespace clef::engine::cuda {
 // After a kernel launch: launch-configuration errors surface here.
 #define CLEF_CUDA_LAUNCH_CHECK() CLEF_CUDA_CHECK(cudaGetLastError())
 
-// Owning cudaMalloc'd bytes. Move-only.
-class DeviceBuffer {
+// Owning bytes from one CUDA allocator (Memory::alloc / Memory::free), grown on demand. Move-only.
+template <typename Memory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) { resize(bytes); }
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+  CudaBuffer() = default;
+  explicit CudaBuffer(size_t bytes) { resize(bytes); }
+  ~CudaBuffer() { release(); }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  CudaBuffer(CudaBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
     o.ptr_ = nullptr;
     o.bytes_ = 0;
   }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     if (this != &o) {
       release();
       ptr_ = o.ptr_;
@@ -63,7 +65,7 @@ class DeviceBuffer {
   void resize(size_t bytes) {
     if (bytes <= bytes_) return;
     release();
-    CLEF_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    ptr_ = Memory::alloc(bytes);
     bytes_ = bytes;
   }
   template <typename T = void>
@@ -74,7 +76,7 @@ class DeviceBuffer {
 
  private:
   void release() noexcept {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) Memory::free(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -82,35 +84,27 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Page-locked host memory (grows like DeviceBuffer). A cudaMemcpyAsync from pageable memory may
-// wait for the stream to drain; from pinned memory it is queued, so the host can keep enqueueing
-// while the GPU still runs earlier work.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  // Reallocates (contents lost) when `bytes` exceeds the current size.
-  void resize(size_t bytes) {
-    if (bytes <= bytes_) return;
-    release();
-    CLEF_CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
-    bytes_ = bytes;
+struct DeviceMemory {
+  static void* alloc(size_t bytes) {
+    void* p = nullptr;
+    CLEF_CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
   }
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void release() noexcept {
-    if (ptr_) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
+  static void free(void* p) noexcept { cudaFree(p); }
 };
+// Page-locked host memory. A cudaMemcpyAsync from pageable memory may wait for the stream to
+// drain; from pinned memory it is queued, so the host can keep enqueueing while the GPU still runs
+// earlier work.
+struct PinnedMemory {
+  static void* alloc(size_t bytes) {
+    void* p = nullptr;
+    CLEF_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    return p;
+  }
+  static void free(void* p) noexcept { cudaFreeHost(p); }
+};
+
+using DeviceBuffer = CudaBuffer<DeviceMemory>;
+using PinnedBuffer = CudaBuffer<PinnedMemory>;
 
 }  // namespace clef::engine::cuda

@@ -110,6 +110,34 @@ class StageRecorder {
   std::vector<std::pair<cudaEvent_t, std::string>> events_;
 };
 
+// Median device time (ms) of `enqueue` on stream s over `runs` repetitions, timed with events.
+template <typename F>
+double median_ms(cudaStream_t s, int runs, F&& enqueue) {
+  cudaEvent_t e0, e1;
+  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
+  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> t;
+  try {
+    for (int i = 0; i < std::max(runs, 1); ++i) {
+      CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
+      enqueue();
+      CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
+      CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+  } catch (...) {
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    throw;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 template <typename E>
 class Impl final : public CudaEngine {
  public:
@@ -206,47 +234,17 @@ class Impl final : public CudaEngine {
     all();
     CLEF_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
     CLEF_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t e0, e1;
-    CLEF_CUDA_CHECK(cudaEventCreate(&e0));
-    CLEF_CUDA_CHECK(cudaEventCreate(&e1));
     for (int i = 0; i < 3; ++i) CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
-    std::vector<float> t;
-    for (int i = 0; i < std::max(runs, 1); ++i) {
-      CLEF_CUDA_CHECK(cudaEventRecord(e0, stream_));
-      CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
-      CLEF_CUDA_CHECK(cudaEventRecord(e1, stream_));
-      CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      t.push_back(ms);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    const double ms =
+        median_ms(stream_, runs, [&] { CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_)); });
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return ms;
   }
 
   double backbone_ms(const std::vector<int32_t>& ids, int runs) override {
     backbone(ids, nullptr);  // captures the bucket's graph if it is new
-    cudaEvent_t e0, e1;
-    CLEF_CUDA_CHECK(cudaEventCreate(&e0));
-    CLEF_CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<float> t;
-    for (int i = 0; i < std::max(runs, 1); ++i) {
-      CLEF_CUDA_CHECK(cudaEventRecord(e0, stream_));
-      backbone(ids, nullptr);
-      CLEF_CUDA_CHECK(cudaEventRecord(e1, stream_));
-      CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      t.push_back(ms);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return median_ms(stream_, runs, [&] { backbone(ids, nullptr); });
   }
 
   std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) override {

@@ -65,13 +65,8 @@ __global__ void __launch_bounds__(kThreads)
   float* bet = gam + C;
   const int tid = threadIdx.x;
 
-  load_tiles(Ks, ldk, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk,
-             dk, Xs, ldx, v + (static_cast<size_t>(t0) * Hv + h) * dv, static_cast<size_t>(Hv) * dv,
-             dv, valid);
-  if (tid < C) {
-    gam[tid] = tid < valid ? g[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
-    bet[tid] = tid < valid ? beta[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
-  }
+  gdn::load_prep_inputs(Ks, ldk, Xs, ldx, gam, bet, k, v, g, beta, t0, valid, h, kh, Hk, Hv, dk,
+                        dv);
   __syncthreads();
   gdn::chunk_cumsum(gam);
   __syncthreads();

@@ -58,39 +58,34 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
 }
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
-// Diagnostic build only: per-phase cycle sums of the prep (0..7) and output (8..11) kernels, as
-// seen by thread 0 after each block-wide step (gdn_tc.h: phase_cycles()).
-__device__ unsigned long long g_phase_cycles[32], g_phase_blocks[3];
-// Scan: cycles since the previous tick of the first lane of warp 0 (value) / warp 4 (state).
-#define CLEF_SCAN_TICK(prev, slot, lane0)                                             \
-  do {                                                                                \
-    if (lane0) {                                                                      \
-      const long long now_ = clock64();                                               \
-      atomicAdd(&g_phase_cycles[slot], static_cast<unsigned long long>(now_ - prev)); \
-      prev = now_;                                                                    \
-    }                                                                                 \
-  } while (0)
+// Diagnostic build only (gdn_tc.h: phase_cycles()): cycle sums per phase, measured by one thread of
+// the block (`owner`) between its marks, in slots base + i: prep 0..6, output 8..12, scan value
+// warps 16..20, state warps 21..25; g_phase_steps counts what they are averaged over (prep blocks,
+// output blocks, scan CTA-steps).
+__device__ unsigned long long g_phase_cycles[32], g_phase_steps[3];
 struct PhaseClock {
   long long t = 0;
-  int base;
-  __device__ explicit PhaseClock(int b) : base(b) {
+  int base, owner;
+  __device__ PhaseClock(int b, int group, unsigned long long steps, int own) : base(b), owner(own) {
 #ifdef __CUDA_ARCH__
+    if (threadIdx.x == owner && steps) atomicAdd(&g_phase_steps[group], steps);
     t = clock64();
 #endif
   }
   __device__ void mark(int i) {
 #ifdef __CUDA_ARCH__
-    if (threadIdx.x != 0) return;
+    if (threadIdx.x != owner) return;
     const long long now = clock64();
     atomicAdd(&g_phase_cycles[base + i], static_cast<unsigned long long>(now - t));
     t = now;
 #endif
   }
 };
-#define CLEF_PHASE(clk, i) clk.mark(i)
+#define CLEF_PHASE_CLOCK(base, group, steps, owner) PhaseClock clk(base, group, steps, owner)
+#define CLEF_PHASE(i) clk.mark(i)
 #else
-#define CLEF_PHASE(clk, i) ((void)0)
-#define CLEF_SCAN_TICK(prev, slot, lane0) ((void)0)
+#define CLEF_PHASE_CLOCK(base, group, steps, owner) ((void)0)
+#define CLEF_PHASE(i) ((void)0)
 #endif
 
 __device__ __forceinline__ float4 ldg4(const float* p) {
@@ -117,14 +112,16 @@ __device__ __forceinline__ bool xkt_slot(int warp, int s, int& tm, int& n) {
   return true;
 }
 
-// x k^T (3xTF32) for the lower-triangle tiles of `warp` (xkt_slot): acc[s] is slot s's m16n8
-// accumulator. X, K: 64 rows of d floats at stride ld (8 mod 32), read as pairs (permuted k:
-// t <-> 2t, t + 4 <-> 2t + 1). Shared by prep (K K^T) and output (Q K^T). Tiles left out (above
-// the diagonal blocks) are not written by the callers and never read.
+// x k^T (3xTF32) for the lower-triangle tiles of `warp` (xkt_slot), handed out element by element
+// as emit(i, j, (x k^T)_ij). X, K: 64 rows of d floats at stride ld (8 mod 32), read as pairs
+// (permuted k: t <-> 2t, t + 4 <-> 2t + 1). Shared by prep (K K^T) and output (Q K^T). Tiles left
+// out (above the diagonal blocks) are not emitted, and the callers never read them.
+template <typename Emit>
 __device__ __forceinline__ void lower_xkt(const float* X, const float* K, int ld, int d, int warp,
-                                          int g, int t, float (&acc)[3][4], int (&tms)[3],
-                                          int (&ns)[3], bool (&on)[3]) {
-  float pc[3][4] = {};
+                                          int g, int t, Emit&& emit) {
+  float acc[3][4], pc[3][4] = {};
+  int tms[3], ns[3];
+  bool on[3];
 #pragma unroll
   for (int s = 0; s < 3; ++s) {
     on[s] = xkt_slot(warp, s, tms[s], ns[s]);
@@ -153,9 +150,12 @@ __device__ __forceinline__ void lower_xkt(const float* X, const float* K, int ld
     }
   }
 #pragma unroll
-  for (int s = 0; s < 3; ++s)
+  for (int s = 0; s < 3; ++s) {
+    if (!on[s]) continue;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[s][c] += pc[s][c];
+    for (int c = 0; c < 4; ++c)
+      emit(16 * tms[s] + g + 8 * (c / 2), 8 * ns[s] + 2 * t + c % 2, acc[s][c] + pc[s][c]);
+  }
 }
 
 // out[64 x n] = L R for a lower-triangular L (64 x 64, row stride 4 mod 32) and R (64 x n, row
@@ -226,45 +226,26 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* dec = bet + C;  // e^{gamma_C - gamma_j}
   float* eg = dec + C;   // e^{gamma_j}
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, fg = lane / 4, ft = lane % 4;
-#ifdef CLEF_GDN_PHASE_CLOCKS
-  PhaseClock clk(0);
-#endif
+  CLEF_PHASE_CLOCK(0, 0, 1, 0);
 
-  load_tiles(Ks, ldk, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk,
-             dk, Vs, ldv, v + (static_cast<size_t>(t0) * Hv + h) * dv, static_cast<size_t>(Hv) * dv,
-             dv, valid);
-  if (tid < C) {
-    gam[tid] = tid < valid ? g[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
-    bet[tid] = tid < valid ? beta[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
-  }
+  load_prep_inputs(Ks, ldk, Vs, ldv, gam, bet, k, v, g, beta, t0, valid, h, kh, Hk, Hv, dk, dv);
   for (int e = tid; e < C * C; e += kThreads) Tm[(e / C) * lda + e % C] = 0.0f;
   __syncthreads();
-  CLEF_PHASE(clk, 0);  // loads
-  if (warp == 0) {     // gamma and its decay vectors
+  CLEF_PHASE(0);    // loads
+  if (warp == 0) {  // gamma and its decay vectors
     chunk_cumsum(gam);
     __syncwarp();
     for (int j = lane; j < C; j += 32) dec[j] = __expf(gam[C - 1] - gam[j]), eg[j] = __expf(gam[j]);
   }
   __syncthreads();
-  CLEF_PHASE(clk, 1);  // gamma
+  CLEF_PHASE(1);  // gamma
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
-  {  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j), lower-triangle tiles as in xkt_slot.
-    float ph[3][4];
-    int tms[3], ns[3];
-    bool on[3];
-    lower_xkt(Ks, Ks, ldk, dk, warp, fg, ft, ph, tms, ns, on);
-#pragma unroll
-    for (int sl = 0; sl < 3; ++sl) {
-      if (!on[sl]) continue;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int i = 16 * tms[sl] + fg + 8 * (c / 2), j = 8 * ns[sl] + 2 * ft + c % 2;
-        Am[i * lda + j] = i > j ? bet[i] * ph[sl][c] * __expf(gam[i] - gam[j]) : 0.0f;
-      }
-    }
-  }
+  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j), lower-triangle tiles as in xkt_slot.
+  lower_xkt(Ks, Ks, ldk, dk, warp, fg, ft, [&](int i, int j, float kk) {
+    Am[i * lda + j] = i > j ? bet[i] * kk * __expf(gam[i] - gam[j]) : 0.0f;
+  });
   __syncthreads();
-  CLEF_PHASE(clk, 2);  // K K^T
+  CLEF_PHASE(2);  // K K^T
   // Tm = (I + A)^-1 blockwise. Diagonal 16x16 blocks by forward substitution, one thread per
   // column (no syncs inside); then the off-diagonal blocks by distance from the diagonal,
   // T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ (6 syncs instead of 63).
@@ -295,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (tid - 64 < C) ws.G[row0 + tid - 64] = gam[tid - 64];
   }
   __syncthreads();
-  CLEF_PHASE(clk, 3);  // diagonal blocks, decayed K^T
+  CLEF_PHASE(3);  // diagonal blocks, decayed K^T
   // Compile-time trip counts (dist unrolled): every operand load is issued ahead of the sums.
 #pragma unroll
   for (int dist = 1; dist < 4; ++dist) {
@@ -330,14 +311,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     Tm[i * lda + j] = t * bet[j];
   }
   __syncthreads();
-  CLEF_PHASE(clk, 4);  // off-diagonal blocks + scaling
+  CLEF_PHASE(4);  // off-diagonal blocks + scaling
   lower_times(Am, lda, Ks, ldk, dk, ws.W + row0 * dk, dk, warp, lane);  // W = Am K
-  CLEF_PHASE(clk, 5);                                                   // W (warp 0)
+  CLEF_PHASE(5);                                                        // W (warp 0)
   lower_times(Tm, lda, Vs, ldv, dv, ws.U + row0 * dv, dv, warp, lane);  // U = Tm V
-  CLEF_PHASE(clk, 6);                                                   // U (warp 0)
-#ifdef CLEF_GDN_PHASE_CLOCKS
-  if (tid == 0) atomicAdd(&g_phase_blocks[0], 1ull);
-#endif
+  CLEF_PHASE(6);                                                        // U (warp 0)
 }
 
 // ---- scan: grid (dv / (8 NT), Hv), sequential over chunks, warp-specialised so that each warp
@@ -398,24 +376,20 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
     for (int n = 0; n < NT; ++n) ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
   };
   load(0);
-  [[maybe_unused]] long long clk = clock64();
-  [[maybe_unused]] const bool lane0 = threadIdx.x == 0;
-#ifdef CLEF_GDN_PHASE_CLOCKS
-  if (lane0) atomicAdd(&g_phase_blocks[2], static_cast<unsigned long long>(nC));
-#endif
+  CLEF_PHASE_CLOCK(16, 2, nC, 0);
   for (int chunk = 0; chunk < nC; ++chunk) {
     float hh[NT][4] = {}, lh[NT][4] = {}, hl[NT][4] = {};
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
       if (kg == 0) {
-        CLEF_SCAN_TICK(clk, 16, lane0);  // value: Vn, next loads, publish (previous step)
-        bar_wait(kBarTop);               // rows 0..63 of S published
-        CLEF_SCAN_TICK(clk, 17, lane0);  // value: wait for the top half
+        CLEF_PHASE(0);      // value: Vn, next loads, publish (previous step)
+        bar_wait(kBarTop);  // rows 0..63 of S published
+        CLEF_PHASE(1);      // value: wait for the top half
       }
       if (kg == 4) {
-        CLEF_SCAN_TICK(clk, 18, lane0);  // value: first half
-        bar_wait(kBarBottom);            // rows 64..127
-        CLEF_SCAN_TICK(clk, 19, lane0);  // value: wait for the bottom half
+        CLEF_PHASE(2);         // value: first half
+        bar_wait(kBarBottom);  // rows 64..127
+        CLEF_PHASE(3);         // value: wait for the bottom half
       }
       if (kg >= kgs) continue;
 #pragma unroll
@@ -433,7 +407,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         }
       }
     }
-    CLEF_SCAN_TICK(clk, 20, lane0);  // value: second half
+    CLEF_PHASE(4);  // value: second half
     float2 vn[2][NT];
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
@@ -503,14 +477,13 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
   bar_arrive(kBarTop);
   publish(0, 1);
   bar_arrive(kBarBottom);
-  [[maybe_unused]] long long clk = clock64();
-  [[maybe_unused]] const bool lane0 = threadIdx.x == 128;
+  CLEF_PHASE_CLOCK(21, 2, 0, 128);
   for (int chunk = 0; chunk < nC; ++chunk) {
     const float egl = __expf(__ldg(Gh + static_cast<size_t>(chunk) * C + C - 1));
-    CLEF_SCAN_TICK(clk, 21, lane0);  // state: second half's load + publish (previous step)
+    CLEF_PHASE(0);     // state: second half's load + publish (previous step)
     bar_wait(kBarVn);  // Vn of this chunk ready (and every read of the published halves done)
-    CLEF_SCAN_TICK(clk, 22, lane0);  // state: wait for Vn
-    if (chunk + 1 == nC) break;      // the state after the last chunk is not needed
+    CLEF_PHASE(1);     // state: wait for Vn
+    if (chunk + 1 == nC) break;  // the state after the last chunk is not needed
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
       const bool active = sw + 4 * mi < kgs;
@@ -536,12 +509,12 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
             }
           }
         }
-        CLEF_SCAN_TICK(clk, mi == 0 ? 23 : 25, lane0);  // state: update half mi
+        CLEF_PHASE(mi == 0 ? 2 : 4);  // state: update half mi
         publish(chunk + 1, mi);
       }
       bar_arrive(mi == 0 ? kBarTop : kBarBottom);
-      if (active) load(chunk + 1, mi);              // after the publish the value warps wait for
-      if (mi == 0) CLEF_SCAN_TICK(clk, 24, lane0);  // state: first half's publish + load
+      if (active) load(chunk + 1, mi);  // after the publish the value warps wait for
+      if (mi == 0) CLEF_PHASE(3);       // state: first half's publish + load
     }
   }
 }
@@ -638,40 +611,26 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   float* gam = reinterpret_cast<float*>(Pl + C * ldp);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const size_t row0 = static_cast<size_t>(h) * Tc + t0;
-#ifdef CLEF_GDN_PHASE_CLOCKS
-  PhaseClock clk(8);
-  if (tid == 0) atomicAdd(&g_phase_blocks[1], 1ull);
-#endif
+  CLEF_PHASE_CLOCK(8, 1, 1, 0);
 
   load_tiles<kOutThreads>(
       Qs, ldq, q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, Ks,
       ldq, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, valid);
   if (tid < C) gam[tid] = ws.G[row0 + tid];
   __syncthreads();
-  CLEF_PHASE(clk, 0);  // loads
+  CLEF_PHASE(0);  // loads
 
-  {  // P = (Q K^T) o Gamma_incl, lower-triangle tiles as in xkt_slot (the product reads no tile
-     // above the diagonal blocks).
-    static_assert(NW == 8, "xkt_slot spreads the tiles over 8 warps");
-    float ph[3][4];
-    int tms[3], ns[3];
-    bool on[3];
-    lower_xkt(Qs, Ks, ldq, dk, warp, g, t, ph, tms, ns, on);
-#pragma unroll
-    for (int sl = 0; sl < 3; ++sl) {
-      if (!on[sl]) continue;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int i = 16 * tms[sl] + g + 8 * (c / 2), j = 8 * ns[sl] + 2 * t + c % 2;
-        const float p = i >= j ? ph[sl][c] * __expf(gam[i] - gam[j]) : 0.0f;
-        const uint32_t hi = to_tf32(p);
-        Ph[i * ldp + j] = hi;
-        Pl[i * ldp + j] = to_tf32(p - __uint_as_float(hi));
-      }
-    }
-  }
+  // P = (Q K^T) o Gamma_incl, lower-triangle tiles as in xkt_slot (the product reads no tile above
+  // the diagonal blocks).
+  static_assert(NW == 8, "xkt_slot spreads the tiles over 8 warps");
+  lower_xkt(Qs, Ks, ldq, dk, warp, g, t, [&](int i, int j, float qk) {
+    const float p = i >= j ? qk * __expf(gam[i] - gam[j]) : 0.0f;
+    const uint32_t hi = to_tf32(p);
+    Ph[i * ldp + j] = hi;
+    Pl[i * ldp + j] = to_tf32(p - __uint_as_float(hi));
+  });
   __syncthreads();
-  CLEF_PHASE(clk, 1);  // P = Q K^T o Gamma
+  CLEF_PHASE(1);  // P = Q K^T o Gamma
   // e^gamma Q as TF32 halves: hi over Qs, lo over Ks (K is no longer needed).
   uint32_t* Qh = reinterpret_cast<uint32_t*>(Qs);
   uint32_t* Ql = reinterpret_cast<uint32_t*>(Ks);
@@ -685,7 +644,7 @@ __global__ void __launch_bounds__(kOutThreads, 2)
     }
   }
   __syncthreads();
-  CLEF_PHASE(clk, 2);  // e^gamma Q split
+  CLEF_PHASE(2);  // e^gamma Q split
   // O = (e^gamma Q) S + P Vn for columns 16 warp .. +15.
   const int col0 = 16 * warp;
   if (col0 >= dv) return;
@@ -693,9 +652,9 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   float oh[2][4][4] = {}, oc[2][4][4] = {};
   times_global_b<false>(oh, oc, Qh, Ql, ldq, ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv,
                         dv, dk, col0, on1, g, t);
-  CLEF_PHASE(clk, 3);  // (e^gamma Q) S (warp 0)
+  CLEF_PHASE(3);  // (e^gamma Q) S (warp 0)
   times_global_b<true>(oh, oc, Ph, Pl, ldp, ws.Vn + row0 * dv, dv, C, col0, on1, g, t);
-  CLEF_PHASE(clk, 4);  // + P Vn (warp 0)
+  CLEF_PHASE(4);  // + P Vn (warp 0)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (r == 1 && !on1) break;
@@ -757,10 +716,10 @@ bool tc_supported(int dk, int dv) {
 std::vector<double> phase_cycles() {
   unsigned long long c[32], b[3];
   CLEF_CUDA_CHECK(cudaMemcpyFromSymbol(c, g_phase_cycles, sizeof c));
-  CLEF_CUDA_CHECK(cudaMemcpyFromSymbol(b, g_phase_blocks, sizeof b));
+  CLEF_CUDA_CHECK(cudaMemcpyFromSymbol(b, g_phase_steps, sizeof b));
   const unsigned long long zc[32] = {}, zb[3] = {};
   CLEF_CUDA_CHECK(cudaMemcpyToSymbol(g_phase_cycles, zc, sizeof zc));
-  CLEF_CUDA_CHECK(cudaMemcpyToSymbol(g_phase_blocks, zb, sizeof zb));
+  CLEF_CUDA_CHECK(cudaMemcpyToSymbol(g_phase_steps, zb, sizeof zb));
   std::vector<double> out(32);
   for (int i = 0; i < 32; ++i) {
     const unsigned long long n = b[i < 8 ? 0 : i < 16 ? 1 : 2];

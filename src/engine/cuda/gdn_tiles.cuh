@@ -79,6 +79,24 @@ __device__ __forceinline__ void load_tile(float* __restrict__ dst, int ld,
   }
 }
 
+// The prep kernels' inputs for the chunk starting at token t0 of value head h (key head kh): K and
+// V rows into shared tiles, g and beta into gam and bet (zero past `valid`). k: [T, Hk, dk], v:
+// [T, Hv, dv], g / beta: [T, Hv].
+__device__ __forceinline__ void load_prep_inputs(float* Ks, int ldk, float* Vs, int ldv, float* gam,
+                                                 float* bet, const float* k, const float* v,
+                                                 const float* g, const float* beta, int t0,
+                                                 int valid, int h, int kh, int Hk, int Hv, int dk,
+                                                 int dv) {
+  load_tiles(Ks, ldk, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk,
+             dk, Vs, ldv, v + (static_cast<size_t>(t0) * Hv + h) * dv, static_cast<size_t>(Hv) * dv,
+             dv, valid);
+  const int tid = threadIdx.x;
+  if (tid < kChunk) {
+    gam[tid] = tid < valid ? g[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
+    bet[tid] = tid < valid ? beta[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
+  }
+}
+
 // In-place inclusive prefix sum of the chunk's 64 log-decays, by warp 0 (two values per lane).
 __device__ __forceinline__ void chunk_cumsum(float* gam) {
   const int lane = threadIdx.x;

@@ -138,19 +138,20 @@ const float* CudaJointHead::wf(const std::string& name) const {
   return w(name).f32.get<float>();
 }
 
-float* CudaJointHead::buf(const std::string& name, size_t floats) {
+void* CudaJointHead::scratch(const std::string& name, size_t bytes) {
   // Grown with headroom: a reallocation frees the old buffer, and cudaFree waits for the device.
   DeviceBuffer& b = scratch_[name];
-  const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
+  bytes = std::max<size_t>(bytes, 1);
   if (bytes > b.bytes()) b.resize(bytes + bytes / 4);
-  return b.get<float>();
+  return b.get();
+}
+
+float* CudaJointHead::buf(const std::string& name, size_t floats) {
+  return static_cast<float*>(scratch(name, floats * sizeof(float)));
 }
 
 __nv_bfloat16* CudaJointHead::buf_bf16(const std::string& name, size_t elems) {
-  DeviceBuffer& b = scratch_[name];
-  const size_t bytes = std::max<size_t>(elems, 1) * sizeof(__nv_bfloat16);
-  if (bytes > b.bytes()) b.resize(bytes + bytes / 4);
-  return b.get<__nv_bfloat16>();
+  return static_cast<__nv_bfloat16*>(scratch(name, elems * sizeof(__nv_bfloat16)));
 }
 
 void CudaJointHead::linear(const float* x, const __nv_bfloat16* x_bf16, int rows, int K,

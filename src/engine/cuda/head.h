@@ -63,6 +63,7 @@ class CudaJointHead {
   };
   const Weight& w(const std::string& name) const;
   const float* wf(const std::string& name) const;
+  void* scratch(const std::string& name, size_t bytes);
   float* buf(const std::string& name, size_t floats);
   __nv_bfloat16* buf_bf16(const std::string& name, size_t elems);
 

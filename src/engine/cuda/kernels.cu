@@ -499,73 +499,56 @@ __global__ void attn_prep_vec_kernel(const E* __restrict__ proj, const float* __
   st8(dst + i0, pack8<E>(res));
 }
 
+// A row's 8-element chunks c0, c0 + kVecThreads, ... (< nc): out[c] = op(a[c], b[c]) element-wise,
+// a / b / out located by a_at(c) / b_at(c) / out_at(c); every load is issued before any use.
+template <typename E, typename At, typename Bt, typename Out, typename Op>
+__device__ __forceinline__ void pairwise_chunks(int c0, int nc, At a_at, Bt b_at, Out out_at,
+                                                Op op) {
+  Vec8<E> av[kVecPerThread], bv[kVecPerThread];
+#pragma unroll
+  for (int r = 0; r < kVecPerThread; ++r) {
+    const int c = c0 + r * kVecThreads;
+    if (c < nc) av[r] = ld8(a_at(c)), bv[r] = ld8(b_at(c));
+  }
+#pragma unroll
+  for (int r = 0; r < kVecPerThread; ++r) {
+    const int c = c0 + r * kVecThreads;
+    if (c < nc) {
+      float a[8], b[8], res[8];
+      unpack8(av[r], a);
+      unpack8(bv[r], b);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) res[j] = op(a[j], b[j]);
+      st8(out_at(c), pack8<E>(res));
+    }
+  }
+}
+
 // grid (T, ceil(nh * hd / 8 / kVecChunks)); hd a multiple of 8, so a chunk lies in one head.
 template <typename E>
 __global__ void attn_output_gate_vec_kernel(E* __restrict__ attn, const E* __restrict__ proj,
                                             int ld, int nh, int hd) {
   const size_t t = blockIdx.x;
-  const int nc = nh * hd / 8, hc = hd / 8;
-  const int c0 = blockIdx.y * kVecChunks + threadIdx.x;
+  const int hc = hd / 8;
   E* arow = attn + t * nh * hd;
   const E* prow = proj + t * ld;
-  Vec8<E> av[kVecPerThread], gv[kVecPerThread];
-#pragma unroll
-  for (int r = 0; r < kVecPerThread; ++r) {
-    const int c = c0 + r * kVecThreads;
-    if (c < nc) {
-      const int h = c / hc, i = 8 * (c % hc);
-      av[r] = ld8(arow + 8 * c);
-      gv[r] = ld8(prow + h * 2 * hd + hd + i);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kVecPerThread; ++r) {
-    const int c = c0 + r * kVecThreads;
-    if (c < nc) {
-      float x[8], gt[8], res[8];
-      unpack8(av[r], x);
-      unpack8(gv[r], gt);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float gate = rnd<E>(sigmoid_f(gt[j]));
-        res[j] = x[j] * gate;
-      }
-      st8(arow + 8 * c, pack8<E>(res));
-    }
-  }
+  pairwise_chunks<E>(
+      blockIdx.y * kVecChunks + threadIdx.x, nh * hc, [&](int c) { return arow + 8 * c; },
+      [&](int c) { return prow + (c / hc) * 2 * hd + hd + 8 * (c % hc); },
+      [&](int c) { return arow + 8 * c; },
+      [](float x, float gt) { return x * rnd<E>(sigmoid_f(gt)); });
 }
 
 // grid (T, ceil(I / 8 / kVecChunks))
 template <typename E>
 __global__ void swiglu_vec_kernel(const E* __restrict__ gu, E* __restrict__ out, int I) {
   const size_t t = blockIdx.x;
-  const int nc = I / 8;
-  const int c0 = blockIdx.y * kVecChunks + threadIdx.x;
   const E* row = gu + t * 2 * I;
-  Vec8<E> gv[kVecPerThread], uv[kVecPerThread];
-#pragma unroll
-  for (int r = 0; r < kVecPerThread; ++r) {
-    const int c = c0 + r * kVecThreads;
-    if (c < nc) {
-      gv[r] = ld8(row + 8 * c);
-      uv[r] = ld8(row + I + 8 * c);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kVecPerThread; ++r) {
-    const int c = c0 + r * kVecThreads;
-    if (c < nc) {
-      float gf[8], uf[8], res[8];
-      unpack8(gv[r], gf);
-      unpack8(uv[r], uf);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float gt = rnd<E>(silu_f(gf[j]));
-        res[j] = gt * uf[j];
-      }
-      st8(out + t * I + 8 * c, pack8<E>(res));
-    }
-  }
+  E* orow = out + t * I;
+  pairwise_chunks<E>(
+      blockIdx.y * kVecChunks + threadIdx.x, I / 8, [&](int c) { return row + 8 * c; },
+      [&](int c) { return row + I + 8 * c; }, [&](int c) { return orow + 8 * c; },
+      [](float g, float u) { return rnd<E>(silu_f(g)) * u; });
 }
 
 // n8 chunks of 8 by 16-byte accesses (grid-stride), then the n % 8 tail elements.
