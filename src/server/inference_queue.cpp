@@ -1,6 +1,7 @@
 #include "server/inference_queue.h"
 
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <vector>
 
@@ -63,20 +64,28 @@ void InferenceQueue::run() {
     inputs.reserve(batch.size());
     for (const auto& j : batch) inputs.push_back(j.enc);
     auto t0 = std::chrono::steady_clock::now();
+    std::vector<engine::ForwardOutput> outputs;
+    std::exception_ptr err;
     try {
-      auto outputs = engine_.forward(inputs);
+      outputs = engine_.forward(inputs);
       if (outputs.size() != batch.size()) {
         throw std::runtime_error("engine returned " + std::to_string(outputs.size()) +
                                  " outputs for a batch of " + std::to_string(batch.size()));
       }
-      for (size_t i = 0; i < batch.size(); ++i) batch[i].result.set_value(std::move(outputs[i]));
     } catch (...) {
-      // Every request of a failed batch gets the error (HTTP 500, logged with its request id).
-      auto err = std::current_exception();
-      for (auto& j : batch) j.result.set_exception(err);
+      err = std::current_exception();
     }
+    // Record the batch before any caller is woken: a client that reads /metrics right after its
+    // answer must see the pass that produced it.
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     metrics_.observe_batch(batch.size(), tokens, secs);
+    // Every request of a failed batch gets the error (HTTP 500, logged with its request id).
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (err)
+        batch[i].result.set_exception(err);
+      else
+        batch[i].result.set_value(std::move(outputs[i]));
+    }
   }
 }
 
