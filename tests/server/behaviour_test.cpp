@@ -164,12 +164,19 @@ TEST(ServerShutdown, SigtermDrainsInFlightRequestAndExitsZero) {
   HttpResponse reference = post_json(srv.port(), req);
   ASSERT_EQ(reference.status, 200) << reference.body;
 
-  HttpResponse in_flight;
-  std::thread client([&] { in_flight = post_json(srv.port(), req); });
-  // Wait until the request is being handled (the /metrics request itself counts as one; polled on
-  // one keep-alive connection so that an earlier poll cannot still be counted).
+  // The /metrics request itself counts as one in flight; polled on one keep-alive connection so
+  // that an earlier poll cannot still be counted. A request leaves the count after its response
+  // was written, so wait for the reference request to leave it: otherwise it could stand in for
+  // the in-flight request below before that one was even read.
   KeepAliveClient poller(srv.port());
   auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (metric(poller, "clef_in_flight_requests") != 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(metric(poller, "clef_in_flight_requests"), 1);
+
+  HttpResponse in_flight;
+  std::thread client([&] { in_flight = post_json(srv.port(), req); });
+  // Wait until that request is being handled.
   while (metric(poller, "clef_in_flight_requests") < 2 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   srv.signal(SIGTERM);
