@@ -69,6 +69,15 @@ struct RequestContext {
 };
 thread_local RequestContext t_ctx;
 
+// Seconds since this thread's request started (0 for a request httplib answered before our
+// pre-routing handler ran), and its route.
+double request_seconds() {
+  return t_ctx.active ? std::chrono::duration<double>(Clock::now() - t_ctx.start).count() : 0.0;
+}
+Route request_route(const httplib::Request& req) {
+  return t_ctx.active ? t_ctx.route : route_of(req.path);
+}
+
 std::string dump(const ojson& j) {
   return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
@@ -254,16 +263,12 @@ void Server::Impl::setup() {
   // Counted before the response is written (httplib calls this handler just before sending, the
   // logger only after): a client that has its answer and then scrapes /metrics sees it counted.
   http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    double secs =
-        t_ctx.active ? std::chrono::duration<double>(Clock::now() - t_ctx.start).count() : 0.0;
-    Route route = t_ctx.active ? t_ctx.route : route_of(req.path);
-    metrics.observe_request(route_label(route), res.status, secs);
+    metrics.observe_request(route_label(request_route(req)), res.status, request_seconds());
   });
 
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    double secs =
-        t_ctx.active ? std::chrono::duration<double>(Clock::now() - t_ctx.start).count() : 0.0;
-    Route route = t_ctx.active ? t_ctx.route : route_of(req.path);
+    const double secs = request_seconds();
+    const Route route = request_route(req);
     ojson fields{{"id", t_ctx.active ? t_ctx.id : res.get_header_value("X-Request-Id")},
                  {"method", req.method},
                  {"path", route_label(route)},

@@ -168,6 +168,24 @@ __global__ void gated_rms_norm_kernel(const E* __restrict__ o, const E* __restri
   }
 }
 
+// Where head item hy of token t lives. Items are ordered [q heads | k heads | v heads]; a proj
+// row holds the q heads (each followed by its output gate, 2*hd per head), then k, then v.
+// Offsets rather than pointers, so the kernels keep their __restrict__ (read-only) loads.
+struct AttnPrepHead {
+  enum Kind { Q, K, V } kind;
+  size_t src;  // into proj
+  size_t dst;  // into q, k or v
+};
+__device__ __forceinline__ AttnPrepHead attn_prep_head(const AttnPrepArgs& a, int t, int hy) {
+  const size_t row = static_cast<size_t>(t) * a.ld;
+  if (hy < a.nh)
+    return {AttnPrepHead::Q, row + hy * 2 * a.hd, (static_cast<size_t>(t) * a.nh + hy) * a.hd};
+  const int h = hy < a.nh + a.nkv ? hy - a.nh : hy - a.nh - a.nkv;
+  const size_t dst = (static_cast<size_t>(t) * a.nkv + h) * a.hd;
+  if (hy < a.nh + a.nkv) return {AttnPrepHead::K, row + a.nh * 2 * a.hd + h * a.hd, dst};
+  return {AttnPrepHead::V, row + a.nh * 2 * a.hd + a.nkv * a.hd + h * a.hd, dst};
+}
+
 // grid (T, nh + 2*nkv)
 template <typename E>
 __global__ void attn_prep_kernel(const E* __restrict__ proj, const float* __restrict__ qw,
@@ -175,21 +193,17 @@ __global__ void attn_prep_kernel(const E* __restrict__ proj, const float* __rest
                                  E* __restrict__ k, E* __restrict__ v) {
   extern __shared__ float sm[];  // hd normalised values
   __shared__ float scratch[32];
-  const int t = blockIdx.x, hy = blockIdx.y;
-  const E* row = proj + static_cast<size_t>(t) * a.ld;
-  if (hy >= a.nh + a.nkv) {  // v: plain copy
-    const int h = hy - a.nh - a.nkv;
-    const E* src = row + a.nh * 2 * a.hd + a.nkv * a.hd + h * a.hd;
-    E* dst = v + (static_cast<size_t>(t) * a.nkv + h) * a.hd;
+  const int t = blockIdx.x;
+  const AttnPrepHead at = attn_prep_head(a, t, blockIdx.y);
+  const E* src = proj + at.src;
+  if (at.kind == AttnPrepHead::V) {  // plain copy
+    E* dst = v + at.dst;
     for (int i = threadIdx.x; i < a.hd; i += blockDim.x) dst[i] = src[i];
     return;
   }
-  const bool is_q = hy < a.nh;
-  const int h = is_q ? hy : hy - a.nh;
-  const E* src = is_q ? row + h * 2 * a.hd : row + a.nh * 2 * a.hd + h * a.hd;
+  const bool is_q = at.kind == AttnPrepHead::Q;
   const float* w = is_q ? qw : kw;
-  E* dst = is_q ? q + (static_cast<size_t>(t) * a.nh + h) * a.hd
-                : k + (static_cast<size_t>(t) * a.nkv + h) * a.hd;
+  E* dst = (is_q ? q : k) + at.dst;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
     const float x = to_f(src[i]);
@@ -445,20 +459,15 @@ __global__ void attn_prep_vec_kernel(const E* __restrict__ proj, const float* __
   const int t = static_cast<int>(item / nhy), hy = static_cast<int>(item % nhy);
   const bool act = lane < a.hd / 8;
   const int i0 = 8 * lane;
-  const E* row = proj + static_cast<size_t>(t) * a.ld;
-  if (hy >= a.nh + a.nkv) {  // v: plain copy
-    const int h = hy - a.nh - a.nkv;
-    const E* src = row + a.nh * 2 * a.hd + a.nkv * a.hd + h * a.hd;
-    E* dst = v + (static_cast<size_t>(t) * a.nkv + h) * a.hd;
-    if (act) st8(dst + i0, ld8(src + i0));
+  const AttnPrepHead at = attn_prep_head(a, t, hy);
+  const E* src = proj + at.src;
+  if (at.kind == AttnPrepHead::V) {  // plain copy
+    if (act) st8(v + at.dst + i0, ld8(src + i0));
     return;
   }
-  const bool is_q = hy < a.nh;
-  const int h = is_q ? hy : hy - a.nh;
-  const E* src = is_q ? row + h * 2 * a.hd : row + a.nh * 2 * a.hd + h * a.hd;
+  const bool is_q = at.kind == AttnPrepHead::Q;
   const float* w = is_q ? qw : kw;
-  E* dst = is_q ? q + (static_cast<size_t>(t) * a.nh + h) * a.hd
-                : k + (static_cast<size_t>(t) * a.nkv + h) * a.hd;
+  E* dst = (is_q ? q : k) + at.dst;
   float x[8];
   unpack8(act ? ld8(src + i0) : Vec8<E>{}, x);
   float ss = 0.0f;
