@@ -45,6 +45,16 @@ std::string health_string(const Json& h, std::initializer_list<const char*> keys
   return {};
 }
 
+// gpu.KEY of clefserve's /health, else "" (a top-level "device" is the GPU name plus its sm_ arch).
+std::string gpu_object_string(const Json& h, const char* key) {
+  if (!h.is_object()) return {};
+  const auto g = h.find("gpu");
+  if (g == h.end() || !g->is_object()) return {};
+  const auto it = g->find(key);
+  if (it == g->end() || !it->is_string()) return {};
+  return it->get<std::string>();
+}
+
 void collect_unknown(const Json& j, const std::string& path, std::vector<std::string>& out) {
   if (j.is_string() && j.get<std::string>() == kUnknown) {
     out.push_back(path);
@@ -93,18 +103,26 @@ ServerEvidence gather_server_evidence(const Target& t, const ClientOptions& opts
   }
   const std::string backend = health_string(ev.health, {"backend"});
   if (backend == "cpu") {
-    ev.gpu.name = ev.gpu.driver = ev.gpu.cuda = "not applicable (cpu backend)";
+    ev.gpu.name = ev.gpu.driver = ev.gpu.cuda = ev.gpu.cublaslt = "not applicable (cpu backend)";
     ev.gpu.source = "health: cpu backend";
     return ev;
   }
   GpuInfo g;
   if (backend == "cuda") {
-    if (auto s = health_string(ev.health, {"gpu_name", "device", "gpu"}); !s.empty()) g.name = s;
-    if (auto s = health_string(ev.health, {"driver_version", "driver", "cuda_driver"}); !s.empty())
-      g.driver = s;
-    if (auto s = health_string(ev.health, {"cuda_version", "cuda_runtime", "cuda"}); !s.empty())
-      g.cuda = s;
+    auto pick = [&h = ev.health](std::string& field, const char* gpu_key,
+                                 std::initializer_list<const char*> keys) {
+      std::string s = gpu_object_string(h, gpu_key);
+      if (s.empty()) s = health_string(h, keys);
+      if (!s.empty()) field = s;
+    };
+    pick(g.name, "name", {"gpu_name", "device", "gpu"});
+    pick(g.driver, "driver_version", {"driver_version", "driver", "cuda_driver"});
+    pick(g.cuda, "cuda_runtime", {"cuda_version", "cuda_runtime", "cuda"});
+    pick(g.cublaslt, "cublaslt", {"cublaslt", "cublaslt_version"});
     g.source = "health";
+  } else {
+    g.cublaslt = backend.empty() ? "not reported (no backend in /health)"
+                                 : "not reported (" + backend + " backend)";
   }
   if (t.local && (g.name == kUnknown || g.driver == kUnknown || g.cuda == kUnknown)) {
     const GpuInfo smi = local_nvidia_smi();

@@ -1,6 +1,6 @@
 // The evidence a report needs to be trusted and compared (spec/benchmark.md): tool version and
-// commit, the server's /health body, GPU name, driver and CUDA versions. What cannot be found is
-// stated as "unknown" (never omitted) and listed in `missing`.
+// commit, the server's /health body, GPU name, driver, CUDA and cuBLASLt versions. What cannot be
+// found is stated as "unknown" (never omitted) and listed in `missing`.
 #pragma once
 
 #include <string>
@@ -15,6 +15,8 @@ inline constexpr const char* kUnknown = "unknown";
 
 struct GpuInfo {
   std::string name = kUnknown, driver = kUnknown, cuda = kUnknown;
+  // Only a CUDA server is asked for it: other servers need not use (or name) cuBLASLt.
+  std::string cublaslt = kUnknown;
   std::string source = "none";  // "health", "nvidia-smi", "health+nvidia-smi", "cpu backend"
 };
 
@@ -25,8 +27,9 @@ struct ServerEvidence {
 };
 
 // GET /health (once). With a CPU backend the GPU fields are "not applicable"; else they come from
-// health fields when the server reports them, then from local `nvidia-smi` when the URL is this
-// machine.
+// health fields when the server reports them (its "gpu" object first: name, driver_version,
+// cuda_runtime, cublaslt), then from local `nvidia-smi` when the URL is this machine. cublaslt is
+// "unknown" only for a CUDA backend that does not report it, else "not reported".
 ServerEvidence gather_server_evidence(const Target& t, const ClientOptions& opts);
 
 // GPU name / driver / CUDA version from `nvidia-smi` on this machine; fields stay "unknown" on

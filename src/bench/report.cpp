@@ -36,6 +36,11 @@ Json request_json(const Manifest& m, const RequestRecord& r) {
   j["traversal"] = r.traversal;
   j["input_tokens"] = r.input_tokens >= 0 ? Json(r.input_tokens) : Json();
   j["latency_ms"] = r.latency_ms;
+  if (r.server_total_ms || r.server_queue_ms || r.server_forward_ms)
+    j["server_timing"] = {{"total", opt(r.server_total_ms)},
+                          {"queue", opt(r.server_queue_ms)},
+                          {"forward", opt(r.server_forward_ms)}};
+  if (r.server_total_ms) j["overhead_ms"] = r.latency_ms - *r.server_total_ms;
   j["status"] = r.http_status ? Json(r.http_status) : Json();
   j["outcome"] = outcome_name(r.outcome);
   if (!r.error.empty()) j["error"] = r.error;
@@ -61,6 +66,29 @@ std::string pct(const Json& v) {
   return buf;
 }
 
+// The client - server line of report.md: what the path outside the server's own clock costs.
+std::string overhead_line(const Json& r) {
+  const std::string head = "Served path: client \u2212 server (Server-Timing total) overhead";
+  if (!r.contains("overhead_ms") || r["overhead_ms"]["count"] == 0) {
+    const std::string why =
+        r.contains("overhead_note") ? r["overhead_note"].get<std::string>() : "no Server-Timing";
+    return head + ": n/a, " + why + ".\n";
+  }
+  const Json& o = r["overhead_ms"];
+  const Json& s = r["server_total_ms"];
+  std::string line = head + " p50 / p95: " + fmt(o["p50"], "%.2f") + " / " + fmt(o["p95"], "%.2f") +
+                     " ms (mean " + fmt(o["mean"], "%.2f") + ", max " + fmt(o["max"], "%.2f") +
+                     ", over " + o["count"].dump() +
+                     " successful requests); server total p50 / p95: " + fmt(s["p50"], "%.2f") +
+                     " / " + fmt(s["p95"], "%.2f") + " ms";
+  for (const char* k : {"queue", "forward"}) {
+    const std::string key = std::string("server_") + k + "_ms";
+    if (r.contains(key) && r[key]["count"] != 0)
+      line += std::string(", ") + k + " p50 " + fmt(r[key]["p50"], "%.2f") + " ms";
+  }
+  return line + ".\n";
+}
+
 }  // namespace
 
 Json build_report(const ReportInputs& in) {
@@ -79,16 +107,30 @@ Json build_report(const ReportInputs& in) {
 
   std::vector<double> ok_latency, ok_tokens;
   std::map<std::string, std::vector<double>> tier_latency;
+  std::map<int, std::vector<double>> traversal_latency;
+  // Server-Timing: client latency minus the server's total, per request, then summarized (a p50 of
+  // differences, not a difference of p50s).
+  std::vector<double> overhead, server_total, server_queue, server_forward;
+  bool any_server_timing = false;
   size_t successful = 0, decisions = 0;
   std::map<std::string, size_t> by_status;
   size_t n_http = 0, n_transport = 0, n_invalid = 0;
   for (const auto& q : c.measured) {
+    traversal_latency[q.traversal];  // a traversal that only failed still gets its (empty) row
     switch (q.outcome) {
       case Outcome::Ok:
         ++successful;
         decisions += m.items[q.item].questions.size();
         ok_latency.push_back(q.latency_ms);
         tier_latency[m.items[q.item].tier].push_back(q.latency_ms);
+        traversal_latency[q.traversal].push_back(q.latency_ms);
+        any_server_timing = any_server_timing || q.server_timing_sent;
+        if (q.server_total_ms) {
+          overhead.push_back(q.latency_ms - *q.server_total_ms);
+          server_total.push_back(*q.server_total_ms);
+        }
+        if (q.server_queue_ms) server_queue.push_back(*q.server_queue_ms);
+        if (q.server_forward_ms) server_forward.push_back(*q.server_forward_ms);
         if (q.input_tokens >= 0) ok_tokens.push_back(static_cast<double>(q.input_tokens));
         break;
       case Outcome::HttpStatus:
@@ -119,6 +161,23 @@ Json build_report(const ReportInputs& in) {
   Json per_tier = Json::object();
   for (const auto& [tier, v] : tier_latency) per_tier[tier] = latency_json(v);
   r["successful_latency_ms_per_tier"] = per_tier;
+  // Each traversal apart: a first pass slower than the later ones (first-seen shapes, lazy setup)
+  // must show, not be averaged into the overall figures.
+  Json by_traversal = Json::array();
+  for (const auto& [tr, v] : traversal_latency) {
+    Json row = {{"traversal", tr}};
+    const Json summary = latency_json(v);
+    for (const auto& [k, x] : summary.items()) row[k] = x;
+    by_traversal.push_back(row);
+  }
+  r["latency_by_traversal"] = by_traversal;
+  r["overhead_ms"] = latency_json(overhead);
+  if (overhead.empty())
+    r["overhead_note"] = any_server_timing ? "the server's Server-Timing had no total metric"
+                                           : "server sent no Server-Timing";
+  r["server_total_ms"] = latency_json(server_total);
+  r["server_queue_ms"] = latency_json(server_queue);
+  r["server_forward_ms"] = latency_json(server_forward);
   Json tokens = Json::object();
   tokens["p50"] = opt(nearest_rank(ok_tokens, 50));
   tokens["p95"] = opt(nearest_rank(ok_tokens, 95));
@@ -164,6 +223,7 @@ Json build_report(const ReportInputs& in) {
   ev["gpu"] = {{"name", sv.gpu.name},
                {"driver", sv.gpu.driver},
                {"cuda", sv.gpu.cuda},
+               {"cublaslt", sv.gpu.cublaslt},
                {"source", sv.gpu.source}};
   std::error_code ec;
   const auto absolute = std::filesystem::absolute(m.path, ec);
@@ -209,6 +269,14 @@ std::string report_markdown(const Json& r) {
        fmt(lat["p95"]) + " | " + fmt(lat["mean"]) + " | " + fmt(lat["max"]) + " | " +
        fmt(r["throughput"]["requests_per_s"], "%.2f") + " | " +
        fmt(r["throughput"]["decisions_per_s"], "%.2f") + " | " + fmt(r["cold_start_ms"]) + " |\n";
+  o += "\n" + overhead_line(r);
+  if (r.contains("latency_by_traversal") && r["latency_by_traversal"].size() > 1) {
+    o += "\n| traversal | successful | p50 ms | p95 ms | mean ms | max ms |\n"
+         "|---|---|---|---|---|---|\n";
+    for (const auto& t : r["latency_by_traversal"])
+      o += "| " + t["traversal"].dump() + " | " + t["count"].dump() + " | " + fmt(t["p50"]) +
+           " | " + fmt(t["p95"]) + " | " + fmt(t["mean"]) + " | " + fmt(t["max"]) + " |\n";
+  }
   if (r["successful_latency_ms_per_tier"].size() > 1) {
     o +=
         "\n| tier | successful | p50 ms | p95 ms | mean ms | max ms |\n|---|---|---|---|---|---|\n";
@@ -239,7 +307,8 @@ std::string report_markdown(const Json& r) {
        ", revision " + hs("model_revision") + ", weights verified " +
        hs("weights_sha256_verified") + ", server version " + hs("version") + "; GPU " +
        ev["gpu"]["name"].get<std::string>() + ", driver " + ev["gpu"]["driver"].get<std::string>() +
-       ", CUDA " + ev["gpu"]["cuda"].get<std::string>() + "; model " +
+       ", CUDA " + ev["gpu"]["cuda"].get<std::string>() + ", cuBLASLt " +
+       ev["gpu"].value("cublaslt", std::string(kUnknown)) + "; model " +
        ev["model"].get<std::string>() + "; manifest " + ev["manifest"]["path"].get<std::string>() +
        " (sha256 " + ev["manifest"]["sha256"].get<std::string>() + ", " +
        ev["manifest"]["items"].dump() + " items); " + ev["start_time"].get<std::string>() + " to " +

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "bench/response_check.h"
+#include "bench/server_timing.h"
 
 namespace clef::bench {
 
@@ -39,6 +40,31 @@ std::string utc_now_iso8601() {
   return out;
 }
 
+namespace {
+
+void record_server_timing(const httplib::Response& res, RequestRecord* r) {
+  // Several Server-Timing lines mean one comma-separated list (RFC 9110 field combination).
+  std::string header;
+  const size_t n = res.get_header_value_count("Server-Timing");
+  for (size_t i = 0; i < n; ++i) {
+    if (i) header += ", ";
+    header += res.get_header_value("Server-Timing", i);
+  }
+  r->server_timing_sent = n > 0;
+  if (!n) return;
+  const auto metrics = parse_server_timing(header);
+  auto get = [&metrics](const char* name) -> std::optional<double> {
+    const auto it = metrics.find(name);
+    if (it == metrics.end()) return std::nullopt;
+    return it->second;
+  };
+  r->server_total_ms = get("total");
+  r->server_queue_ms = get("queue");
+  r->server_forward_ms = get("forward");
+}
+
+}  // namespace
+
 RequestRecord timed_request(httplib::Client& cli, const Target& t, const httplib::Headers& headers,
                             const Item& item) {
   RequestRecord r;
@@ -65,6 +91,8 @@ RequestRecord timed_request(httplib::Client& cli, const Target& t, const httplib
   }
   const auto t1 = std::chrono::steady_clock::now();
   r.latency_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  // Read after the clock stopped: parsing the server's account is no part of the client's time.
+  if (res) record_server_timing(*res, &r);
   return r;
 }
 

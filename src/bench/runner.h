@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ struct RequestRecord {
   std::string error;            // why it failed (empty when ok)
   long long input_tokens = -1;  // usage.input_tokens of a valid answer
   Json answers;                 // the valid answer's "answers" object, else null
+  // The server's own times from its Server-Timing header (ms): absent when it sent no header or the
+  // header lacks that metric. latency_ms - server_total_ms is what the path outside the server's
+  // clock (network, HTTP, the bench's JSON checks) costs.
+  bool server_timing_sent = false;
+  std::optional<double> server_total_ms, server_queue_ms, server_forward_ms;
 };
 
 struct RunOptions {
