@@ -1,6 +1,8 @@
 // `clefserve serve`: the HTTP service (spec/protocol.md). Start-up order: load (progress on stderr)
-// -> verify -> one warm-up forward -> bind; any failure exits non-zero before the port opens, with
-// one clear line. SIGTERM/SIGINT: stop accepting, drain in-flight requests (bounded by
+// -> verify -> prepare (every token bucket's GEMM choices, graphs and head scratch, so no request
+// pays one-time work; GEMM choices persist in the tuning cache) -> one warm-up forward -> bind; any
+// failure exits non-zero before the port opens, with one clear line. SIGTERM/SIGINT: stop
+// accepting, drain in-flight requests (bounded by
 // --shutdown-timeout), exit 0.
 #include <signal.h>
 
@@ -49,7 +51,16 @@ struct ServeArgs {
   std::string revision;
   double shutdown_timeout = 30.0;
   std::string log_format = "text";
+  std::string tuning_cache;  // "" = the default folder; "off" = none
 };
+
+// --tuning-cache default: $CLEF_CACHE_DIR, else $XDG_CACHE_HOME/clefserve, else ~/.cache/clefserve.
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("CLEF_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/clefserve";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/clefserve";
+  return "";
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -142,9 +153,31 @@ int run_serve(const ServeArgs& a) {
         a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
     auto decider = std::make_shared<service::Decider>(release, engine, dopts);
 
+    const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    engine::PrepareOptions po;
+    po.max_tokens = a.max_length;
+    po.max_questions = static_cast<int>(dopts.limits.max_questions);
+    po.max_options = static_cast<int>(dopts.limits.max_options_per_request);
+    po.tuning_cache = a.tuning_cache == "off"  ? ""
+                      : a.tuning_cache.empty() ? default_cache_dir()
+                                               : a.tuning_cache;
+    po.progress = [&log](const std::string& line) { log.info("prepare", {{"step", line}}); };
+    const engine::PrepareReport prepared = engine->prepare(po);
+    if (prepared.buckets > 0)
+      log.info("prepared", {{"seconds", prepared.total_s},
+                            {"gemm_tuning_s", prepared.tuning_s},
+                            {"graphs_s", prepared.graphs_s},
+                            {"head_s", prepared.head_s},
+                            {"buckets", prepared.buckets},
+                            {"max_bucket_tokens", prepared.max_bucket},
+                            {"gemm_shapes", prepared.gemm_shapes},
+                            {"gemm_shapes_from_cache", prepared.gemm_shapes_cached},
+                            {"tuning_cache", prepared.cache_status}});
+
     auto t1 = Clock::now();
     server::warm_up(*decider);
-    log.info("warm_up", {{"seconds", std::chrono::duration<double>(Clock::now() - t1).count()}});
+    const double warm_up_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    log.info("warm_up", {{"seconds", warm_up_s}});
 
     server::ServerOptions so;
     so.host = a.host;
@@ -158,6 +191,9 @@ int run_serve(const ServeArgs& a) {
     so.demo = demo;
     so.version = version;
     if (info.backend == "cuda") so.gpu_memory_used = server::cuda_memory_used_bytes;
+    so.load_s = load_s;
+    so.warm_up_s = warm_up_s;
+    so.prepared = prepared;
     srv = std::make_unique<server::Server>(decider, so, log);
     port = srv->bind();
   } catch (const std::exception& e) {
@@ -230,6 +266,10 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "Seconds to finish in-flight requests after SIGTERM/SIGINT")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--tuning-cache", args->tuning_cache,
+                  "Folder for measured GEMM choices (cuda), reused when device, driver and "
+                  "libraries match; 'off' = none (default: $CLEF_CACHE_DIR, "
+                  "$XDG_CACHE_HOME/clefserve or ~/.cache/clefserve)");
   cmd->add_option("--log-format", args->log_format, "text | json")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));

@@ -16,13 +16,13 @@ InferenceQueue::~InferenceQueue() {
   stop();
 }
 
-std::optional<std::future<engine::ForwardOutput>> InferenceQueue::submit(
+std::optional<std::future<QueueResult>> InferenceQueue::submit(
     const encoding::EncodedRequest& enc) {
-  std::future<engine::ForwardOutput> fut;
+  std::future<QueueResult> fut;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || jobs_.size() >= opts_.max_queue) return std::nullopt;
-    jobs_.push_back(Job{&enc, {}});
+    jobs_.push_back(Job{&enc, std::chrono::steady_clock::now(), {}});
     fut = jobs_.back().result.get_future();
   }
   cv_.notify_one();
@@ -81,10 +81,16 @@ void InferenceQueue::run() {
     metrics_.observe_batch(batch.size(), tokens, secs);
     // Every request of a failed batch gets the error (HTTP 500, logged with its request id).
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (err)
+      if (err) {
         batch[i].result.set_exception(err);
-      else
-        batch[i].result.set_value(std::move(outputs[i]));
+        continue;
+      }
+      QueueResult r;
+      r.output = std::move(outputs[i]);
+      r.queue_s = std::chrono::duration<double>(t0 - batch[i].submitted).count();
+      r.forward_s = secs;
+      r.batch_size = batch.size();
+      batch[i].result.set_value(std::move(r));
     }
   }
 }

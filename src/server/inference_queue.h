@@ -5,6 +5,7 @@
 // company.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -24,6 +25,14 @@ struct QueueOptions {
   size_t max_batch_tokens = 16384;  // tokens per forward pass (a longer request runs alone)
 };
 
+// One request's answer and where its time went (the Server-Timing header reports these).
+struct QueueResult {
+  engine::ForwardOutput output;
+  double queue_s = 0;    // submitted -> its batch started
+  double forward_s = 0;  // the batch's Engine::forward
+  size_t batch_size = 0;
+};
+
 class InferenceQueue {
  public:
   InferenceQueue(engine::Engine& engine, QueueOptions opts, Metrics& metrics);
@@ -32,7 +41,7 @@ class InferenceQueue {
   InferenceQueue& operator=(const InferenceQueue&) = delete;
 
   // `enc` must outlive the returned future's completion. nullopt: the queue is full.
-  std::optional<std::future<engine::ForwardOutput>> submit(const encoding::EncodedRequest& enc);
+  std::optional<std::future<QueueResult>> submit(const encoding::EncodedRequest& enc);
   size_t depth() const;
   size_t capacity() const { return opts_.max_queue; }
   // Stops taking new work, runs what is queued, joins the worker. Idempotent.
@@ -41,7 +50,8 @@ class InferenceQueue {
  private:
   struct Job {
     const encoding::EncodedRequest* enc;
-    std::promise<engine::ForwardOutput> result;
+    std::chrono::steady_clock::time_point submitted;
+    std::promise<QueueResult> result;
   };
   void run();
 

@@ -62,6 +62,8 @@ const char* route_label(Route r) {
 struct RequestContext {
   bool active = false;
   Clock::time_point start;
+  // Server-Timing phases of a /v1/systemone request (ms; < 0 = not reached).
+  double read_ms = -1, encode_ms = -1, queue_ms = -1, forward_ms = -1, answer_ms = -1;
   std::string id;
   Route route = Route::Unknown;
   int64_t input_tokens = -1;
@@ -76,6 +78,28 @@ double request_seconds() {
 }
 Route request_route(const httplib::Request& req) {
   return t_ctx.active ? t_ctx.route : route_of(req.path);
+}
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// W3C Server-Timing: "name;dur=ms" entries, comma-separated; phases not reached are left out.
+std::string server_timing(const RequestContext& c, double total_ms) {
+  std::string out;
+  char buf[64];
+  auto add = [&](const char* name, double ms) {
+    if (ms < 0) return;
+    std::snprintf(buf, sizeof buf, "%s%s;dur=%.3f", out.empty() ? "" : ", ", name, ms);
+    out += buf;
+  };
+  add("read", c.read_ms);
+  add("encode", c.encode_ms);
+  add("queue", c.queue_ms);
+  add("forward", c.forward_ms);
+  add("answer", c.answer_ms);
+  add("total", total_ms);
+  return out;
 }
 
 std::string dump(const ojson& j) {
@@ -205,6 +229,10 @@ void Server::Impl::setup() {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof yes);
   });
+  // Nagle off: a response leaves as header and body writes, and with Nagle the body would wait for
+  // the client's delayed ACK of the header segment (~40 ms on Linux) on every keep-alive request.
+  // Set on the listening socket; Linux's accepted sockets inherit it (tests/server stall test).
+  http.set_tcp_nodelay(true);
   http.set_payload_max_length(opts.max_body_bytes);
   http.set_read_timeout(opts.read_timeout_s, 0);
   http.set_write_timeout(opts.read_timeout_s, 0);
@@ -262,8 +290,12 @@ void Server::Impl::setup() {
 
   // Counted before the response is written (httplib calls this handler just before sending, the
   // logger only after): a client that has its answer and then scrapes /metrics sees it counted.
+  // Also the last moment before the response is written: Server-Timing's total ends here.
   http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    metrics.observe_request(route_label(request_route(req)), res.status, request_seconds());
+    const double secs = request_seconds();
+    if (t_ctx.active && t_ctx.route == Route::SystemOne)
+      res.set_header("Server-Timing", server_timing(t_ctx, secs * 1e3));
+    metrics.observe_request(route_label(request_route(req)), res.status, secs);
   });
 
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
@@ -329,6 +361,8 @@ void Server::Impl::dispatch(const httplib::Request& req, httplib::Response& res)
 void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Response& res) {
   // No shutting-down check here: a request that reached this point is in flight and is finished
   // during the drain; new connections are no longer accepted once shutdown began.
+  const auto handler_start = Clock::now();
+  if (t_ctx.active) t_ctx.read_ms = ms_between(t_ctx.start, handler_start);
   if (!req.has_header("Content-Type") ||
       !is_json_content_type(req.get_header_value("Content-Type")))
     return send_detail(res, 415, "Content-Type must be application/json");
@@ -358,6 +392,7 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
     return send_detail(res, e.status, e.error.msg);
   }
 
+  t_ctx.encode_ms = ms_between(handler_start, Clock::now());
   auto fut = queue.submit(prepared.encoded);
   if (!fut) {
     res.set_header("Retry-After", "1");
@@ -365,8 +400,12 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
   }
   json::Value answer;
   try {
-    engine::ForwardOutput out = fut->get();
-    answer = decider->finish(prepared, out);
+    QueueResult out = fut->get();
+    const auto answer_start = Clock::now();
+    t_ctx.queue_ms = out.queue_s * 1e3;
+    t_ctx.forward_ms = out.forward_s * 1e3;
+    answer = decider->finish(prepared, out.output);
+    t_ctx.answer_ms = ms_between(answer_start, Clock::now());
   } catch (const std::exception& e) {
     // Engine failures and non-finite probabilities: logged with the id, never sent to the client.
     log.error("internal_error", {{"id", t_ctx.id}, {"error", e.what()}});
@@ -397,6 +436,26 @@ void Server::Impl::handle_health(httplib::Response& res) {
           {"max_length", decider->options().encode.max_length},
           {"version", opts.version},
           {"demo", opts.demo}};
+  if (!info.versions.empty()) {
+    ojson gpu{{"name", info.device}};
+    for (const auto& [k, v] : info.versions) gpu[k] = v;
+    h["gpu"] = gpu;
+  }
+  const auto& p = opts.prepared;
+  ojson startup{{"load_s", opts.load_s}, {"warm_up_s", opts.warm_up_s}};
+  if (p.buckets > 0) {
+    startup["prepare_s"] = p.total_s;
+    startup["gemm_tuning_s"] = p.tuning_s;
+    startup["graphs_s"] = p.graphs_s;
+    startup["head_s"] = p.head_s;
+    startup["buckets"] = p.buckets;
+    startup["max_bucket_tokens"] = p.max_bucket;
+    startup["gemm_shapes"] = p.gemm_shapes;
+    startup["gemm_shapes_from_cache"] = p.gemm_shapes_cached;
+    startup["tuning_cache"] = p.cache_status;
+    if (!p.cache_path.empty()) startup["tuning_cache_path"] = p.cache_path;
+  }
+  h["startup"] = startup;
   send_json(res, 200, dump(h));
 }
 

@@ -31,6 +31,9 @@ struct ServerOptions {
   std::string version;  // clefserve version for /health and /openapi.json
   // GPU memory in use, bytes; null or < 0 on the CPU backend.
   std::function<int64_t()> gpu_memory_used;
+  // Start-up, reported in /health: seconds to load the weights, what prepare() did, the warm-up.
+  double load_s = 0, warm_up_s = 0;
+  engine::PrepareReport prepared;
 };
 
 class Server {

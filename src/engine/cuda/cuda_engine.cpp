@@ -1,10 +1,13 @@
 // The CUDA engine (issue 6): weights uploaded once (bf16, or fp32 in parity mode) with horizontally
 // fused projections, the backbone as cuBLASLt GEMMs + the kernels of kernels.h / gdn_chunked.h /
-// attention_core.h, one CUDA graph per padded token bucket (right padding is exact: every op is
-// causal), then the joint head on the real length.
+// attention_core.h, one CUDA graph per padded token bucket (engine/prepare/token_buckets.h; right
+// padding is exact: every op is causal), then the joint head on the real length. prepare() does all
+// of the one-time work (GEMM choices, graphs, head scratch) for every admitted length before
+// serving.
 #include "engine/cuda/cuda_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -19,15 +22,24 @@
 #include "engine/cuda/head.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/reference.h"
+#include "engine/cuda/versions.h"
+#include "engine/prepare/token_buckets.h"
+#include "engine/prepare/tuning_cache.h"
 #include "model/bf16.h"
+#include "model/pinning.h"
 
 namespace clef::engine::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kBucket = 64;  // token bucket granularity (also the GDN chunk)
-constexpr size_t kMaxGraphs =
-    256;  // every bucket up to 16384 tokens: a cyclic mix of lengths must not thrash
+// Graphs kept without prepare() (CLI, tests): every bucket up to ~90k tokens, so a cyclic mix of
+// lengths never thrashes. prepare() keeps every bucket it captured, whatever their number.
+constexpr size_t kMaxGraphs = 256;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 template <typename E>
 E to_e(float f);
@@ -197,11 +209,88 @@ class Impl final : public CudaEngine {
                                  ? "flash attention fp32 SIMT (generic)"
                                  : "flash attention bf16 mma.sync (sm80+, generic)";
     i.kernels["gemm"] = gemm_.name();
-    i.kernels["graphs"] = "per 64-token bucket";
+    i.kernels["graphs"] = "per token bucket (8-token steps below 256, then 16 per doubling)";
     i.kernels["head"] =
         std::is_same_v<E, float> ? "cuda joint head fp32" : "cuda joint head (bf16 T-row GEMMs)";
     i.kernels["mode"] = kernels_mode_;
+    i.versions = cuda_versions();
     return i;
+  }
+
+  PrepareReport prepare(const PrepareOptions& o) override {
+    const auto t0 = Clock::now();
+    auto say = [&](const std::string& m) {
+      if (o.progress) o.progress(m);
+    };
+    if (o.max_tokens <= 0) throw std::runtime_error("prepare: max_tokens must be positive");
+    PrepareReport rep;
+    const std::vector<int> buckets = all_buckets(o.max_tokens);
+    rep.buckets = static_cast<int>(buckets.size());
+    rep.max_bucket = buckets.back();
+    ensure_capacity(rep.max_bucket);
+    // Timing reads whatever the activations hold: make it finite.
+    CLEF_CUDA_CHECK(cudaMemsetAsync(u_.get(), 0, u_.bytes(), stream_));
+    CLEF_CUDA_CHECK(cudaMemsetAsync(mid_.get(), 0, mid_.bytes(), stream_));
+
+    // 1. GEMM choices for every bucket: from the cache when it is valid here, else timed.
+    const TuningKey key = tuning_key();
+    rep.cache_status = "off";
+    TuningCacheStatus st = TuningCacheStatus::Missing;
+    if (!o.tuning_cache.empty()) {
+      rep.cache_path = o.tuning_cache + "/" + tuning_file_name();
+      TuningCacheLoad loaded = load_tuning_cache(rep.cache_path, key);
+      st = loaded.status;
+      rep.cache_status = tuning_cache_status_name(st);
+      if (!loaded.detail.empty()) rep.cache_status += " (" + loaded.detail + ")";
+      if (st == TuningCacheStatus::Loaded) gemm_.preload(loaded.entries);
+      say("tuning cache " + rep.cache_path + ": " + rep.cache_status);
+    }
+    const size_t used_before = gemm_.preloaded_used();
+    const size_t shapes_before = gemm_.tuned_shapes();
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      tune_bucket(buckets[b]);
+      if ((b + 1) % 32 == 0 || b + 1 == buckets.size())
+        say("GEMM choices: " + std::to_string(b + 1) + "/" + std::to_string(buckets.size()) +
+            " buckets (" + std::to_string(seconds_since(t0)) + " s)");
+    }
+    CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    rep.gemm_shapes = static_cast<int>(gemm_.tuned_shapes());
+    rep.gemm_shapes_cached = static_cast<int>(gemm_.preloaded_used() - used_before);
+    const bool all_cached =
+        st == TuningCacheStatus::Loaded &&
+        gemm_.tuned_shapes() - shapes_before == gemm_.preloaded_used() - used_before;
+    if (st == TuningCacheStatus::Loaded)
+      rep.cache_status = all_cached ? "hit"
+                                    : "partial (" + std::to_string(rep.gemm_shapes_cached) +
+                                          " of " + std::to_string(rep.gemm_shapes) + ")";
+    if (!o.tuning_cache.empty() && !all_cached) {
+      try {
+        save_tuning_cache(rep.cache_path, key, gemm_.entries());
+        say("tuning cache written: " + rep.cache_path);
+      } catch (const std::exception& e) {
+        say(std::string("tuning cache not written: ") + e.what());  // serving does not need it
+      }
+    }
+    rep.tuning_s = seconds_since(t0);
+
+    // 2. One eager forward (every kernel loaded and configured), then every bucket's graph.
+    const auto t1 = Clock::now();
+    run_layers(buckets.front(), nullptr);
+    CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graph_limit_ = std::max(kMaxGraphs, buckets.size());
+    for (int Tp : buckets)
+      if (!find_graph(Tp)) capture_graph(Tp);
+    CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    rep.graphs_s = seconds_since(t1);
+    say("graphs: " + std::to_string(buckets.size()) + " buckets up to " +
+        std::to_string(rep.max_bucket) + " tokens (" + std::to_string(rep.graphs_s) + " s)");
+
+    // 3. The head at the largest request the limits admit: its scratch never grows later.
+    const auto t2 = Clock::now();
+    warm_head(rep.max_bucket, o.max_questions, o.max_options);
+    rep.head_s = seconds_since(t2);
+    rep.total_s = seconds_since(t0);
+    return rep;
   }
 
   StageTimes forward_profiled(const encoding::EncodedRequest& req) override {
@@ -217,7 +306,7 @@ class Impl final : public CudaEngine {
 
   double gemm_floor_ms(int T, int runs) override {
     if (T <= 0) throw std::runtime_error("gemm_floor_ms: T must be positive");
-    ensure_capacity(round_up(T));
+    ensure_capacity(bucket_tokens(T));
     auto all = [&] {
       for (const Layer& L : layers_) {
         gemm_.run(u_.get(), D_, L.w_in.get(), proj_.get(), L.n_in, T, L.n_in, D_, false, stream_);
@@ -253,7 +342,103 @@ class Impl final : public CudaEngine {
   }
 
  private:
-  static int round_up(int T) { return (T + kBucket - 1) / kBucket * kBucket; }
+  // What a cached GEMM choice depends on besides its shape: device, driver, libraries, policy.
+  TuningKey tuning_key() const {
+    int dev = 0;
+    CLEF_CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    CLEF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    TuningKey k = cuda_versions();
+    k["device"] = prop.name;
+    k["compute_capability"] = std::to_string(cc_);
+    k["sm_count"] = std::to_string(prop.multiProcessorCount);
+    k["dtype"] = std::is_same_v<E, float> ? "float32" : "bfloat16";
+    k["policy"] = gemm_.policy();
+    return k;
+  }
+
+  // One file per model geometry and dtype (entries are keyed by shape; the name keeps two models'
+  // caches from overwriting each other).
+  std::string tuning_file_name() const {
+    std::string shape = std::to_string(D_) + "," + std::to_string(I_);
+    for (const Layer& L : layers_)
+      shape += "," + std::to_string(L.n_in) + ":" + std::to_string(L.k_out);
+    return std::string("gemm-") + (std::is_same_v<E, float> ? "float32" : "bfloat16") + "-" +
+           model::sha256_hex(shape).substr(0, 16) + ".json";
+  }
+
+  // Chooses (or checks the cached choice of) every distinct GEMM shape of a forward at Tp rows.
+  void tune_bucket(int Tp) {
+    for (const Layer& L : layers_) {
+      gemm_.tune(u_.get(), D_, L.w_in.get(), proj_.get(), L.n_in, Tp, L.n_in, D_, false, stream_);
+      gemm_.tune(mid_.get(), L.k_out, L.w_out.get(), h_.get(), D_, Tp, D_, L.k_out, true, stream_);
+      gemm_.tune(u_.get(), D_, L.w_gu.get(), proj_.get(), 2 * I_, Tp, 2 * I_, D_, false, stream_);
+      gemm_.tune(mid_.get(), I_, L.w_down.get(), h_.get(), D_, Tp, D_, I_, true, stream_);
+    }
+  }
+
+  cudaGraphExec_t find_graph(int Tp) {
+    auto it =
+        std::find_if(graphs_.begin(), graphs_.end(), [&](const auto& p) { return p.first == Tp; });
+    if (it == graphs_.end()) return nullptr;
+    graphs_.splice(graphs_.begin(), graphs_, it);  // most recently used first
+    return graphs_.front().second;
+  }
+
+  // Captures the backbone at Tp rows (GEMM shapes must already be chosen: no timing in a capture)
+  // and uploads the graph so its first launch is as fast as the rest.
+  cudaGraphExec_t capture_graph(int Tp) {
+    cudaGraph_t g = nullptr;
+    CLEF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      run_layers(Tp, nullptr);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    CLEF_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    cudaGraphExec_t ge = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    CLEF_CUDA_CHECK(e);
+    CLEF_CUDA_CHECK(cudaGraphUpload(ge, stream_));
+    graphs_.emplace_front(Tp, ge);
+    while (graphs_.size() > graph_limit_) {
+      cudaGraphExecDestroy(graphs_.back().second);
+      graphs_.pop_back();
+    }
+    return ge;
+  }
+
+  // One head run at T rows with max_questions questions and max_options options (one-token spans,
+  // reused round-robin): sizes every head scratch and staging buffer for any admitted request.
+  void warm_head(int T, int max_questions, int max_options) {
+    encoding::EncodedRequest enc;
+    enc.input_ids.resize(T);
+    for (int i = 0; i < T; ++i) enc.input_ids[i] = i % cfg_.vocab_size;
+    const int nq = std::max(1, max_questions);
+    const int per_q = std::max(2, max_options / nq);
+    int pos = 0;
+    auto span = [&] {
+      encoding::Span sp{pos % T, pos % T + 1};
+      ++pos;
+      return sp;
+    };
+    for (int k = 0; k < nq; ++k) {
+      encoding::EncodedQuestion q;
+      q.id = "q" + std::to_string(k);
+      q.type = static_cast<encoding::QuestionType>(k % 3);
+      q.question_span = span();
+      for (int j = 0; j < per_q; ++j) {
+        q.option_spans.push_back(span());
+        q.option_ids.push_back(std::to_string(j));
+      }
+      enc.questions.push_back(std::move(q));
+    }
+    CLEF_CUDA_CHECK(cudaMemsetAsync(hidden_.get(), 0, hidden_.bytes(), stream_));
+    (void)head(enc);
+  }
 
   void validate_config() {
     const auto& c = cfg_;
@@ -459,7 +644,7 @@ class Impl final : public CudaEngine {
       if (id < 0 || id >= cfg_.vocab_size)
         throw std::runtime_error("cuda engine: token id " + std::to_string(id) +
                                  " outside the vocabulary");
-    const int Tp = round_up(T);
+    const int Tp = bucket_tokens(T);
     ensure_capacity(Tp);
     std::vector<int32_t> padded(ids);
     padded.resize(Tp, 0);  // right padding: causal ops never let it reach the real rows
@@ -469,34 +654,13 @@ class Impl final : public CudaEngine {
       run_layers(Tp, rec);
       return;
     }
-    auto it =
-        std::find_if(graphs_.begin(), graphs_.end(), [&](const auto& p) { return p.first == Tp; });
-    if (it != graphs_.end()) {
-      graphs_.splice(graphs_.begin(), graphs_, it);  // most recently used first
-      CLEF_CUDA_CHECK(cudaGraphLaunch(graphs_.front().second, stream_));
+    if (cudaGraphExec_t ge = find_graph(Tp)) {
+      CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
       return;
     }
-    run_layers(Tp, nullptr);  // eager: also tunes the GEMM shapes of this bucket
+    run_layers(Tp, nullptr);  // eager: chooses this bucket's GEMM algorithms (not prepared)
     CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    cudaGraph_t g = nullptr;
-    CLEF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      run_layers(Tp, nullptr);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &g);
-      if (g) cudaGraphDestroy(g);
-      throw;
-    }
-    CLEF_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-    cudaGraphExec_t ge = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&ge, g, 0);
-    cudaGraphDestroy(g);
-    CLEF_CUDA_CHECK(e);
-    graphs_.emplace_front(Tp, ge);
-    while (graphs_.size() > kMaxGraphs) {
-      cudaGraphExecDestroy(graphs_.back().second);
-      graphs_.pop_back();
-    }
+    capture_graph(Tp);
   }
 
   std::vector<float> hidden_host(int T) {
@@ -528,6 +692,7 @@ class Impl final : public CudaEngine {
   DeviceBuffer h_, u_, hidden_, proj_, mid_, gq_, gk_, gv_, gg_, gb_, go_, gws_, aq_, ak_, av_,
       ids_, hidden_f_;
   std::list<std::pair<int, cudaGraphExec_t>> graphs_;
+  size_t graph_limit_ = kMaxGraphs;
   std::unique_ptr<CudaJointHead> head_;
 };
 
