@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -269,16 +270,32 @@ HttpResponse http(int port, const std::string& method, const std::string& path,
   return r;
 }
 
-KeepAliveClient::KeepAliveClient(int port) : fd_(connect_loopback(port)) {}
+KeepAliveClient::KeepAliveClient(int port, bool nodelay) : fd_(connect_loopback(port)) {
+  int one = 1;
+  if (fd_ >= 0 && nodelay) setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
 
 KeepAliveClient::~KeepAliveClient() {
   if (fd_ >= 0) close(fd_);
 }
 
 HttpResponse KeepAliveClient::get(const std::string& path, double timeout_s) {
+  return exchange("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout_s);
+}
+
+HttpResponse KeepAliveClient::post(const std::string& path, const std::string& body,
+                                   double timeout_s) {
+  return exchange("POST " + path +
+                      " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      "Content-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body,
+                  timeout_s);
+}
+
+HttpResponse KeepAliveClient::exchange(const std::string& request, double timeout_s) {
   HttpResponse r;
   if (fd_ < 0) return r;
-  if (!send_all(fd_, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")) return r;
+  if (!send_all(fd_, request)) return r;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   char buf[65536];
   while (!parse_response(pending_, &r)) {

@@ -71,11 +71,16 @@ HttpResponse post_json(int port, const std::string& body,
 // bookkeeping) before it reads the next one from the same connection.
 class KeepAliveClient {
  public:
-  explicit KeepAliveClient(int port);
+  // nodelay: TCP_NODELAY on the client's socket (each request is one send() anyway).
+  explicit KeepAliveClient(int port, bool nodelay = false);
   ~KeepAliveClient();
   HttpResponse get(const std::string& path, double timeout_s = 30);
+  // A JSON POST, request line + headers + body in ONE send() (as Python's http.client does), so
+  // only the server's way of writing decides whether a round trip stalls.
+  HttpResponse post(const std::string& path, const std::string& body, double timeout_s = 30);
 
  private:
+  HttpResponse exchange(const std::string& request, double timeout_s);
   int fd_ = -1;
   std::string pending_;
 };
