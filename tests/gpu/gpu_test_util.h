@@ -6,13 +6,16 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "encoding/encode.h"
 #include "engine/cuda/cuda_check.h"
 #include "model/bf16.h"
 
@@ -32,6 +35,38 @@ inline std::mt19937_64 fresh_rng() {
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   std::printf("[seed %llu]\n", static_cast<unsigned long long>(seed));
   return std::mt19937_64(seed);
+}
+
+// A request of T random token ids with 1..max_questions questions of 1..max_options options on
+// random spans (question spans up to 40 tokens, options up to 6).
+inline encoding::Span random_span(std::mt19937_64& rng, int T, int max_len) {
+  std::uniform_int_distribution<int> len_d(1, std::min(max_len, T));
+  const int len = len_d(rng);
+  std::uniform_int_distribution<int> start_d(0, T - len);
+  const int a = start_d(rng);
+  return {a, a + len};
+}
+
+inline encoding::EncodedRequest random_request(std::mt19937_64& rng, int T, int64_t vocab,
+                                               int max_questions, int max_options) {
+  encoding::EncodedRequest enc;
+  std::uniform_int_distribution<int32_t> id_d(0, static_cast<int32_t>(vocab - 1));
+  for (int t = 0; t < T; ++t) enc.input_ids.push_back(id_d(rng));
+  std::uniform_int_distribution<int> nq_d(1, max_questions), no_d(1, max_options), type_d(0, 2);
+  const int nq = nq_d(rng);
+  for (int k = 0; k < nq; ++k) {
+    encoding::EncodedQuestion q;
+    q.id = "q" + std::to_string(k);
+    q.type = static_cast<encoding::QuestionType>(type_d(rng));
+    q.question_span = random_span(rng, T, 40);
+    const int no = no_d(rng);
+    for (int j = 0; j < no; ++j) {
+      q.option_spans.push_back(random_span(rng, T, 6));
+      q.option_ids.push_back("o" + std::to_string(j));
+    }
+    enc.questions.push_back(std::move(q));
+  }
+  return enc;
 }
 
 inline std::vector<float> randn(std::mt19937_64& rng, size_t n, float scale = 1.0f,

@@ -14,6 +14,7 @@
 
 #include "engine/cpu/joint_head.h"
 #include "engine/cuda/head.h"
+#include "gpu/gpu_test_util.h"
 #include "model/bf16.h"
 #include "model/release.h"
 
@@ -24,6 +25,7 @@ using clef::encoding::QuestionType;
 using clef::encoding::Span;
 using clef::engine::cuda::CudaJointHead;
 using clef::engine::cuda::HeadPrecision;
+using clef::gputest::random_request;
 
 bool have_gpu() {
   int n = 0;
@@ -38,36 +40,6 @@ uint64_t fresh_seed() {
 
 std::shared_ptr<const clef::model::Release> load(const std::string& m) {
   return clef::model::Release::load(std::string(CLEF_SOURCE_DIR) + "/tests/golden/models/" + m);
-}
-
-Span random_span(std::mt19937_64& rng, int T, int max_len) {
-  std::uniform_int_distribution<int> len_d(1, std::min(max_len, T));
-  const int len = len_d(rng);
-  std::uniform_int_distribution<int> start_d(0, T - len);
-  const int a = start_d(rng);
-  return {a, a + len};
-}
-
-EncodedRequest random_request(std::mt19937_64& rng, int T, int64_t vocab, int max_questions,
-                              int max_options) {
-  EncodedRequest enc;
-  std::uniform_int_distribution<int32_t> id_d(0, static_cast<int32_t>(vocab - 1));
-  for (int t = 0; t < T; ++t) enc.input_ids.push_back(id_d(rng));
-  std::uniform_int_distribution<int> nq_d(1, max_questions), no_d(1, max_options), type_d(0, 2);
-  const int nq = nq_d(rng);
-  for (int k = 0; k < nq; ++k) {
-    clef::encoding::EncodedQuestion q;
-    q.id = "q" + std::to_string(k);
-    q.type = static_cast<QuestionType>(type_d(rng));
-    q.question_span = random_span(rng, T, 40);
-    const int no = no_d(rng);
-    for (int j = 0; j < no; ++j) {
-      q.option_spans.push_back(random_span(rng, T, 6));
-      q.option_ids.push_back("o" + std::to_string(j));
-    }
-    enc.questions.push_back(std::move(q));
-  }
-  return enc;
 }
 
 std::vector<double> softmax(const std::vector<float>& x) {

@@ -293,6 +293,15 @@ class Impl final : public CudaEngine {
     return rep;
   }
 
+  ColdWork cold_work() const override {
+    ColdWork c;
+    c.graphs_captured = graphs_captured_;
+    c.gemm_plans = gemm_.tuned_shapes();
+    c.head_allocations = head_->allocations();
+    c.workspace_growths = workspace_growths_;
+    return c;
+  }
+
   StageTimes forward_profiled(const encoding::EncodedRequest& req) override {
     StageRecorder rec(stream_);
     backbone(req.input_ids, &rec);
@@ -403,6 +412,7 @@ class Impl final : public CudaEngine {
     cudaGraphDestroy(g);
     CLEF_CUDA_CHECK(e);
     CLEF_CUDA_CHECK(cudaGraphUpload(ge, stream_));
+    ++graphs_captured_;
     graphs_.emplace_front(Tp, ge);
     while (graphs_.size() > graph_limit_) {
       cudaGraphExecDestroy(graphs_.back().second);
@@ -537,6 +547,7 @@ class Impl final : public CudaEngine {
 
   void ensure_capacity(int Tp) {
     if (Tp <= cap_) return;
+    ++workspace_growths_;
     clear_graphs();  // captured graphs hold the old pointers
     const auto& c = cfg_;
     const size_t es = sizeof(E), T = static_cast<size_t>(Tp);
@@ -693,6 +704,7 @@ class Impl final : public CudaEngine {
       ids_, hidden_f_;
   std::list<std::pair<int, cudaGraphExec_t>> graphs_;
   size_t graph_limit_ = kMaxGraphs;
+  size_t graphs_captured_ = 0, workspace_growths_ = 0;
   std::unique_ptr<CudaJointHead> head_;
 };
 

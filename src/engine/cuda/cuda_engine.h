@@ -19,9 +19,18 @@ struct StageTimes {
   double total_ms = 0;               // device time from the first to the last event
 };
 
+// One-time work done so far; after prepare() no admitted request may add to it.
+struct ColdWork {
+  size_t graphs_captured = 0;
+  size_t gemm_plans = 0;        // backbone GEMM shapes chosen
+  size_t head_allocations = 0;  // head scratch / staging (re)allocations
+  size_t workspace_growths = 0;
+};
+
 // The CUDA engine's diagnostics, used by `clefserve profile` and the GPU tests.
 class CudaEngine : public Engine {
  public:
+  virtual ColdWork cold_work() const = 0;
   // One forward of a single request, eagerly, with events between stages.
   virtual StageTimes forward_profiled(const encoding::EncodedRequest& req) = 0;
   // Median time (ms) of all the backbone's linear layers at T tokens, as this engine fuses them,

@@ -142,7 +142,7 @@ void* CudaJointHead::scratch(const std::string& name, size_t bytes) {
   // Grown with headroom: a reallocation frees the old buffer, and cudaFree waits for the device.
   DeviceBuffer& b = scratch_[name];
   bytes = std::max<size_t>(bytes, 1);
-  if (bytes > b.bytes()) b.resize(bytes + bytes / 4);
+  if (bytes > b.bytes()) grow(b, bytes + bytes / 4);
   return b.get();
 }
 
@@ -274,10 +274,10 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
     if (id < 0 || id >= vocab_) throw std::runtime_error("joint head: token id outside lm_head");
     table.push_back(id);
   }
-  host_table_dev_.resize(table.size() * sizeof(int32_t));
+  grow(host_table_dev_, table.size() * sizeof(int32_t));
   int32_t* dt = host_table_dev_.get<int32_t>();
   // The previous run synchronised the stream, so the pinned staging buffer is free to reuse.
-  table_pinned_.resize(table.size() * sizeof(int32_t));
+  grow(table_pinned_, table.size() * sizeof(int32_t));
   std::copy(table.begin(), table.end(), table_pinned_.get<int32_t>());
   CLEF_CUDA_CHECK(cudaMemcpyAsync(dt, table_pinned_.get(), table.size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s));
@@ -395,7 +395,7 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
                    s);
   mark("head.small");
 
-  logits_pinned_.resize(static_cast<size_t>(N) * sizeof(float));
+  grow(logits_pinned_, static_cast<size_t>(N) * sizeof(float));
   CLEF_CUDA_CHECK(
       cudaMemcpyAsync(logits_pinned_.get(), logits, N * sizeof(float), cudaMemcpyDeviceToHost, s));
   CLEF_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -53,6 +53,9 @@ class CudaJointHead {
                                       std::function<void(const char*)> marks = nullptr);
 
   HeadPrecision precision() const { return precision_; }
+  // Device or pinned buffers (re)allocated by run() so far: constant once the head has run the
+  // largest request it will see (the engine's prepare() does that).
+  size_t allocations() const { return allocations_; }
 
  private:
   struct Weight {
@@ -99,6 +102,12 @@ class CudaJointHead {
   // Pinned staging for the span table and the logits: the table's upload is then queued behind the
   // backbone instead of waiting for it, so the whole head is enqueued while the backbone runs.
   PinnedBuffer table_pinned_, logits_pinned_;
+  size_t allocations_ = 0;
+  template <typename Buffer>
+  void grow(Buffer& b, size_t bytes) {
+    if (bytes > b.bytes()) ++allocations_;
+    b.resize(bytes);
+  }
 };
 
 }  // namespace clef::engine::cuda

@@ -1,0 +1,137 @@
+// prepare() (issue 11): after it, no admitted request does one-time work (no graph capture, no GEMM
+// choice, no head or workspace allocation), answers stay right, and the tuning cache is written,
+// reused on the next start (every shape from the file), and rebuilt when damaged.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/cpu/backbone.h"
+#include "engine/cuda/cuda_engine.h"
+#include "engine/engine.h"
+#include "engine/golden_models.h"
+#include "engine/prepare/token_buckets.h"
+#include "gpu/gpu_test_util.h"
+
+namespace clef {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kMaxTokens = 700;
+
+std::unique_ptr<engine::Engine> make(const std::string& dtype) {
+  engine::EngineOptions eo;
+  eo.device = "cuda";
+  eo.dtype = dtype;
+  return engine::create_engine(testing::load_golden_model("tiny-r2"), eo);
+}
+
+engine::cuda::CudaEngine& diag(engine::Engine& e) {
+  return dynamic_cast<engine::cuda::CudaEngine&>(e);
+}
+
+bool same(const engine::cuda::ColdWork& a, const engine::cuda::ColdWork& b) {
+  return a.graphs_captured == b.graphs_captured && a.gemm_plans == b.gemm_plans &&
+         a.head_allocations == b.head_allocations && a.workspace_growths == b.workspace_growths;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/clef_prepare_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+engine::PrepareOptions options(const fs::path& cache) {
+  engine::PrepareOptions o;
+  o.max_tokens = kMaxTokens;
+  o.max_questions = 8;
+  o.max_options = 64;
+  o.tuning_cache = cache.string();
+  return o;
+}
+
+class CudaPrepare : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaPrepare, NoOneTimeWorkOnAnyAdmittedRequestAfterPrepare) {
+  CLEF_REQUIRE_GPU();
+  TempDir d;
+  auto eng = make(GetParam());
+  const engine::PrepareReport rep = eng->prepare(options(d.path));
+  EXPECT_EQ(rep.buckets, static_cast<int>(engine::all_buckets(kMaxTokens).size()));
+  EXPECT_EQ(rep.max_bucket, engine::bucket_tokens(kMaxTokens));
+  EXPECT_GT(rep.gemm_shapes, 0);
+  EXPECT_EQ(rep.gemm_shapes_cached, 0);
+  EXPECT_EQ(rep.cache_status.rfind("missing", 0), 0u) << rep.cache_status;
+  EXPECT_TRUE(fs::exists(rep.cache_path)) << rep.cache_path;
+  const auto before = diag(*eng).cold_work();
+  EXPECT_EQ(before.graphs_captured, static_cast<size_t>(rep.buckets));
+
+  auto release = testing::load_golden_model("tiny-r2");
+  auto rng = gputest::fresh_rng();
+  std::vector<int> lengths = {1, 7, 8, 9, 255, 256, 257, kMaxTokens};
+  std::uniform_int_distribution<int> len(1, kMaxTokens);
+  for (int i = 0; i < 12; ++i) lengths.push_back(len(rng));
+  for (int T : lengths) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const auto enc = gputest::random_request(rng, T, release->text.vocab_size, 8, 8);
+    const auto out = eng->forward({&enc});
+    ASSERT_EQ(out.size(), 1u);
+    for (const auto& q : out[0].logits)
+      for (float x : q) ASSERT_TRUE(std::isfinite(x));
+    const auto now = diag(*eng).cold_work();
+    EXPECT_TRUE(same(now, before))
+        << "graphs " << now.graphs_captured << " plans " << now.gemm_plans << " head allocations "
+        << now.head_allocations << " workspace " << now.workspace_growths;
+  }
+  // The prepared graphs compute the backbone right (CPU float32 engine as oracle).
+  for (int T : {5, 300, kMaxTokens}) {
+    std::vector<int32_t> ids(T);
+    std::uniform_int_distribution<int32_t> id(0, release->text.vocab_size - 1);
+    for (auto& x : ids) x = id(rng);
+    const auto e = gputest::compare(diag(*eng).last_hidden_state(ids),
+                                    engine::cpu::run_backbone(*release, ids, 0));
+    EXPECT_EQ(e.non_finite, 0u);
+    EXPECT_LE(e.rel_l2, std::string(GetParam()) == "float32" ? 1e-5 : 0.15) << "T=" << T;
+  }
+  EXPECT_TRUE(same(diag(*eng).cold_work(), before));
+}
+
+TEST_P(CudaPrepare, TuningCacheIsReusedAndRebuiltWhenDamaged) {
+  CLEF_REQUIRE_GPU();
+  TempDir d;
+  const engine::PrepareReport first = make(GetParam())->prepare(options(d.path));
+  ASSERT_TRUE(fs::exists(first.cache_path));
+  const engine::PrepareReport second = make(GetParam())->prepare(options(d.path));
+  EXPECT_EQ(second.cache_status, "hit");
+  EXPECT_EQ(second.gemm_shapes, first.gemm_shapes);
+  EXPECT_EQ(second.gemm_shapes_cached, second.gemm_shapes);
+  // Damaged (one byte changed): not trusted, every shape measured again, the file rewritten.
+  std::string text;
+  {
+    std::ifstream in(first.cache_path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = text.find("\"entries\"");
+  ASSERT_NE(at, std::string::npos);
+  text[text.find_first_of("0123456789abcdef", text.find('"', text.find('[', at) + 1) + 1)] ^= 1;
+  std::ofstream(first.cache_path, std::ios::trunc) << text;
+  const engine::PrepareReport third = make(GetParam())->prepare(options(d.path));
+  EXPECT_EQ(third.cache_status.rfind("corrupt", 0), 0u) << third.cache_status;
+  EXPECT_EQ(third.gemm_shapes_cached, 0);
+  const engine::PrepareReport fourth = make(GetParam())->prepare(options(d.path));
+  EXPECT_EQ(fourth.cache_status, "hit");
+  std::printf("%s: tuning %.2f s cold, %.2f s from the cache; graphs %.2f s; head %.2f s\n",
+              GetParam(), first.tuning_s, second.tuning_s, second.graphs_s, second.head_s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaPrepare, ::testing::Values("bfloat16", "float32"));
+
+}  // namespace
+}  // namespace clef
