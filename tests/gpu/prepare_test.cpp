@@ -9,6 +9,7 @@
 
 #include "engine/cpu/backbone.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/versions.h"
 #include "engine/engine.h"
 #include "engine/golden_models.h"
 #include "engine/prepare/token_buckets.h"
@@ -132,6 +133,28 @@ TEST_P(CudaPrepare, TuningCacheIsReusedAndRebuiltWhenDamaged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaPrepare, ::testing::Values("bfloat16", "float32"));
+
+}  // namespace
+}  // namespace clef
+
+namespace clef {
+namespace {
+
+TEST(CudaVersions, DriverFromProcTextAndEveryVersionKnownOnThisMachine) {
+  EXPECT_EQ(engine::cuda::parse_nvidia_driver_version(
+                "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Sun Oct 12 2025\n"
+                "GCC version:  gcc version 12.3.0\n"),
+            "580.159.04");
+  EXPECT_EQ(engine::cuda::parse_nvidia_driver_version("no such line"), "");
+  EXPECT_EQ(engine::cuda::parse_nvidia_driver_version("Kernel Module  \n"), "");
+  CLEF_REQUIRE_GPU();
+  const auto v = engine::cuda::cuda_versions();
+  for (const char* k : {"driver_version", "cuda_driver_api", "cuda_runtime", "cublaslt"}) {
+    ASSERT_TRUE(v.count(k)) << k;
+    EXPECT_NE(v.at(k), "unknown") << k;
+    std::printf("%s %s\n", k, v.at(k).c_str());
+  }
+}
 
 }  // namespace
 }  // namespace clef

@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cctype>
 #include <fstream>
@@ -11,6 +12,27 @@ namespace clef::engine::cuda {
 namespace {
 std::string major_minor(int v) {  // CUDA's 1000 * major + 10 * minor
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+// The driver's own library (libnvidia-ml, installed with every NVIDIA driver, also in containers
+// that lack /proc/driver/nvidia), opened at run time so the build needs neither it nor its header.
+// The three entry points are NVML's stable C ABI (0 = NVML_SUCCESS).
+std::string nvml_driver_version() {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return {};
+  using Init = int (*)();
+  using Version = int (*)(char*, unsigned);
+  auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
+  auto version = reinterpret_cast<Version>(dlsym(lib, "nvmlSystemGetDriverVersion"));
+  auto shutdown = reinterpret_cast<Init>(dlsym(lib, "nvmlShutdown"));
+  std::string out;
+  if (init && version && shutdown && init() == 0) {
+    char buf[96] = {};
+    if (version(buf, sizeof buf) == 0) out = buf;
+    shutdown();
+  }
+  dlclose(lib);
+  return out;
 }
 }  // namespace
 
@@ -35,6 +57,7 @@ std::map<std::string, std::string> cuda_versions() {
     ss << in.rdbuf();
     driver = parse_nvidia_driver_version(ss.str());
   }
+  if (driver.empty()) driver = nvml_driver_version();
   v["driver_version"] = driver.empty() ? "unknown" : driver;
   int d = 0, r = 0;
   v["cuda_driver_api"] = cudaDriverGetVersion(&d) == cudaSuccess ? major_minor(d) : "unknown";
