@@ -32,6 +32,10 @@ constexpr const char* kDocument = R"json({
             "description": "The answers, in request question order.",
             "headers": {
               "X-Request-Id": {"$ref": "#/components/headers/RequestId"},
+              "Server-Timing": {
+                "description": "W3C Server-Timing, ms: read (body received), encode, queue, forward (the batch's engine pass), answer, total (headers parsed to response written). Also on refusals, with the phases reached.",
+                "schema": {"type": "string"}
+              },
               "X-Clef-State-Truncated": {
                 "description": "State tokens cut (only with truncation \"allow\" when the state did not fit).",
                 "schema": {"type": "integer", "minimum": 1}
@@ -250,7 +254,21 @@ constexpr const char* kDocument = R"json({
           "weights_sha256_verified": {"type": "boolean"},
           "max_length": {"type": "integer"},
           "version": {"type": "string"},
-          "demo": {"type": "boolean", "description": "true: the built-in demo model (random weights)."}
+          "demo": {"type": "boolean", "description": "true: the built-in demo model (random weights)."},
+          "gpu": {
+            "type": "object",
+            "description": "CUDA backend only: the software stack.",
+            "properties": {
+              "name": {"type": "string"}, "driver_version": {"type": "string"},
+              "cuda_driver_api": {"type": "string"}, "cuda_runtime": {"type": "string"},
+              "cublaslt": {"type": "string"}
+            }
+          },
+          "startup": {
+            "type": "object",
+            "description": "Seconds spent before serving: load_s, warm_up_s; with a CUDA engine also prepare_s, gemm_tuning_s, graphs_s, head_s, buckets, max_bucket_tokens, gemm_shapes, gemm_shapes_from_cache, tuning_cache (missing | hit | partial | stale | corrupt | off, with the reason), tuning_cache_path.",
+            "properties": {"load_s": {"type": "number"}, "warm_up_s": {"type": "number"}}
+          }
         }
       },
       "Model": {

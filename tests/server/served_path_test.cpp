@@ -80,6 +80,18 @@ TEST(ServedPath, ServerTimingNamesEveryPhase) {
   EXPECT_LT(timing_ms(bad.header("server-timing"), "forward"), 0.0);
 }
 
+// /health reports the start-up; the CPU engine prepares nothing and has no GPU stack to report.
+TEST(ServedPath, HealthReportsStartup) {
+  ServerProcess& srv = *demo().srv;
+  ASSERT_TRUE(srv.started()) << srv.log();
+  const auto h = http(srv.port(), "GET", "/health").json();
+  ASSERT_TRUE(h.contains("startup")) << h.dump();
+  EXPECT_GT(h["startup"]["load_s"].get<double>(), 0.0);
+  EXPECT_GT(h["startup"]["warm_up_s"].get<double>(), 0.0);
+  EXPECT_FALSE(h["startup"].contains("prepare_s")) << h.dump();
+  EXPECT_FALSE(h.contains("gpu")) << h.dump();
+}
+
 TEST(ServedPath, KeepAliveRoundTripCostsOnlyTheHandlerTime) {
   ServerProcess& srv = *demo().srv;
   ASSERT_TRUE(srv.started()) << srv.log();
