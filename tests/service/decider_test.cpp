@@ -5,53 +5,48 @@
 #include "engine/engine.h"
 #include "engine/golden_models.h"
 #include "service/decider.h"
+#include "support/rounded_response.h"
 
 namespace clef {
 namespace {
 
-service::Decider make_decider(const std::string& model, int32_t max_length,
-                              encoding::Truncation tr) {
+service::Decider make_decider(const std::string& model, int32_t max_length, encoding::Truncation tr,
+                              int threads = 0) {
   auto release = testing::load_golden_model(model);
-  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, {});
+  engine::EngineOptions eo;
+  eo.threads = threads;  // 0: all cores
+  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, eo);
   service::DeciderOptions opts;
   opts.encode.max_length = max_length;
   opts.encode.truncation = tr;
   return service::Decider(release, eng, opts);
 }
 
-json::Value without_truncation_note(json::Value response) {
-  for (auto& [key, value] : response.members()) {
-    if (key != "usage") continue;
-    auto& m = value.members();
-    for (auto it = m.begin(); it != m.end(); ++it) {
-      if (it->first == "truncated_state_tokens") {
-        m.erase(it);
-        break;
-      }
-    }
-  }
-  return response;
-}
-
-void check_model(const std::string& model) {
+void check_model(const std::string& model, int threads = 0) {
   const auto records = testing::load_golden(model);
   ASSERT_FALSE(records.empty());
   int truncated = 0;
   for (const auto& r : records) {
     SCOPED_TRACE(model + " line " + std::to_string(r.line));
-    auto decider = make_decider(model, r.max_length, encoding::Truncation::Allow);
-    const json::Value response = decider.decide(r.request);
+    auto decider = make_decider(model, r.max_length, encoding::Truncation::Allow, threads);
+    // raw=true: the comparator needs our unrounded probabilities to judge a boundary case.
+    const json::Value response = decider.decide(r.request, /*raw=*/true);
     const json::Value* usage = response.find("usage");
     ASSERT_NE(usage, nullptr);
     if (const json::Value* cut = usage->find("truncated_state_tokens")) {
       ++truncated;
       EXPECT_GT(*cut->as_int64(), 0);
       // The same request with truncation "error" must be refused instead.
-      auto strict = make_decider(model, r.max_length, encoding::Truncation::Error);
+      auto strict = make_decider(model, r.max_length, encoding::Truncation::Error, threads);
       EXPECT_THROW(strict.decide(r.request), encoding::RequestError);
     }
-    // Exact equality of the rounded response (numbers printed as Python prints them).
-    EXPECT_EQ(json::dumps(without_truncation_note(response)), json::dumps(r.response));
+    // The rounded response as the reference printed it, except a value on a rounding boundary
+    // (fixtures/README.md, "What matches means"); |dp| <= 1e-4 is CpuEngineGolden's check.
+    std::vector<std::string> accepted;
+    const auto mismatches = testsupport::rounded_response_mismatches(response, r, &accepted);
+    EXPECT_TRUE(mismatches.empty()) << testsupport::mismatch_lines(mismatches);
+    for (const auto& a : accepted)
+      std::printf("%s line %d, %d threads: %s\n", model.c_str(), r.line, threads, a.c_str());
   }
   // Every fixture with a max_length had its state cut by the reference.
   int with_limit = 0;
@@ -64,6 +59,16 @@ TEST(DeciderGolden, TinyR2ResponsesMatchReference) {
 }
 TEST(DeciderGolden, TinyR3ResponsesMatchReference) {
   check_model("tiny-r3");
+}
+// The order of the engine's float32 sums follows the thread count (OpenBLAS splits its GEMMs by
+// it), and other machines run with other counts: pass at a few of them too. On a 2-core machine
+// with OpenBLAS's Prescott kernels, 3 threads moved tiny-r2 line 5's score across 2.77345.
+TEST(DeciderGolden, ResponsesMatchReferenceAtOtherThreadCounts) {
+  for (int threads : {1, 3, 8}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    check_model("tiny-r2", threads);
+    check_model("tiny-r3", threads);
+  }
 }
 
 TEST(Decider, RawAddsUnroundedProbabilities) {
