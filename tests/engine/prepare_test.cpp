@@ -16,6 +16,7 @@
 #include "engine/prepare/tuning_cache.h"
 #include "json/value.h"
 #include "model/pinning.h"
+#include "support/scratch_dir.h"
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -82,18 +83,6 @@ TEST(TokenBuckets, MeanPaddingOverPublic231ShapeIsAtMostThreePercent) {
   EXPECT_LE(mean, 0.03);
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/clef_tuning_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 TuningKey key() {
   return {{"device", "NVIDIA H200"}, {"driver_version", "580.159.04"}, {"cublaslt", "13.1.0"}};
 }
@@ -120,8 +109,8 @@ void write(const fs::path& p, const std::string& s) {
 }
 
 TEST(TuningCache, RoundTripsEveryEntryUnderTheSameKey) {
-  TempDir d;
-  const fs::path p = d.path / "sub" / "gemm.json";  // the folder is created
+  testing::ScratchDir d;
+  const fs::path p = d.path() / "sub" / "gemm.json";  // the folder is created
   EXPECT_EQ(load_tuning_cache(p, key()).status, TuningCacheStatus::Missing);
   const auto e = entries(300);
   save_tuning_cache(p, key(), e);
@@ -135,8 +124,8 @@ TEST(TuningCache, RoundTripsEveryEntryUnderTheSameKey) {
 }
 
 TEST(TuningCache, AnotherDriverOrLibraryMakesItStaleNamingTheField) {
-  TempDir d;
-  const fs::path p = d.path / "gemm.json";
+  testing::ScratchDir d;
+  const fs::path p = d.path() / "gemm.json";
   save_tuning_cache(p, key(), entries(3));
   TuningKey k = key();
   k["driver_version"] = "590.1";
@@ -153,8 +142,8 @@ TEST(TuningCache, AnotherDriverOrLibraryMakesItStaleNamingTheField) {
 }
 
 TEST(TuningCache, AnyDamageIsCorruptNeverTrusted) {
-  TempDir d;
-  const fs::path p = d.path / "gemm.json";
+  testing::ScratchDir d;
+  const fs::path p = d.path() / "gemm.json";
   save_tuning_cache(p, key(), entries(8));
   const std::string good = read(p);
   // One flipped hex digit in an algorithm (the checksum no longer matches).
@@ -189,9 +178,9 @@ TEST(TuningCache, AnyDamageIsCorruptNeverTrusted) {
 
 TEST(TuningCache, UnwritableFolderThrows) {
   // A path under a regular file fails for every user, root included.
-  TempDir d;
-  write(d.path / "file", "x");
-  EXPECT_THROW(save_tuning_cache((d.path / "file" / "gemm.json").string(), key(), entries(1)),
+  testing::ScratchDir d;
+  write(d.path() / "file", "x");
+  EXPECT_THROW(save_tuning_cache((d.path() / "file" / "gemm.json").string(), key(), entries(1)),
                std::runtime_error);
 }
 

@@ -14,6 +14,7 @@
 #include "engine/golden_models.h"
 #include "engine/prepare/token_buckets.h"
 #include "gpu/gpu_test_util.h"
+#include "support/scratch_dir.h"
 
 namespace clef {
 namespace {
@@ -37,18 +38,6 @@ bool same(const engine::cuda::ColdWork& a, const engine::cuda::ColdWork& b) {
          a.head_allocations == b.head_allocations && a.workspace_growths == b.workspace_growths;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/clef_prepare_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 engine::PrepareOptions options(const fs::path& cache) {
   engine::PrepareOptions o;
   o.max_tokens = kMaxTokens;
@@ -62,9 +51,9 @@ class CudaPrepare : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CudaPrepare, NoOneTimeWorkOnAnyAdmittedRequestAfterPrepare) {
   CLEF_REQUIRE_GPU();
-  TempDir d;
+  testing::ScratchDir d;
   auto eng = make(GetParam());
-  const engine::PrepareReport rep = eng->prepare(options(d.path));
+  const engine::PrepareReport rep = eng->prepare(options(d.path()));
   EXPECT_EQ(rep.buckets, static_cast<int>(engine::all_buckets(kMaxTokens).size()));
   EXPECT_EQ(rep.max_bucket, engine::bucket_tokens(kMaxTokens));
   EXPECT_GT(rep.gemm_shapes, 0);
@@ -106,10 +95,10 @@ TEST_P(CudaPrepare, NoOneTimeWorkOnAnyAdmittedRequestAfterPrepare) {
 
 TEST_P(CudaPrepare, TuningCacheIsReusedAndRebuiltWhenDamaged) {
   CLEF_REQUIRE_GPU();
-  TempDir d;
-  const engine::PrepareReport first = make(GetParam())->prepare(options(d.path));
+  testing::ScratchDir d;
+  const engine::PrepareReport first = make(GetParam())->prepare(options(d.path()));
   ASSERT_TRUE(fs::exists(first.cache_path));
-  const engine::PrepareReport second = make(GetParam())->prepare(options(d.path));
+  const engine::PrepareReport second = make(GetParam())->prepare(options(d.path()));
   EXPECT_EQ(second.cache_status, "hit");
   EXPECT_EQ(second.gemm_shapes, first.gemm_shapes);
   EXPECT_EQ(second.gemm_shapes_cached, second.gemm_shapes);
@@ -123,10 +112,10 @@ TEST_P(CudaPrepare, TuningCacheIsReusedAndRebuiltWhenDamaged) {
   ASSERT_NE(at, std::string::npos);
   text[text.find_first_of("0123456789abcdef", text.find('"', text.find('[', at) + 1) + 1)] ^= 1;
   std::ofstream(first.cache_path, std::ios::trunc) << text;
-  const engine::PrepareReport third = make(GetParam())->prepare(options(d.path));
+  const engine::PrepareReport third = make(GetParam())->prepare(options(d.path()));
   EXPECT_EQ(third.cache_status.rfind("corrupt", 0), 0u) << third.cache_status;
   EXPECT_EQ(third.gemm_shapes_cached, 0);
-  const engine::PrepareReport fourth = make(GetParam())->prepare(options(d.path));
+  const engine::PrepareReport fourth = make(GetParam())->prepare(options(d.path()));
   EXPECT_EQ(fourth.cache_status, "hit");
   std::printf("%s: tuning %.2f s cold, %.2f s from the cache; graphs %.2f s; head %.2f s\n",
               GetParam(), first.tuning_s, second.tuning_s, second.graphs_s, second.head_s);

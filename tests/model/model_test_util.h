@@ -14,6 +14,7 @@
 
 #include "model/release.h"
 #include "model/safetensors.h"
+#include "support/scratch_dir.h"
 
 namespace clef::model::testing {
 
@@ -23,27 +24,7 @@ inline std::string golden(const std::string& rel) {
   return std::string(CLEF_SOURCE_DIR) + "/tests/golden/" + rel;
 }
 
-// A fresh temporary folder, removed with its contents at the end of the test.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (fs::temp_directory_path() / "clef_model_test_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const fs::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-  std::string operator/(const std::string& f) const { return (path_ / f).string(); }
-
- private:
-  fs::path path_;
-};
+using clef::testing::ScratchDir;
 
 // Copies tests/golden/models/<name> into a new subfolder of `scratch` and returns its path.
 inline std::string copy_release(const ScratchDir& scratch, const std::string& name) {
