@@ -16,6 +16,7 @@
 #include <ctime>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -409,7 +410,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         std::min<size_t>(core_.opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
     // No body limit while the header is read: a Content-Length over the limit is refused by us,
     // after the key check (401 before 413). The real limit is set once the header is accepted.
-    parser_->body_limit(boost::none);
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     ctx_ = RequestContext{};
     body_read_ = false;
     if (core_.draining && buf_.size() == 0) return close();
