@@ -306,9 +306,10 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "Open connections; beyond -> 503 with Connection: close")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
-  cmd->add_option("--cors-origin", args->cors_origins,
-                  "Allowed browser Origin (repeatable; '*' = any): answers CORS preflights and adds "
-                  "Access-Control-Allow-Origin (default: CORS off)");
+  cmd->add_option(
+      "--cors-origin", args->cors_origins,
+      "Allowed browser Origin (repeatable; '*' = any): answers CORS preflights and adds "
+      "Access-Control-Allow-Origin (default: CORS off)");
   cmd->add_option("--log-format", args->log_format, "text | json")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));

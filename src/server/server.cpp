@@ -565,8 +565,8 @@ void Connection::on_header() {
     return reply(detail_reply(501, "Method not implemented: " + ctx_.method));
   if (route == Route::Unknown) return reply(detail_reply(404, "Not Found"));
   if (req.method() == http::verb::options) {
-    const bool preflight = !ctx_.origin.empty() &&
-                           req.find(http::field::access_control_request_method) != req.end();
+    const bool preflight =
+        !ctx_.origin.empty() && req.find(http::field::access_control_request_method) != req.end();
     const std::string allow = std::string(route_allow(route)) + ", OPTIONS";
     if (!preflight) {
       Reply r;
@@ -611,8 +611,8 @@ void Connection::on_header() {
   if (has_body_ && req.find(http::field::content_encoding) != req.end()) {
     const std::string enc = trim_lower(req[http::field::content_encoding]);
     if (enc != "identity")
-      return reply(detail_reply(415, "Content-Encoding '" + enc +
-                                         "' is not supported; send the body uncompressed"));
+      return reply(detail_reply(
+          415, "Content-Encoding '" + enc + "' is not supported; send the body uncompressed"));
   }
   if (post && (req.find(http::field::content_type) == req.end() ||
                !is_json_content_type(std::string(req[http::field::content_type]))))
@@ -653,8 +653,14 @@ void Connection::on_body() {
   }
   const auto handler_start = Clock::now();
   ctx_.read_ms = ms_between(ctx_.start, handler_start);
-  auto job = std::make_shared<SystemOneJob>(SystemOneJob{
-      shared_from_this(), parser_->release().body(), ctx_, {}, {}, {}, {}, net::make_work_guard(core_.ioc)});
+  auto job = std::make_shared<SystemOneJob>(SystemOneJob{shared_from_this(),
+                                                         parser_->release().body(),
+                                                         ctx_,
+                                                         {},
+                                                         {},
+                                                         {},
+                                                         {},
+                                                         net::make_work_guard(core_.ioc)});
   Core& core = core_;
   core_.pool.post([&core, job] {
     try {
@@ -676,8 +682,8 @@ void Connection::reply(Reply r) {
     if (ctx_.start == Clock::time_point{}) ctx_.start = Clock::now();
   }
   disarm();
-  const bool close_after = r.close || refused_ || !ctx_.keep_alive || core_.draining ||
-                           (has_body_ && !body_read_);
+  const bool close_after =
+      r.close || refused_ || !ctx_.keep_alive || core_.draining || (has_body_ && !body_read_);
   res_.emplace(static_cast<http::status>(r.status), 11);
   if (!r.content_type.empty()) res_->set(http::field::content_type, r.content_type);
   res_->set("X-Request-Id", ctx_.id);
@@ -702,8 +708,7 @@ void Connection::reply(Reply r) {
   // /metrics sees it. Also the last moment before the write: Server-Timing's total ends here.
   const double secs =
       refused_ ? 0.0 : std::chrono::duration<double>(Clock::now() - ctx_.start).count();
-  if (ctx_.route == Route::SystemOne)
-    res_->set("Server-Timing", server_timing(ctx_, secs * 1e3));
+  if (ctx_.route == Route::SystemOne) res_->set("Server-Timing", server_timing(ctx_, secs * 1e3));
   if (!refused_) core_.metrics.observe_request(route_label(ctx_.route), r.status, secs);
   phase_ = Phase::Writing;
   arm(core_.opts.body_timeout_s);
@@ -760,9 +765,8 @@ void Connection::linger() {
 }
 
 void Core::accept() {
-  acceptor.async_accept([this](beast::error_code ec, tcp::socket sock) {
-    on_accept(ec, std::move(sock));
-  });
+  acceptor.async_accept(
+      [this](beast::error_code ec, tcp::socket sock) { on_accept(ec, std::move(sock)); });
 }
 
 void Core::on_accept(beast::error_code ec, tcp::socket sock) {
@@ -904,8 +908,7 @@ void handle_systemone(Core& core, const std::shared_ptr<SystemOneJob>& job) {
   const auto& names = core.opts.served_model_names;
   if (!names.empty() &&
       std::find(names.begin(), names.end(), prepared.request.model) == names.end()) {
-    return done(
-        detail_reply(404, "The model '" + prepared.request.model + "' is not served here"));
+    return done(detail_reply(404, "The model '" + prepared.request.model + "' is not served here"));
   }
   try {
     prepared.encoded = encoding::encode_request(prepared.request,

@@ -209,8 +209,7 @@ TEST(HttpLimits, KeyIsCheckedBeforeAnyBodyByteAnd401ComesBefore413) {
     Raw c(srv.port());
     ASSERT_TRUE(c.ok());
     auto t0 = Clock::now();
-    ASSERT_TRUE(
-        c.send_raw(post_head(huge + (with_key ? "Authorization: Bearer s3cret\r\n" : ""))));
+    ASSERT_TRUE(c.send_raw(post_head(huge + (with_key ? "Authorization: Bearer s3cret\r\n" : ""))));
     HttpResponse r = c.next(10);
     expect_detail(r, with_key ? 413 : 401);
     EXPECT_LT(since(t0), 5.0);
@@ -219,7 +218,8 @@ TEST(HttpLimits, KeyIsCheckedBeforeAnyBodyByteAnd401ComesBefore413) {
   }
 }
 
-// ---- HTTP/1.1 framing -----------------------------------------------------------------------------
+// ---- HTTP/1.1 framing
+// -----------------------------------------------------------------------------
 
 TEST(HttpFraming, RangeIsIgnoredOnPost) {
   int port = shared_port();
@@ -263,12 +263,12 @@ TEST(HttpFraming, ThreePipelinedRequestsAreAnsweredInOrder) {
   Raw c(port);
   ASSERT_TRUE(c.ok());
   const std::string body = kSmall;
-  ASSERT_TRUE(c.send_raw(
-      "GET /health HTTP/1.1\r\nHost: x\r\nX-Request-Id: pipe-1\r\n\r\n"
-      "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nX-Request-Id: pipe-2\r\n"
-      "Content-Type: application/json\r\nContent-Length: " +
-      std::to_string(body.size()) + "\r\n\r\n" + body +
-      "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Request-Id: pipe-3\r\n\r\n"));
+  ASSERT_TRUE(
+      c.send_raw("GET /health HTTP/1.1\r\nHost: x\r\nX-Request-Id: pipe-1\r\n\r\n"
+                 "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nX-Request-Id: pipe-2\r\n"
+                 "Content-Type: application/json\r\nContent-Length: " +
+                 std::to_string(body.size()) + "\r\n\r\n" + body +
+                 "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Request-Id: pipe-3\r\n\r\n"));
   HttpResponse a = c.next(30), b = c.next(30), m = c.next(30);
   EXPECT_EQ(a.status, 200);
   EXPECT_EQ(a.header("x-request-id"), "pipe-1");
@@ -281,7 +281,8 @@ TEST(HttpFraming, ThreePipelinedRequestsAreAnsweredInOrder) {
   EXPECT_EQ(m.json()["object"], "list");
 }
 
-// ---- deadlines and methods ------------------------------------------------------------------------
+// ---- deadlines and methods
+// ------------------------------------------------------------------------
 
 TEST(HttpDeadlines, HeaderNotCompleteWithinTheDeadlineIs408ThenClose) {
   ServerProcess srv({"--model", golden_model("tiny-r2"), "--header-timeout", "1"});
@@ -312,14 +313,14 @@ TEST(HttpMethods, UnknownMethodIs501AndKnownRouteWithAnotherMethodIs405) {
 }
 
 TEST(HttpMethods, MultipartBodyIs415) {
-  HttpResponse r =
-      http(shared_port(), "POST", "/v1/systemone",
-           "--x\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--x--\r\n",
-           {{"Content-Type", "multipart/form-data; boundary=x"}});
+  HttpResponse r = http(shared_port(), "POST", "/v1/systemone",
+                        "--x\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--x--\r\n",
+                        {{"Content-Type", "multipart/form-data; boundary=x"}});
   expect_detail(r, 415);
 }
 
-// ---- many slow or idle clients ---------------------------------------------------------------------
+// ---- many slow or idle clients
+// ---------------------------------------------------------------------
 
 // 200 connections send a header byte by byte, slowly, never finishing it (well within the 10 s
 // header deadline). The old server had a fixed pool of connection threads they all occupied; here
@@ -390,7 +391,8 @@ TEST(HttpSlowClients, ConnectionsBeyondTheCapAreRefusedClearly) {
   EXPECT_EQ(status, 200);
 }
 
-// ---- CORS -------------------------------------------------------------------------------------------
+// ---- CORS
+// -------------------------------------------------------------------------------------------
 
 TEST(HttpCors, PreflightAllowedOnlyForConfiguredOrigins) {
   ServerProcess srv({"--model", golden_model("tiny-r2"), "--cors-origin", "https://app.example"});
@@ -430,7 +432,8 @@ TEST(HttpCors, PreflightAllowedOnlyForConfiguredOrigins) {
   EXPECT_EQ(off.header("access-control-allow-origin"), "");
 }
 
-// ---- drain ------------------------------------------------------------------------------------------
+// ---- drain
+// ------------------------------------------------------------------------------------------
 
 std::string slow_request(int words) {
   std::string state;
