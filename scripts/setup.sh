@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}" CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
 
 PKGS=(build-essential cmake pkg-config git ccache
-      nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libutf8proc-dev libcli11-dev
+      nlohmann-json3-dev libcpp-httplib-dev libboost-dev libpcre2-dev libutf8proc-dev libcli11-dev
       libopenblas-dev libssl-dev zlib1g-dev libbrotli-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev)
 missing=()

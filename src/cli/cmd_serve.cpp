@@ -52,6 +52,11 @@ struct ServeArgs {
   double shutdown_timeout = 30.0;
   std::string log_format = "text";
   std::string tuning_cache;  // "" = the default folder; "off" = none
+  size_t max_body_bytes = 8u << 20;
+  size_t max_header_bytes = 16u << 10;
+  double header_timeout = 10, body_timeout = 30, keep_alive_timeout = 60;
+  size_t max_connections = 1024;
+  std::vector<std::string> cors_origins;
 };
 
 // --tuning-cache default: $CLEF_CACHE_DIR, else $XDG_CACHE_HOME/clefserve, else ~/.cache/clefserve.
@@ -96,8 +101,8 @@ int run_serve(const ServeArgs& a) {
       drained_cleanly = false;
       log.warn("shutdown_timeout", {{"abandoned_requests", srv->in_flight()}});
     }
-    // Connection threads end after their current request (idle keep-alive ones within seconds);
-    // repeat stop() in case the signal came before the accept loop started.
+    // Connections end after their current answer (idle keep-alive ones at once, half-sent requests
+    // at their deadline); repeat the call in case the signal came before the event loop started.
     while (!run_returned && Clock::now() < deadline) {
       srv->begin_shutdown();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -186,6 +191,13 @@ int run_serve(const ServeArgs& a) {
     so.max_batch_tokens =
         a.max_batch_tokens ? a.max_batch_tokens : static_cast<size_t>(a.max_length);
     so.api_key = a.api_key;
+    so.max_body_bytes = a.max_body_bytes;
+    so.max_header_bytes = a.max_header_bytes;
+    so.header_timeout_s = a.header_timeout;
+    so.body_timeout_s = a.body_timeout;
+    so.idle_timeout_s = a.keep_alive_timeout;
+    so.max_connections = a.max_connections;
+    so.cors_origins = a.cors_origins;
     so.model_name = demo ? server::kDemoModelName : release->name;
     so.served_model_names = a.served_model_names;
     so.demo = demo;
@@ -270,6 +282,34 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "Folder for measured GEMM choices (cuda), reused when device, driver and "
                   "libraries match; 'off' = none (default: $CLEF_CACHE_DIR, "
                   "$XDG_CACHE_HOME/clefserve or ~/.cache/clefserve)");
+  cmd->add_option("--max-body-bytes", args->max_body_bytes,
+                  "Largest request body, counted as it arrives (chunked too); beyond -> 413")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 32));
+  cmd->add_option("--max-header-bytes", args->max_header_bytes,
+                  "Largest request line + header fields; beyond -> 431")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 20));
+  cmd->add_option("--header-timeout", args->header_timeout,
+                  "Seconds from a request's first byte to its complete header; else 408 and close")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  cmd->add_option("--body-timeout", args->body_timeout,
+                  "Seconds from the header to the complete body (else 408), and to write an answer")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  cmd->add_option("--keep-alive-timeout", args->keep_alive_timeout,
+                  "Seconds an idle keep-alive connection stays open")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 86400.0));
+  cmd->add_option("--max-connections", args->max_connections,
+                  "Open connections; beyond -> 503 with Connection: close")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd->add_option(
+      "--cors-origin", args->cors_origins,
+      "Allowed browser Origin (repeatable; '*' = any): answers CORS preflights and adds "
+      "Access-Control-Allow-Origin (default: CORS off)");
   cmd->add_option("--log-format", args->log_format, "text | json")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));

@@ -22,11 +22,21 @@ std::optional<std::future<QueueResult>> InferenceQueue::submit(
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || jobs_.size() >= opts_.max_queue) return std::nullopt;
-    jobs_.push_back(Job{&enc, std::chrono::steady_clock::now(), {}});
+    jobs_.push_back(Job{&enc, std::chrono::steady_clock::now(), {}, {}});
     fut = jobs_.back().result.get_future();
   }
   cv_.notify_one();
   return fut;
+}
+
+bool InferenceQueue::submit(const encoding::EncodedRequest& enc, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || jobs_.size() >= opts_.max_queue) return false;
+    jobs_.push_back(Job{&enc, std::chrono::steady_clock::now(), {}, std::move(done)});
+  }
+  cv_.notify_one();
+  return true;
 }
 
 size_t InferenceQueue::depth() const {
@@ -82,7 +92,11 @@ void InferenceQueue::run() {
     // Every request of a failed batch gets the error (HTTP 500, logged with its request id).
     for (size_t i = 0; i < batch.size(); ++i) {
       if (err) {
-        batch[i].result.set_exception(err);
+        if (batch[i].done) {
+          batch[i].done(nullptr, err);
+        } else {
+          batch[i].result.set_exception(err);
+        }
         continue;
       }
       QueueResult r;
@@ -90,7 +104,11 @@ void InferenceQueue::run() {
       r.queue_s = std::chrono::duration<double>(t0 - batch[i].submitted).count();
       r.forward_s = secs;
       r.batch_size = batch.size();
-      batch[i].result.set_value(std::move(r));
+      if (batch[i].done) {
+        batch[i].done(&r, nullptr);
+      } else {
+        batch[i].result.set_value(std::move(r));
+      }
     }
   }
 }

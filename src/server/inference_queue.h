@@ -8,6 +8,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -42,6 +44,11 @@ class InferenceQueue {
 
   // `enc` must outlive the returned future's completion. nullopt: the queue is full.
   std::optional<std::future<QueueResult>> submit(const encoding::EncodedRequest& enc);
+  // The same, without a thread waiting: `done` runs on the engine worker thread with the result
+  // (error null) or the engine's error (result null); keep it short (hand the work on). `enc` must
+  // outlive that call. False: the queue is full (`done` is never called).
+  using Done = std::function<void(QueueResult* result, std::exception_ptr error)>;
+  bool submit(const encoding::EncodedRequest& enc, Done done);
   size_t depth() const;
   size_t capacity() const { return opts_.max_queue; }
   // Stops taking new work, runs what is queued, joins the worker. Idempotent.
@@ -52,6 +59,7 @@ class InferenceQueue {
     const encoding::EncodedRequest* enc;
     std::chrono::steady_clock::time_point submitted;
     std::promise<QueueResult> result;
+    Done done;  // set: called instead of fulfilling `result`
   };
   void run();
 

@@ -1,7 +1,9 @@
 // The HTTP front-end (spec/protocol.md): POST /v1/systemone, GET /health, /v1/models, /metrics,
-// /openapi.json over cpp-httplib. HTTP threads read and validate bodies, then hand encoded requests
-// to the InferenceQueue's single engine worker; answers are formatted by service::Decider::finish,
-// the same code `clefserve decide` uses.
+// /openapi.json over an event-driven Boost.Beast (Asio) HTTP/1.1 server. One event-loop thread owns
+// every connection (reads, deadlines, limits, writes), so an idle or slow client costs only memory;
+// a small worker pool parses, validates and encodes bodies and hands encoded requests to the
+// InferenceQueue's single engine worker; answers are formatted by service::Decider::finish, the
+// same code `clefserve decide` uses.
 #pragma once
 
 #include <chrono>
@@ -21,11 +23,16 @@ struct ServerOptions {
   int port = 8000;  // 0 = any free port (bind() returns it)
   size_t max_queue = 64;
   size_t max_batch_tokens = 16384;
-  size_t max_body_bytes = 8u << 20;
-  int read_timeout_s = 10;  // a body must arrive within this (per read) or the connection drops
-  int http_threads = 128;   // connection threads: stalled clients each hold one, so keep it large
-  std::string api_key;      // non-empty: Authorization: Bearer KEY on everything but /health
-  std::string model_name;   // reported in /health; listed by /v1/models when no served names
+  size_t max_body_bytes = 8u << 20;     // counted as it arrives, chunked included -> 413
+  size_t max_header_bytes = 16u << 10;  // request line + header fields -> 431
+  double header_timeout_s = 10;         // first byte of a request -> its header complete, else 408
+  double body_timeout_s = 30;           // header complete -> body complete (else 408); also writes
+  double idle_timeout_s = 60;           // keep-alive: an idle connection is closed after this
+  size_t max_connections = 1024;        // open connections; beyond -> 503 + Connection: close
+  int worker_threads = 0;               // parse/validate/encode/answer pool (0 = 2..8 by cores)
+  std::vector<std::string> cors_origins;  // allowed Origin values ("*" = any); empty = CORS off
+  std::string api_key;     // non-empty: Authorization: Bearer KEY on everything but /health
+  std::string model_name;  // reported in /health; listed by /v1/models when no served names
   std::vector<std::string> served_model_names;  // non-empty: only these `model` values accepted
   bool demo = false;    // the built-in random-weights demo model (reported in /health)
   std::string version;  // clefserve version for /health and /openapi.json
