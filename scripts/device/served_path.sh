@@ -32,6 +32,7 @@ serve() {
   local name=$1
   local t0=$(date +%s.%N)
   clefserve serve --model $M --device cuda --port $PORT --tuning-cache "$2" --log-format json \
+    --revision make-model-flash-seed0 \
     > "$L/serve_$name.log" 2>&1 &
   SP=$!
   for i in $(seq 1 600); do
