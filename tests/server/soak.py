@@ -43,6 +43,7 @@ MAX_BODY = 1 << 20  # --max-body-bytes for the soak (1 MiB: a chunked overrun co
 RSS_LIMIT_KB = 1 << 20  # 1 GiB
 SLOWLORIS_CONNECTIONS = 200
 FLOOR_MS = 50.0
+THINK_S = 0.01  # the normal client's pause between requests (unloaded and loaded alike)
 
 VALID = json.dumps({
     "model": "clef-demo",
@@ -371,7 +372,7 @@ class Abuse:
         while not self.stop.is_set():
             i += 1
             garbage = rng.randbytes(rng.randrange(1, 600))
-            middle = good if i % 5 == 0 else invalid  # a valid one (engine work) 1 in 5
+            middle = good if i % 10 == 0 else invalid  # a valid one (engine work) 1 in 10
             try:
                 s = _connect(self.port)
                 _send_all(s, health + middle + health + b"\r\n" + garbage + b"\r\n\r\n")
@@ -416,7 +417,12 @@ def main():
         client = NormalClient(port)
         for _ in range(10):  # warm the connection and the engine
             client.one()
-        unloaded = [ms for ms in (client.one() for _ in range(100)) if ms is not None]
+        unloaded = []
+        for _ in range(100):
+            ms = client.one()
+            if ms is not None:
+                unloaded.append(ms)
+            time.sleep(THINK_S)
         unloaded_failures = list(client.failures)
         client.failures.clear()
 
@@ -442,6 +448,7 @@ def main():
             ms = client.one()
             if ms is not None:
                 loaded.append(ms)
+            time.sleep(THINK_S)
         stop.set()
         counts = parent_end.recv() if parent_end.poll(30) else {}
         abuser.join(10)
