@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): unit + golden + HTTP tests on the release build,
-# the same tests under ASan+UBSan, then time-boxed libFuzzer runs. GPU tests (label gpu) run on the device only.
+# a 60 s mixed-abuse soak of the server (tests/server/soak.py, SOAK_SECONDS), the same tests under
+# ASan+UBSan, then time-boxed libFuzzer runs. GPU tests (label gpu) run on the device only.
 # CLEF_TEST_QUICK=1 runs only the release-build tests (for development).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,9 @@ fi
 cmake --build build -j "$JOBS"
 (cd build && ctest -LE gpu --output-on-failure -j "$JOBS")
 [ "${CLEF_TEST_QUICK:-0}" = 1 ] && exit 0
+
+echo "== soak: ${SOAK_SECONDS:-60}s of mixed HTTP abuse (slowloris, oversized and malformed requests, hang-ups, pipelined garbage) vs one normal client: 0 failures, p99 bound, RSS < 1 GiB ==" >&2
+python3 tests/server/soak.py build/clefserve
 
 echo "== sanitizer build (ASan+UBSan) ==" >&2
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLEF_CUDA=OFF -DCLEF_SANITIZE=ON \
