@@ -121,6 +121,7 @@ void Connection::on_body() {
   }
   const auto handler_start = Clock::now();
   ctx_.read_ms = ms_between(ctx_.start, handler_start);
+  cancel_ = std::make_shared<std::atomic<bool>>(false);
   auto job = std::make_shared<SystemOneJob>(SystemOneJob{shared_from_this(),
                                                          parser_->release().body(),
                                                          ctx_,
@@ -128,6 +129,7 @@ void Connection::on_body() {
                                                          {},
                                                          {},
                                                          {},
+                                                         cancel_,
                                                          net::make_work_guard(core_.ioc)});
   Core& core = core_;
   core_.pool.post([&core, job] {
@@ -139,10 +141,66 @@ void Connection::on_body() {
       complete(core, job);
     }
   });
+  watch_client();
+}
+
+// Handling: a read posted so that a client which leaves is noticed at once. Bytes that arrive are
+// the next pipelined request's: kept in the buffer (up to a bound) for after the answer.
+void Connection::watch_client() {
+  watching_ = true;
+  sock_.async_read_some(
+      buf_.prepare(4096),
+      [self = shared_from_this()](beast::error_code ec, size_t got) { self->on_watch(ec, got); });
+}
+
+void Connection::on_watch(beast::error_code ec, size_t got) {
+  watching_ = false;
+  if (closed_) return;
+  if (!ec) buf_.commit(got);
+  if (resume_ != Resume::None) {  // the answer was written while this read was outstanding
+    const Resume r = resume_;
+    resume_ = Resume::None;
+    return r == Resume::Linger ? linger() : new_request();
+  }
+  if (phase_ != Phase::Handling) return;  // reply() cancelled this read; the write is under way
+  if (!ec) {
+    if (buf_.size() < 65536) watch_client();
+    return;
+  }
+  if (ec == net::error::operation_aborted) return;
+  // End of stream or reset: the client has gone. Its request leaves the queue unrun (or, already
+  // in a forward pass, finishes unanswered); the answer's arrival is logged as 499.
+  client_gone_ = true;
+  if (cancel_) cancel_->store(true);
+}
+
+// The answer of a request whose client has gone: nothing to write; logged and counted as 499.
+void Connection::client_left() {
+  const double secs = std::chrono::duration<double>(Clock::now() - ctx_.start).count();
+  core_.metrics.observe_request(route_label(ctx_.route), 499, secs);
+  if (ctx_.counted) {
+    ojson fields{{"id", ctx_.id},
+                 {"method", ctx_.method},
+                 {"path", route_label(ctx_.route)},
+                 {"status", 499},
+                 {"latency_ms", std::round(secs * 1e6) / 1e3},
+                 {"remote", remote_},
+                 {"error", "client closed"},
+                 {"reached_engine", ctx_.forward_ms >= 0}};
+    core_.log.info("access", fields);
+    ctx_.counted = false;
+    core_.request_done();
+  }
+  close();
 }
 
 void Connection::reply(Reply r) {
   if (closed_) return;
+  if (client_gone_) return client_left();
+  if (watching_) {
+    beast::error_code ec;
+    sock_.cancel(ec);  // only the watch read is outstanding; the answer's write starts below
+  }
   if (!ctx_.counted && !refused_) {  // answered before its header was complete (400, 408, 431)
     ctx_.counted = true;
     core_.request_started();
@@ -208,6 +266,10 @@ void Connection::on_written(beast::error_code ec, bool close_after) {
   res_.reset();
   if (closed_) return;
   if (ec) return close();
+  if (watching_) {  // the cancelled watch read has not ended yet: it resumes from here
+    resume_ = close_after ? Resume::Linger : Resume::Next;
+    return;
+  }
   if (close_after) return linger();
   new_request();
 }

@@ -2,6 +2,7 @@
 // header checks, reading the body, writing answers, keep-alive, pipelining, lingering close.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -20,7 +21,9 @@ namespace clef::server::detail {
 // deadline: the engine decides) -> Writing (write deadline) -> Idle again, or Closing (the socket's
 // send side is shut, whatever the client still sends is read and dropped for a moment so that it
 // sees the answer rather than a reset). Requests on one connection are answered in order: the next
-// pipelined request is parsed from the buffer only after the previous answer was written.
+// pipelined request is parsed from the buffer only after the previous answer was written. While a
+// /v1/systemone request is Handling, one read stays posted to notice the client leaving (its
+// request is then cancelled: dropped from the queue, logged 499) and to keep pipelined bytes.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   enum class Phase { Idle, Header, Body, Handling, Writing, Closing };
@@ -191,6 +194,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_written(beast::error_code ec, bool close_after);
   void linger();
   void write_continue();
+  void watch_client();
+  void on_watch(beast::error_code ec, size_t got);
+  void client_left();
 
   Core& core_;
   tcp::socket sock_;
@@ -208,6 +214,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool refused_ = false;
   bool body_read_ = false;
   bool has_body_ = false;
+  // While a /v1/systemone request is handled, a read on the socket notices a client that leaves
+  // (end of stream, reset): its request is cancelled, and answered in the log only (499).
+  std::shared_ptr<std::atomic<bool>> cancel_;
+  bool watching_ = false;     // that read is outstanding
+  bool client_gone_ = false;  // it saw the client leave
+  enum class Resume { None, Next, Linger };
+  Resume resume_ = Resume::None;  // what on_written left for the watch read's end to do
 };
 
 }  // namespace clef::server::detail

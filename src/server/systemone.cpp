@@ -45,12 +45,14 @@ void handle_systemone(Core& core, const std::shared_ptr<SystemOneJob>& job) {
   job->ctx.encode_ms = ms_between(handler_start, Clock::now());
   // The engine worker calls back; the answer is formatted on the pool again, not on the engine's
   // thread.
-  const bool queued =
-      core.queue.submit(prepared.encoded, [&core, job](QueueResult* r, std::exception_ptr err) {
+  const bool queued = core.queue.submit(
+      prepared.encoded,
+      [&core, job](QueueResult* r, std::exception_ptr err) {
         if (r) job->result = std::move(*r);
         job->error = err;
         core.pool.post([&core, job] { finish_systemone(core, job); });
-      });
+      },
+      job->cancelled);
   if (!queued) {
     Reply r = detail_reply(429, "The request queue is full; retry later");
     r.headers.emplace_back("Retry-After", "1");
@@ -69,6 +71,10 @@ void finish_systemone(Core& core, const std::shared_ptr<SystemOneJob>& job) {
     ctx.forward_ms = out.forward_s * 1e3;
     answer = core.decider->finish(job->prepared, out.output);
     ctx.answer_ms = ms_between(answer_start, Clock::now());
+  } catch (const Cancelled&) {
+    // Dropped before its batch: the connection logs it as 499 (there is no one to answer).
+    job->reply = detail_reply(499, "Client closed the connection");
+    return complete(core, job);
   } catch (const std::exception& e) {
     // Engine failures and non-finite probabilities: logged with the id, never sent to the client.
     core.log.error("internal_error", {{"id", ctx.id}, {"error", e.what()}});

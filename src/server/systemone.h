@@ -2,6 +2,7 @@
 // validate, encode), the InferenceQueue's engine worker (forward) and the pool again (format).
 #pragma once
 
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@ struct SystemOneJob {
   service::Prepared prepared;
   std::optional<QueueResult> result;
   std::exception_ptr error;
+  std::shared_ptr<std::atomic<bool>> cancelled;  // set by the event loop when the client leaves
   net::executor_work_guard<net::io_context::executor_type> work;
 };
 
