@@ -282,8 +282,10 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "Accepted model name (repeatable; default: accept any, list the folder name)");
   cmd->add_option("--verify", args->verify, "sha256sum-format file to check the release against");
   cmd->add_option("--revision", args->revision, "Model revision to report in /health");
-  cmd->add_option("--shutdown-timeout", args->shutdown_timeout,
-                  "Seconds to finish in-flight requests after SIGTERM/SIGINT")
+  cmd->add_option(
+         "--shutdown-timeout", args->shutdown_timeout,
+         "Seconds to finish in-flight requests after SIGTERM/SIGINT (connections still open "
+         "then: exit 1)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--tuning-cache", args->tuning_cache,

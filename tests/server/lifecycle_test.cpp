@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -182,6 +184,63 @@ TEST(ServerStartup, BindsBeforeLoadingAndListensAfterWarmUp) {
   EXPECT_LT(loaded, warm) << log;
   EXPECT_LT(warm, listening) << log;
   EXPECT_EQ(http(srv.port(), "GET", "/health").json()["status"], "ok");
+}
+
+// Milliseconds since midnight UTC of a text log line's timestamp (`2026-12-01T09:25:17.823Z ...`).
+int64_t log_time_ms(const std::string& line) {
+  int h = 0, m = 0, s = 0, ms = 0;
+  if (std::sscanf(line.c_str(), "%*10sT%d:%d:%d.%dZ", &h, &m, &s, &ms) != 4) return -1;
+  return ((h * 60 + m) * 60 + s) * 1000LL + ms;
+}
+
+// A /health probe that connects while the server is still starting (here: generating the demo
+// model) waits and is answered only once the server listens, after the warm-up.
+TEST(ServerStartup, EarlyHealthProbeIsAnsweredOnlyAfterWarmUp) {
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(probe, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  close(probe);  // free again for the server (nothing else binds loopback ports here)
+
+  char tmpl[] = "/tmp/clef_demo_early_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string cache = tmpl;
+  HttpResponse early;
+  int64_t answered_ms = -1;
+  std::thread client([&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < deadline) {
+      int fd = connect_loopback(port);
+      if (fd < 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      close(fd);
+      early = http(port, "GET", "/health", "", {}, 60);
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      answered_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count() % 86400000;
+      return;
+    }
+  });
+  ServerProcess srv({"--port", std::to_string(port)}, {{"XDG_CACHE_HOME", cache}});
+  client.join();
+  ASSERT_TRUE(srv.started()) << srv.log();
+  EXPECT_EQ(early.status, 200) << srv.log();
+  EXPECT_EQ(early.json()["status"], "ok");
+  const std::string log = srv.log();
+  const size_t at = log.find("info listening ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t listening_ms = log_time_ms(log.substr(log.rfind('\n', at) + 1));
+  ASSERT_GE(listening_ms, 0) << log;
+  // Same clock (the log's is the system clock), millisecond resolution.
+  EXPECT_GE(answered_ms, listening_ms) << "answered before the server listened\n" << log;
+  std::string out;
+  run_program({"/bin/rm", "-rf", cache}, "", &out);
 }
 
 // Connections still open at --shutdown-timeout: `shutdown_forced`, exit status 1 (not 0).
