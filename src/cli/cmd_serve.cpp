@@ -1,9 +1,11 @@
-// `clefserve serve`: the HTTP service (spec/protocol.md). Start-up order: load (progress on stderr)
-// -> verify -> prepare (every token bucket's GEMM choices, graphs and head scratch, so no request
-// pays one-time work; GEMM choices persist in the tuning cache) -> one warm-up forward -> bind; any
-// failure exits non-zero before the port opens, with one clear line. SIGTERM/SIGINT: stop
-// accepting, drain in-flight requests (bounded by
-// --shutdown-timeout), exit 0.
+// `clefserve serve`: the HTTP service (spec/protocol.md). Start-up order: bind the port (a port in
+// use fails at once, before any loading) -> load (progress on stderr) -> verify -> prepare (every
+// token bucket's GEMM choices, graphs and head scratch, so no request pays one-time work; GEMM
+// choices persist in the tuning cache) -> one warm-up forward -> accept ("listening"). Connections
+// made before that wait in the kernel's backlog, so /health never answers before the warm-up. Any
+// failure exits 1 with one clear `startup_failed` line. SIGTERM/SIGINT: stop accepting, drain
+// in-flight requests (bounded by --shutdown-timeout), exit 0; connections still open at the
+// timeout: `shutdown_forced`, exit 1.
 #include <signal.h>
 
 #include <atomic>
@@ -109,7 +111,7 @@ int run_serve(const ServeArgs& a) {
     }
     if (!run_returned) {
       log.warn("shutdown_forced", {{"reason", "connections still open at the shutdown timeout"}});
-      std::_Exit(0);
+      std::_Exit(1);
     }
   });
   auto stop_signal_thread = [&] {
@@ -121,6 +123,10 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<server::Server> srv;
   int port = 0;
   try {
+    // The port first: a port in use fails here, before seconds of loading and warm-up.
+    server::Listener listener(a.host, a.port);
+    log.info("bound", {{"port", listener.port()},
+                       {"note", "accepting connections after the load and the warm-up"}});
     auto progress = [&log](const std::string& line) { log.info("load", {{"step", line}}); };
     std::string dir = a.model_dir;
     bool demo = dir.empty();
@@ -206,6 +212,8 @@ int run_serve(const ServeArgs& a) {
     so.load_s = load_s;
     so.warm_up_s = warm_up_s;
     so.prepared = prepared;
+    so.listener_v6 = listener.v6();
+    so.listener_fd = listener.release();
     srv = std::make_unique<server::Server>(decider, so, log);
     port = srv->bind();
   } catch (const std::exception& e) {
@@ -274,8 +282,10 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "Accepted model name (repeatable; default: accept any, list the folder name)");
   cmd->add_option("--verify", args->verify, "sha256sum-format file to check the release against");
   cmd->add_option("--revision", args->revision, "Model revision to report in /health");
-  cmd->add_option("--shutdown-timeout", args->shutdown_timeout,
-                  "Seconds to finish in-flight requests after SIGTERM/SIGINT")
+  cmd->add_option(
+         "--shutdown-timeout", args->shutdown_timeout,
+         "Seconds to finish in-flight requests after SIGTERM/SIGINT (connections still open "
+         "then: exit 1)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--tuning-cache", args->tuning_cache,

@@ -14,7 +14,9 @@ inline constexpr const char* kDemoModelName = "clef-demo";
 std::string demo_model_dir(const std::string& version);
 
 // Returns the demo release folder, generating it first when absent (atomically: written to a
-// temporary sibling, then renamed). Throws std::runtime_error with the reason.
+// temporary sibling `<dir>.partial-<pid>`, then renamed). Staging folders left by an earlier,
+// killed start (their process is gone) are removed first. Throws std::runtime_error with the
+// reason.
 std::string ensure_demo_model(const std::string& version,
                               const std::function<void(const std::string&)>& progress);
 

@@ -22,18 +22,19 @@ std::optional<std::future<QueueResult>> InferenceQueue::submit(
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || jobs_.size() >= opts_.max_queue) return std::nullopt;
-    jobs_.push_back(Job{&enc, std::chrono::steady_clock::now(), {}, {}});
+    jobs_.push_back(Job{&enc, std::chrono::steady_clock::now(), {}, {}, nullptr});
     fut = jobs_.back().result.get_future();
   }
   cv_.notify_one();
   return fut;
 }
 
-bool InferenceQueue::submit(const encoding::EncodedRequest& enc, Done done) {
+bool InferenceQueue::submit(const encoding::EncodedRequest& enc, Done done, CancelFlag cancelled) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || jobs_.size() >= opts_.max_queue) return false;
-    jobs_.push_back(Job{&enc, std::chrono::steady_clock::now(), {}, std::move(done)});
+    jobs_.push_back(
+        Job{&enc, std::chrono::steady_clock::now(), {}, std::move(done), std::move(cancelled)});
   }
   cv_.notify_one();
   return true;
@@ -55,14 +56,20 @@ void InferenceQueue::stop() {
 
 void InferenceQueue::run() {
   for (;;) {
-    std::vector<Job> batch;
+    std::vector<Job> batch, dropped;
     size_t tokens = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopping and drained
-      // Arrival order; the first job always runs even when it alone exceeds the token budget.
+      // Arrival order; the first job always runs even when it alone exceeds the token budget. Jobs
+      // whose client has gone are taken out on the way, so they cost the batch nothing.
       while (!jobs_.empty()) {
+        if (jobs_.front().is_cancelled()) {
+          dropped.push_back(std::move(jobs_.front()));
+          jobs_.pop_front();
+          continue;
+        }
         size_t n = jobs_.front().enc->input_ids.size();
         if (!batch.empty() && tokens + n > opts_.max_batch_tokens) break;
         tokens += n;
@@ -70,6 +77,18 @@ void InferenceQueue::run() {
         jobs_.pop_front();
       }
     }
+    if (!dropped.empty()) {
+      metrics_.add_dropped(dropped.size());
+      const auto err = std::make_exception_ptr(Cancelled());
+      for (auto& j : dropped) {
+        if (j.done) {
+          j.done(nullptr, err);
+        } else {
+          j.result.set_exception(err);
+        }
+      }
+    }
+    if (batch.empty()) continue;  // every queued job had been cancelled
     std::vector<const encoding::EncodedRequest*> inputs;
     inputs.reserve(batch.size());
     for (const auto& j : batch) inputs.push_back(j.enc);

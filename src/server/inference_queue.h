@@ -5,6 +5,7 @@
 // company.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "encoding/encode.h"
@@ -25,6 +27,13 @@ namespace clef::server {
 struct QueueOptions {
   size_t max_queue = 64;            // waiting requests; beyond -> submit() refuses (HTTP 429)
   size_t max_batch_tokens = 16384;  // tokens per forward pass (a longer request runs alone)
+};
+
+// The error a job's `done` gets when it was dropped before its batch because its client had gone
+// (the cancel flag given to submit() was set while it waited).
+class Cancelled : public std::runtime_error {
+ public:
+  Cancelled() : std::runtime_error("the client closed the connection before its batch") {}
 };
 
 // One request's answer and where its time went (the Server-Timing header reports these).
@@ -46,9 +55,12 @@ class InferenceQueue {
   std::optional<std::future<QueueResult>> submit(const encoding::EncodedRequest& enc);
   // The same, without a thread waiting: `done` runs on the engine worker thread with the result
   // (error null) or the engine's error (result null); keep it short (hand the work on). `enc` must
-  // outlive that call. False: the queue is full (`done` is never called).
+  // outlive that call. False: the queue is full (`done` is never called). `cancelled` (optional):
+  // once it reads true, the job is dropped when a batch is formed and never reaches the engine;
+  // `done` then gets a Cancelled error. A job already in a forward pass runs to its end.
   using Done = std::function<void(QueueResult* result, std::exception_ptr error)>;
-  bool submit(const encoding::EncodedRequest& enc, Done done);
+  using CancelFlag = std::shared_ptr<const std::atomic<bool>>;
+  bool submit(const encoding::EncodedRequest& enc, Done done, CancelFlag cancelled = nullptr);
   size_t depth() const;
   size_t capacity() const { return opts_.max_queue; }
   // Stops taking new work, runs what is queued, joins the worker. Idempotent.
@@ -60,6 +72,8 @@ class InferenceQueue {
     std::chrono::steady_clock::time_point submitted;
     std::promise<QueueResult> result;
     Done done;  // set: called instead of fulfilling `result`
+    CancelFlag cancelled;
+    bool is_cancelled() const { return cancelled && cancelled->load(); }
   };
   void run();
 

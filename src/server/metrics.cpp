@@ -62,7 +62,8 @@ Metrics::Metrics()
 void Metrics::observe_request(const std::string& path, int status, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++requests_[{path, status}];
-  if (path == "/v1/systemone") latency_.observe(seconds);
+  // 499 (the client left before its answer) is counted but is no answer: not in the latency.
+  if (path == "/v1/systemone" && status != 499) latency_.observe(seconds);
 }
 
 void Metrics::add_tokens(size_t input_tokens, size_t truncated_state_tokens) {
@@ -77,6 +78,11 @@ void Metrics::observe_batch(size_t requests, size_t tokens, double seconds) {
   batch_requests_.observe(static_cast<double>(requests));
   batch_tokens_.observe(static_cast<double>(tokens));
   forward_seconds_.observe(seconds);
+}
+
+void Metrics::add_dropped(size_t requests) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  dropped_ += requests;
 }
 
 std::string Metrics::render(const Gauges& g) const {
@@ -97,6 +103,10 @@ std::string Metrics::render(const Gauges& g) const {
   out += "clef_truncated_state_tokens_total " + std::to_string(truncated_tokens_) + '\n';
   header(out, "clef_batches_total", "counter", "Engine forward passes run.");
   out += "clef_batches_total " + std::to_string(batches_) + '\n';
+  header(out, "clef_requests_dropped_total", "counter",
+         "Queued requests dropped before the engine because their client had closed the "
+         "connection (logged with status 499).");
+  out += "clef_requests_dropped_total " + std::to_string(dropped_) + '\n';
   header(out, "clef_batch_size_requests", "histogram", "Requests per engine forward pass.");
   batch_requests_.render(out, "clef_batch_size_requests");
   header(out, "clef_batch_size_tokens", "histogram", "Tokens per engine forward pass.");

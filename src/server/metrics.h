@@ -42,6 +42,8 @@ class Metrics {
   void observe_request(const std::string& path, int status, double seconds);
   void add_tokens(size_t input_tokens, size_t truncated_state_tokens);
   void observe_batch(size_t requests, size_t tokens, double seconds);
+  // Queued requests dropped before the engine because their client had gone.
+  void add_dropped(size_t requests);
   std::string render(const Gauges& g) const;
 
  private:
@@ -54,6 +56,7 @@ class Metrics {
   uint64_t input_tokens_ = 0;
   uint64_t truncated_tokens_ = 0;
   uint64_t batches_ = 0;
+  uint64_t dropped_ = 0;
 };
 
 }  // namespace clef::server

@@ -43,15 +43,19 @@ constexpr const char* kDocument = R"json({
             },
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneResponse"}}}
           },
-          "400": {"$ref": "#/components/responses/Error", "description": "Malformed JSON, or a body that is not an object."},
-          "401": {"$ref": "#/components/responses/Error"},
-          "404": {"$ref": "#/components/responses/Error"},
-          "413": {"$ref": "#/components/responses/Error"},
-          "415": {"$ref": "#/components/responses/Error"},
+          "400": {"$ref": "#/components/responses/Error", "description": "Malformed JSON, a body that is not an object, or broken HTTP framing (bad Content-Length, Transfer-Encoding not ending in chunked); the connection is closed."},
+          "401": {"$ref": "#/components/responses/Unauthorized"},
+          "404": {"$ref": "#/components/responses/Error", "description": "The model field names a model that is not served (--served-model-name)."},
+          "408": {"$ref": "#/components/responses/Error", "description": "The header (--header-timeout) or the body (--body-timeout) did not arrive in time; the connection is closed."},
+          "411": {"$ref": "#/components/responses/Error", "description": "Neither Content-Length nor Transfer-Encoding: chunked."},
+          "413": {"$ref": "#/components/responses/Error", "description": "The body is over --max-body-bytes (counted as it arrives, chunked included)."},
+          "415": {"$ref": "#/components/responses/Error", "description": "Content-Type is not application/json (or application/*+json), or a Content-Encoding other than identity."},
           "422": {"$ref": "#/components/responses/ValidationError"},
           "429": {"$ref": "#/components/responses/QueueFull"},
+          "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
           "500": {"$ref": "#/components/responses/Error"},
-          "503": {"$ref": "#/components/responses/Error"}
+          "501": {"$ref": "#/components/responses/Error", "description": "A Transfer-Encoding other than chunked."},
+          "503": {"$ref": "#/components/responses/Unavailable"}
         }
       }
     },
@@ -61,8 +65,11 @@ constexpr const char* kDocument = R"json({
         "summary": "Readiness and what is being served (no key required)",
         "security": [],
         "responses": {
-          "200": {"description": "Ready.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}},
-          "503": {"$ref": "#/components/responses/Error"}
+          "200": {"description": "Ready: loaded and warmed up (connections are accepted only from then on).", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}},
+          "400": {"$ref": "#/components/responses/Error", "description": "Broken HTTP framing; the connection is closed."},
+          "408": {"$ref": "#/components/responses/Error", "description": "The header did not arrive in time (--header-timeout)."},
+          "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
+          "503": {"$ref": "#/components/responses/Unavailable", "description": "Shutting down, or over --max-connections."}
         }
       }
     },
@@ -72,7 +79,11 @@ constexpr const char* kDocument = R"json({
         "summary": "The served model names (OpenAI-style list)",
         "responses": {
           "200": {"description": "Served models.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelList"}}}},
-          "401": {"$ref": "#/components/responses/Error"}
+          "400": {"$ref": "#/components/responses/Error", "description": "Broken HTTP framing; the connection is closed."},
+          "408": {"$ref": "#/components/responses/Error", "description": "The header did not arrive in time (--header-timeout)."},
+          "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
+          "401": {"$ref": "#/components/responses/Unauthorized"},
+          "503": {"$ref": "#/components/responses/Unavailable", "description": "Over --max-connections."}
         }
       }
     },
@@ -82,7 +93,11 @@ constexpr const char* kDocument = R"json({
         "summary": "Prometheus metrics (text exposition format 0.0.4)",
         "responses": {
           "200": {"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}},
-          "401": {"$ref": "#/components/responses/Error"}
+          "400": {"$ref": "#/components/responses/Error", "description": "Broken HTTP framing; the connection is closed."},
+          "408": {"$ref": "#/components/responses/Error", "description": "The header did not arrive in time (--header-timeout)."},
+          "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
+          "401": {"$ref": "#/components/responses/Unauthorized"},
+          "503": {"$ref": "#/components/responses/Unavailable", "description": "Over --max-connections."}
         }
       }
     },
@@ -92,7 +107,11 @@ constexpr const char* kDocument = R"json({
         "summary": "This document",
         "responses": {
           "200": {"description": "OpenAPI 3.1 document.", "content": {"application/json": {"schema": {"type": "object"}}}},
-          "401": {"$ref": "#/components/responses/Error"}
+          "400": {"$ref": "#/components/responses/Error", "description": "Broken HTTP framing; the connection is closed."},
+          "408": {"$ref": "#/components/responses/Error", "description": "The header did not arrive in time (--header-timeout)."},
+          "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
+          "401": {"$ref": "#/components/responses/Unauthorized"},
+          "503": {"$ref": "#/components/responses/Unavailable", "description": "Over --max-connections."}
         }
       }
     }
@@ -112,6 +131,22 @@ constexpr const char* kDocument = R"json({
       "Error": {
         "description": "An error with a human-readable detail.",
         "headers": {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
+      },
+      "Unauthorized": {
+        "description": "The bearer key is missing or wrong (--api-key); checked before any body byte is read.",
+        "headers": {
+          "WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}},
+          "X-Request-Id": {"$ref": "#/components/headers/RequestId"}
+        },
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
+      },
+      "Unavailable": {
+        "description": "Over --max-connections (with Retry-After and Connection: close), or shutting down.",
+        "headers": {
+          "Retry-After": {"description": "Seconds to wait (connection cap only).", "schema": {"type": "integer"}},
+          "X-Request-Id": {"$ref": "#/components/headers/RequestId"}
+        },
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
       },
       "QueueFull": {

@@ -41,6 +41,30 @@ struct ServerOptions {
   // Start-up, reported in /health: seconds to load the weights, what prepare() did, the warm-up.
   double load_s = 0, warm_up_s = 0;
   engine::PrepareReport prepared;
+  // An open listening socket (Listener::release()) that bind() adopts instead of opening one.
+  int listener_fd = -1;
+  bool listener_v6 = false;
+};
+
+// A listening socket opened before the model loads, so that a port in use fails start-up at once.
+// Connections made before the Server runs wait in the kernel's backlog: nothing is accepted (no
+// /health answer either) until the Server's run() starts, after the warm-up.
+class Listener {
+ public:
+  // port 0 = any free port. Throws std::runtime_error ("cannot listen on HOST:PORT: ...").
+  Listener(const std::string& host, int port);
+  ~Listener();  // closes the socket unless released
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  int port() const { return port_; }
+  bool v6() const { return v6_; }
+  // Hands the socket over (ServerOptions::listener_fd); the Listener no longer closes it.
+  int release();
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  bool v6_ = false;
 };
 
 class Server {
@@ -50,7 +74,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Opens the listening socket; returns the bound port. Throws std::runtime_error on failure.
+  // Opens the listening socket (or adopts ServerOptions::listener_fd); returns the bound port.
+  // Throws std::runtime_error on failure.
   int bind();
   // Serves until begin_shutdown(); returns once every connection thread has finished.
   void run();

@@ -257,16 +257,6 @@ TEST(ServerStartup, LoadFailureExitsBeforeListening) {
   EXPECT_NE(log.find("startup_failed"), std::string::npos) << log;
 }
 
-TEST(ServerStartup, PortInUseExitsWithOneClearLine) {
-  ServerProcess& first = shared_server();
-  ASSERT_TRUE(first.started());
-  std::vector<std::string> argv{CLEF_BINARY, "serve",
-                                "--model",   golden_model("tiny-r2"),
-                                "--port",    std::to_string(first.port())};
-  std::string out;
-  EXPECT_EQ(run_program(argv, "", &out), 1);
-}
-
 TEST(ServerStartup, BadFlagsAreUsageErrors) {
   std::string out;
   EXPECT_EQ(run_program({CLEF_BINARY, "serve", "--truncation", "sometimes"}, "", &out), 2);

@@ -74,9 +74,19 @@ TEST(ServerOpenApi, IsAValidOpenApi31Document) {
   // The request schema and the 422 error schema are described.
   const json& post = doc["paths"]["/v1/systemone"]["post"];
   EXPECT_TRUE(post["requestBody"]["content"].contains("application/json"));
-  for (const char* code : {"200", "400", "404", "405", "413", "415", "422", "429", "500", "503"}) {
+  for (const char* code : {"200", "400", "401", "404", "405", "408", "411", "413", "415", "422",
+                           "429", "431", "500", "501", "503"}) {
     if (std::string(code) == "405") continue;  // answered for other methods, not this operation
     EXPECT_TRUE(post["responses"].contains(code)) << code;
+  }
+  // 499 (the client closed the connection) is never sent: log and metrics only.
+  EXPECT_FALSE(post["responses"].contains("499"));
+  // The transport's refusals apply to every route; only /health needs no key.
+  for (const char* path : {"/health", "/v1/models", "/metrics", "/openapi.json"}) {
+    const json& responses = doc["paths"][path]["get"]["responses"];
+    for (const char* code : {"400", "408", "431", "503"})
+      EXPECT_TRUE(responses.contains(code)) << path << " " << code;
+    EXPECT_EQ(responses.contains("401"), std::string(path) != "/health") << path;
   }
 
   // Every $ref is a local JSON pointer that resolves inside the document.
@@ -187,6 +197,8 @@ TEST(ServerMetrics, PrometheusTextFormat) {
   EXPECT_EQ(find("clef_queue_capacity", {}), 256);
   EXPECT_GE(find("clef_in_flight_requests", {}), 1);  // this request
   EXPECT_GE(find("clef_batch_size_requests_count", {}), 1);
+  EXPECT_EQ(types["clef_requests_dropped_total"], "counter");
+  EXPECT_GE(find("clef_requests_dropped_total", {}), 0);
   EXPECT_EQ(find("clef_gpu_memory_used_bytes", {}), 0);  // CPU backend
 
   // Histogram invariants: buckets cumulative and ending at +Inf == _count.

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -72,7 +73,9 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args,
   if (fd < 0) throw std::runtime_error("mkstemp failed");
   log_path_ = tmpl;
 
-  std::vector<std::string> argv{CLEF_BINARY, "serve", "--port", "0"};
+  std::vector<std::string> argv{CLEF_BINARY, "serve"};
+  if (std::find(args.begin(), args.end(), "--port") == args.end())
+    argv.insert(argv.end(), {"--port", "0"});
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<std::string> envv;
   for (char** e = environ; *e; ++e) {

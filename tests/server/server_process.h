@@ -18,7 +18,8 @@ std::vector<std::string> golden_requests(const std::string& name);
 
 class ServerProcess {
  public:
-  // Starts `CLEF_BINARY serve --port 0 <args>` and waits for its "listening" log line.
+  // Starts `CLEF_BINARY serve --port 0 <args>` (no `--port 0` when args has a --port) and waits
+  // for its "listening" log line, or for it to exit.
   explicit ServerProcess(const std::vector<std::string>& args,
                          const std::map<std::string, std::string>& env = {});
   ~ServerProcess();  // SIGKILL if still running

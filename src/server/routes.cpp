@@ -1,0 +1,84 @@
+#include "server/routes.h"
+
+namespace clef::server::detail {
+
+Reply handle_get(const Core& core, Route route) {
+  switch (route) {
+    case Route::Health:
+      return health(core);
+    case Route::Models:
+      return models(core);
+    case Route::Metrics:
+      return metrics_text(core);
+    case Route::OpenApi:
+      return json_reply(200, core.openapi);
+    default:
+      return detail_reply(404, "Not Found");
+  }
+}
+
+Reply health(const Core& core) {
+  if (core.shutting_down) return detail_reply(503, "The server is shutting down");
+  const auto& rel = core.decider->release();
+  ojson kernels = ojson::object();
+  for (const auto& [k, v] : core.info.kernels) kernels[k] = v;
+  ojson h{{"status", "ok"},
+          {"model", core.display_name()},
+          {"backend", core.info.backend},
+          {"device", core.info.device},
+          {"dtype", core.info.dtype},
+          {"kernels", kernels},
+          {"model_revision", rel.revision},
+          {"weights_sha256_verified", rel.weights_sha256_verified},
+          {"max_length", core.decider->options().encode.max_length},
+          {"version", core.opts.version},
+          {"demo", core.opts.demo}};
+  if (!core.info.versions.empty()) {
+    ojson gpu{{"name", core.info.device}};
+    for (const auto& [k, v] : core.info.versions) gpu[k] = v;
+    h["gpu"] = gpu;
+  }
+  const auto& p = core.opts.prepared;
+  ojson startup{{"load_s", core.opts.load_s}, {"warm_up_s", core.opts.warm_up_s}};
+  if (p.buckets > 0) {
+    startup["prepare_s"] = p.total_s;
+    startup["gemm_tuning_s"] = p.tuning_s;
+    startup["graphs_s"] = p.graphs_s;
+    startup["head_s"] = p.head_s;
+    startup["buckets"] = p.buckets;
+    startup["max_bucket_tokens"] = p.max_bucket;
+    startup["gemm_shapes"] = p.gemm_shapes;
+    startup["gemm_shapes_from_cache"] = p.gemm_shapes_cached;
+    startup["tuning_cache"] = p.cache_status;
+    if (!p.cache_path.empty()) startup["tuning_cache_path"] = p.cache_path;
+  }
+  h["startup"] = startup;
+  return json_reply(200, dump(h));
+}
+
+Reply models(const Core& core) {
+  ojson data = ojson::array();
+  auto add = [&](const std::string& name) {
+    data.push_back(ojson{{"id", name},
+                         {"object", "model"},
+                         {"created", core.started_unix},
+                         {"owned_by", "clefserve"}});
+  };
+  if (core.opts.served_model_names.empty()) add(core.opts.model_name);
+  for (const auto& n : core.opts.served_model_names) add(n);
+  return json_reply(200, dump(ojson{{"object", "list"}, {"data", data}}));
+}
+
+Reply metrics_text(const Core& core) {
+  Gauges g;
+  g.queue_depth = core.queue.depth();
+  g.queue_capacity = core.queue.capacity();
+  g.in_flight = core.in_flight.load();
+  g.gpu_memory_used_bytes = core.opts.gpu_memory_used ? core.opts.gpu_memory_used() : -1;
+  Reply r;
+  r.body = core.metrics.render(g);
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return r;
+}
+
+}  // namespace clef::server::detail

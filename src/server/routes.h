@@ -1,0 +1,15 @@
+// The GET routes: /health, /v1/models, /metrics, /openapi.json (answered on the event loop; they
+// only read shared state). /v1/systemone is in systemone.h.
+#pragma once
+
+#include "server/core.h"
+#include "server/http_util.h"
+
+namespace clef::server::detail {
+
+Reply handle_get(const Core& core, Route route);
+Reply health(const Core& core);
+Reply models(const Core& core);
+Reply metrics_text(const Core& core);
+
+}  // namespace clef::server::detail
