@@ -26,6 +26,28 @@ void Connection::on_header() {
   ctx_.id = is_acceptable_request_id(client_id) ? client_id : core_.ids.next();
   has_body_ = parser_->chunked() || parser_->content_length().value_or(0) > 0;
 
+  // Framing first (RFC 9112 §3.2, §6.1): with no Host (or two) on HTTP/1.1, or a body length that
+  // cannot be known, nothing else about the request can be trusted; answer and close.
+  auto refuse_framing = [this](int status, const std::string& why) {
+    Reply r = detail_reply(status, why);
+    r.close = true;
+    reply(std::move(r));
+  };
+  if (req.version() >= 11 && req.count(http::field::host) != 1)
+    return refuse_framing(400, req.count(http::field::host) == 0 ? "A Host header is required"
+                                                                 : "More than one Host header");
+  if (req.find(http::field::transfer_encoding) != req.end()) {
+    std::string te;
+    for (auto [it, end] = req.equal_range(http::field::transfer_encoding); it != end; ++it)
+      te += (te.empty() ? "" : ",") + trim_lower(it->value());
+    const std::string last =
+        trim_lower(te.substr(te.rfind(',') == std::string::npos ? 0 : te.rfind(',') + 1));
+    if (last != "chunked")
+      return refuse_framing(400, "Transfer-Encoding must end in chunked (body length unknown)");
+    if (te != "chunked")
+      return refuse_framing(501, "Transfer codings other than chunked are not supported");
+  }
+
   // Checks that need no body byte, in the documented order; a refusal here closes the connection
   // when the request has a body (it is never read).
   const Route route = ctx_.route;
@@ -68,9 +90,6 @@ void Connection::on_header() {
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
     return reply(std::move(r));
   }
-  if (req.find(http::field::transfer_encoding) != req.end() &&
-      trim_lower(req[http::field::transfer_encoding]) != "chunked")
-    return reply(detail_reply(501, "Transfer-Encoding other than chunked is not supported"));
   if (post && !parser_->chunked() && !parser_->content_length())
     return reply(detail_reply(411, "Content-Length or Transfer-Encoding: chunked required"));
   if (parser_->content_length() && *parser_->content_length() > core_.opts.max_body_bytes)

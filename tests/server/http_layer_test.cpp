@@ -247,6 +247,49 @@ TEST(HttpFraming, DuplicateOrInvalidContentLengthIs400AtOnce) {
   }
 }
 
+// RFC 9112 §6.1: a Transfer-Encoding whose final coding is not chunked leaves the body length
+// unknown: 400 and close (the bytes after it must never be read as a next request); chunked after
+// a coding we do not implement: 501 and close.
+TEST(HttpFraming, TransferEncodingNotEndingInChunkedIs400AndClose) {
+  int port = shared_port();
+  struct Case {
+    const char* te;
+    int status;
+  };
+  for (Case k :
+       {Case{"Transfer-Encoding: gzip\r\n", 400}, Case{"Transfer-Encoding: chunked, gzip\r\n", 400},
+        Case{"Transfer-Encoding: gzip, chunked\r\n", 501},
+        Case{"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", 501}}) {
+    SCOPED_TRACE(k.te);
+    Raw c(port);
+    ASSERT_TRUE(c.ok());
+    // What follows the header would be a complete smuggled request if it were parsed as one.
+    ASSERT_TRUE(c.send_raw(post_head(k.te) + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+    HttpResponse r = c.next(10);
+    expect_detail(r, k.status);
+    EXPECT_EQ(c.next(3).status, 0) << "a second answer: the body was parsed as a request";
+    EXPECT_TRUE(c.closed_by_server(10));
+  }
+}
+
+// RFC 9112 §3.2: an HTTP/1.1 request without Host, or with two, is 400; HTTP/1.0 needs none.
+TEST(HttpFraming, Http11WithoutOrWithTwoHostHeadersIs400) {
+  int port = shared_port();
+  for (const char* req :
+       {"GET /health HTTP/1.1\r\n\r\n", "GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"}) {
+    SCOPED_TRACE(req);
+    Raw c(port);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c.send_raw(req));
+    expect_detail(c.next(10), 400);
+    EXPECT_TRUE(c.closed_by_server(10));
+  }
+  Raw c(port);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.send_raw("GET /health HTTP/1.0\r\n\r\n"));
+  EXPECT_EQ(c.next(10).status, 200);
+}
+
 TEST(HttpFraming, PostWithoutLengthIs411AtOnce) {
   Raw c(shared_port());
   ASSERT_TRUE(c.ok());
