@@ -13,8 +13,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <string>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "json/value.h"
@@ -126,7 +126,7 @@ class Parser {
   bool parse_object(Value& out, int depth) {
     if (depth > opts_.max_depth)
       return fail("nesting deeper than " + std::to_string(opts_.max_depth));
-    ++pos_;  // '{'
+    ++pos_;                                // '{'
     const size_t slot = open_container();  // pass 1: index into counts_; pass 2: the count
     std::vector<Member>* members = nullptr;
     KeyIndex index;
@@ -197,7 +197,7 @@ class Parser {
   bool parse_array(Value& out, int depth) {
     if (depth > opts_.max_depth)
       return fail("nesting deeper than " + std::to_string(opts_.max_depth));
-    ++pos_;  // '['
+    ++pos_;                                // '['
     const size_t slot = open_container();  // pass 1: index into counts_; pass 2: the count
     std::vector<Value>* items = nullptr;
     if (build_) {
@@ -466,7 +466,7 @@ class Parser {
     size_t find_or_add(const std::vector<Member>& members, const std::string& key) {
       if (2 * (used_ + 1) > slots_.size()) grow(members);
       const size_t mask = slots_.size() - 1;
-      for (size_t h = std::hash<std::string>{}(key) & mask;; h = (h + 1) & mask) {
+      for (size_t h = std::hash<std::string>{}(key)&mask;; h = (h + 1) & mask) {
         const uint32_t s = slots_[h];
         if (s == 0) {
           slots_[h] = static_cast<uint32_t>(members.size() + 1);

@@ -20,8 +20,9 @@ class Value;
 using Member = std::pair<std::string, Value>;
 
 // 16 bytes: a kind, flags and one word (a bool, a double, an int64, or a pointer to a heap payload
-// for strings, integers beyond int64, arrays and objects). Empty strings, arrays and objects hold no
-// payload, so an array of small values costs 16 bytes per element (the parser sizes arrays exactly).
+// for strings, integers beyond int64, arrays and objects). Empty strings, arrays and objects hold
+// no payload, so an array of small values costs 16 bytes per element (the parser sizes arrays
+// exactly).
 class Value {
  public:
   Value() = default;  // null
@@ -56,10 +57,10 @@ class Value {
   bool is_object() const { return kind_ == Kind::Object; }
 
   bool as_bool() const { return kind_ == Kind::Bool && u_.b; }
-  std::string int_text() const;                   // Kind::Int: exact digits
-  std::optional<int64_t> as_int64() const;        // Kind::Int within range
-  double as_double() const;                       // Int or Float
-  const std::string& as_string() const;           // Kind::String, UTF-8 (else empty)
+  std::string int_text() const;             // Kind::Int: exact digits
+  std::optional<int64_t> as_int64() const;  // Kind::Int within range
+  double as_double() const;                 // Int or Float
+  const std::string& as_string() const;     // Kind::String, UTF-8 (else empty)
   // True when the string came from a lone surrogate escape ("\ud800"); its bytes then hold that
   // code unit WTF-8 encoded, which is not valid UTF-8 and must never reach the tokenizer.
   bool has_lone_surrogate() const { return (flags_ & kLoneSurrogate) != 0; }
@@ -88,9 +89,9 @@ class Value {
     bool b;
     double d;
     int64_t i;
-    std::string* str;           // String (nullptr = ""), Int with kBigInt
-    std::vector<Value>* arr;    // Array (nullptr = [])
-    std::vector<Member>* obj;   // Object (nullptr = {})
+    std::string* str;          // String (nullptr = ""), Int with kBigInt
+    std::vector<Value>* arr;   // Array (nullptr = [])
+    std::vector<Member>* obj;  // Object (nullptr = {})
   } u_{};
 };
 

@@ -45,8 +45,12 @@ long long peak_bytes_of(F&& f) {
 
 }  // namespace
 
-void* operator new(size_t n) { return counted_alloc(n); }
-void* operator new[](size_t n) { return counted_alloc(n); }
+void* operator new(size_t n) {
+  return counted_alloc(n);
+}
+void* operator new[](size_t n) {
+  return counted_alloc(n);
+}
 void* operator new(size_t n, const std::nothrow_t&) noexcept {
   try {
     return counted_alloc(n);
@@ -61,12 +65,24 @@ void* operator new[](size_t n, const std::nothrow_t&) noexcept {
     return nullptr;
   }
 }
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete[](void* p) noexcept { counted_free(p); }
-void operator delete(void* p, size_t) noexcept { counted_free(p); }
-void operator delete[](void* p, size_t) noexcept { counted_free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete(void* p) noexcept {
+  counted_free(p);
+}
+void operator delete[](void* p) noexcept {
+  counted_free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  counted_free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+  counted_free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  counted_free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  counted_free(p);
+}
 
 namespace {
 
