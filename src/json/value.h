@@ -86,9 +86,9 @@ class Value {
   Kind kind_ = Kind::Null;
   uint8_t flags_ = 0;
   union Word {
+    int64_t i;  // first: `u_{}` zeroes the whole word through it (nullptr payloads)
     bool b;
     double d;
-    int64_t i;
     std::string* str;          // String (nullptr = ""), Int with kBigInt
     std::vector<Value>* arr;   // Array (nullptr = [])
     std::vector<Member>* obj;  // Object (nullptr = {})

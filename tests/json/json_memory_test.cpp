@@ -180,8 +180,11 @@ TEST(JsonMemory, TimeIsLinear) {
   seconds(small);  // warm up
   const double t_small = seconds(small), t_big = seconds(big);
   std::printf("parse 1 MiB %.3f s, 8 MiB %.3f s\n", t_small, t_big);
-  EXPECT_LT(t_big, 2.0);
+  // Linear: 8x the text takes about 8x the time (quadratic would be 64x); a margin for noise.
   EXPECT_LT(t_big, 30 * t_small + 0.05);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
+  EXPECT_LT(t_big, 2.0);  // optimised build (sanitizers slow it ~10x)
+#endif
 }
 
 }  // namespace
