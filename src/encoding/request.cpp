@@ -57,15 +57,32 @@ void check_request_options(const json::Value& body) {
       refuse({"body", "thinking", "enabled"},
              "thinking is not supported: Clef models answer without thinking", "value_error");
   }
+  // spec/protocol.md: absent, null or [] is a text request; anything else is a media request,
+  // which this server refuses (422), never ignores: "", 0, false and {} included.
   for (const char* media : {"images", "videos"}) {
     const json::Value* m = body.find(media);
-    if (!m || !m->truthy()) continue;  // absent, null, [] (and other falsy values): a text request
+    if (!m || m->is_null() || (m->is_array() && m->items().empty())) continue;
     if (!m->is_array())
-      refuse({"body", media}, std::string(media) + " must be a list", "list_type");
+      refuse({"body", media},
+             std::string(media) + " must be a list (or null), not " + kind_name(*m) +
+                 "; and media is not supported: this server runs the text path only",
+             "list_type");
     refuse({"body", media},
            std::string(media) + " are not supported: this server runs the text path only",
            "not_supported");
   }
+}
+
+// spec/encoding.md §1: a number that overflows a double (1e400) is infinity in Python and would
+// render as `Infinity`; refused (422) where it would be rendered, naming the field and the path.
+void refuse_non_finite(const json::Value& v, std::vector<std::string> loc,
+                       const std::string& what) {
+  if (auto path = json::find_non_finite(v))
+    refuse(std::move(loc),
+           what + *path +
+               " is a number too large for a double (such as 1e400): it would render as "
+               "Infinity, which is not JSON",
+           "value_error");
 }
 
 }  // namespace
@@ -215,6 +232,20 @@ ValidatedRequest validate_request(const json::Value& body, const Limits& limits)
            "too many options in the request: " + std::to_string(total_options) + " (limit " +
                std::to_string(limits.max_options_per_request) + ")",
            "too_many_options");
+
+  // 6. Every rendered value is finite, in the order the encoder renders them (state, then per
+  // question its instructions and its options' descriptions in request order).
+  refuse_non_finite(out.state, {"body", "state"}, "state");
+  for (const Question& question : out.questions) {
+    const std::string& qid = question.id;
+    refuse_non_finite(question.instructions, qloc(qid, "instructions"), qid + ": instructions");
+    for (size_t idx : question.request_order) {
+      const Option& o = question.options[idx];
+      const std::string where =
+          question.type == QuestionType::Score ? "[" + o.id + "]" : "[\"" + o.id + "\"]";
+      refuse_non_finite(o.description, qloc(qid, "criteria"), qid + ": criteria" + where);
+    }
+  }
   return out;
 }
 

@@ -3,12 +3,19 @@
 // distinction of the source text, apply Python dict semantics to duplicate keys (last value wins at
 // the first key's position), and accept lone UTF-16 surrogate escapes (flagged, so they can be
 // refused with a clear error later instead of failing inside the tokenizer).
+//
+// Two passes over the text (value.h, "Memory"): the first checks the whole grammar and counts the
+// elements of every array and object, building nothing; the second, which cannot fail, builds the
+// value with containers reserved to their exact size. Peak memory is then the value itself (no
+// vector growth slack, no value built for a document that turns out malformed), and both passes
+// are linear in the text.
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "json/value.h"
 
@@ -20,20 +27,34 @@ class Parser {
   Parser(std::string_view text, const ParseOptions& opts) : s_(text), opts_(opts) {}
 
   std::optional<Value> run(ParseError* error) {
-    // Python's json.loads(bytes) strips a UTF-8 byte order mark; accepting it changes no meaning.
-    if (s_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = 3;
-    skip_ws();
     Value v;
-    if (!parse_value(v, 0)) return fail_out(error);
-    skip_ws();
-    if (pos_ != s_.size()) {
-      fail("unexpected data after the JSON value");
-      return fail_out(error);
-    }
+    build_ = false;  // pass 1: grammar and element counts
+    if (!pass(v)) return fail_out(error);
+    build_ = true;  // pass 2: the same text again, now known to be valid
+    next_count_ = 0;
+    if (!pass(v)) return fail_out(error);  // cannot happen: pass 1 accepted the same text
     return v;
   }
 
  private:
+  bool pass(Value& v) {
+    pos_ = 0;
+    // Python's json.loads(bytes) strips a UTF-8 byte order mark; accepting it changes no meaning.
+    if (s_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = 3;
+    skip_ws();
+    if (!parse_value(v, 0)) return false;
+    skip_ws();
+    if (pos_ != s_.size()) return fail("unexpected data after the JSON value");
+    return true;
+  }
+
+  // Pass 1 records a container's element count at its opening; pass 2 reads them in the same order.
+  size_t open_container() {
+    if (build_) return next_count_ < counts_.size() ? counts_[next_count_++] : 0;
+    counts_.push_back(0);
+    return counts_.size() - 1;
+  }
+
   std::optional<Value> fail_out(ParseError* error) {
     if (error) {
       error->offset = err_offset_;
@@ -73,23 +94,27 @@ class Parser {
       case '[':
         return parse_array(out, depth + 1);
       case '"': {
-        std::string str;
         bool lone = false;
+        if (!build_) {
+          scratch_.clear();
+          return parse_string(scratch_, lone);
+        }
+        std::string str;
         if (!parse_string(str, lone)) return false;
         out = Value::string(std::move(str), lone);
         return true;
       }
       case 't':
         if (!literal("true")) return false;
-        out = Value::boolean(true);
+        if (build_) out = Value::boolean(true);
         return true;
       case 'f':
         if (!literal("false")) return false;
-        out = Value::boolean(false);
+        if (build_) out = Value::boolean(false);
         return true;
       case 'n':
         if (!literal("null")) return false;
-        out = Value::null();
+        if (build_) out = Value::null();
         return true;
       default:
         if (c == '-' || (c >= '0' && c <= '9')) return parse_number(out);
@@ -101,44 +126,59 @@ class Parser {
   bool parse_object(Value& out, int depth) {
     if (depth > opts_.max_depth)
       return fail("nesting deeper than " + std::to_string(opts_.max_depth));
-    ++pos_;  // '{'
-    out = Value::object();
-    auto& members = out.members();
-    // Large objects get a key index so duplicate detection stays linear.
-    std::unordered_map<std::string, size_t> index;
+    ++pos_;                                // '{'
+    const size_t slot = open_container();  // pass 1: index into counts_; pass 2: the count
+    std::vector<Member>* members = nullptr;
+    KeyIndex index;
+    if (build_) {
+      out = Value::object();
+      if (slot > 0) {
+        members = &out.members();
+        members->reserve(slot);
+        // Large objects get a key index so duplicate detection stays linear.
+        if (slot > kLinearKeys) index.init(slot);
+      }
+    }
     skip_ws();
     if (pos_ < s_.size() && s_[pos_] == '}') {
       ++pos_;
       return true;
     }
+    Value ignored;
     while (true) {
       skip_ws();
       if (pos_ >= s_.size() || s_[pos_] != '"') return fail("expected a string key");
       std::string key;
       bool lone = false;
-      if (!parse_string(key, lone)) return false;
+      if (!parse_string(build_ ? key : scratch_key_, lone)) return false;
+      if (!build_) scratch_key_.clear();
       skip_ws();
       if (pos_ >= s_.size() || s_[pos_] != ':') return fail("expected ':'");
       ++pos_;
       skip_ws();
-      Value v;
-      if (!parse_value(v, depth)) return false;
-      // Python dict semantics: a repeated key keeps its first position and takes the last value.
-      size_t found = members.size();
-      if (members.size() <= 16) {
-        for (size_t i = 0; i < members.size(); ++i)
-          if (members[i].first == key) found = i;
-        if (found == members.size() && members.size() == 16)
-          for (size_t i = 0; i < members.size(); ++i) index.emplace(members[i].first, i);
+      if (!build_) {
+        if (!parse_value(ignored, depth)) return false;
+        ++counts_[slot];
       } else {
-        auto it = index.find(key);
-        if (it != index.end()) found = it->second;
-      }
-      if (found < members.size()) {
-        members[found].second = std::move(v);
-      } else {
-        if (members.size() >= 16) index.emplace(key, members.size());
-        members.emplace_back(std::move(key), std::move(v));
+        Value v;
+        if (!parse_value(v, depth)) return false;
+        if (!members) {  // counts out of step: cannot happen after pass 1, but stay correct
+          out.set(std::move(key), std::move(v));
+        } else {
+          // Python dict semantics: a repeated key keeps its first position and takes the last
+          // value.
+          size_t found = members->size();
+          if (index.enabled()) {
+            found = index.find_or_add(*members, key);
+          } else {
+            for (size_t i = 0; i < members->size(); ++i)
+              if ((*members)[i].first == key) found = i;
+          }
+          if (found < members->size())
+            (*members)[found].second = std::move(v);
+          else
+            members->emplace_back(std::move(key), std::move(v));
+        }
       }
       skip_ws();
       if (pos_ >= s_.size()) return fail("unexpected end of input in object");
@@ -157,18 +197,35 @@ class Parser {
   bool parse_array(Value& out, int depth) {
     if (depth > opts_.max_depth)
       return fail("nesting deeper than " + std::to_string(opts_.max_depth));
-    ++pos_;  // '['
-    out = Value::array();
+    ++pos_;                                // '['
+    const size_t slot = open_container();  // pass 1: index into counts_; pass 2: the count
+    std::vector<Value>* items = nullptr;
+    if (build_) {
+      out = Value::array();
+      if (slot > 0) {
+        items = &out.items();
+        items->reserve(slot);
+      }
+    }
     skip_ws();
     if (pos_ < s_.size() && s_[pos_] == ']') {
       ++pos_;
       return true;
     }
+    Value ignored;
     while (true) {
       skip_ws();
-      Value v;
-      if (!parse_value(v, depth)) return false;
-      out.push_back(std::move(v));
+      if (!build_) {
+        if (!parse_value(ignored, depth)) return false;
+        ++counts_[slot];
+      } else {
+        Value v;
+        if (!parse_value(v, depth)) return false;
+        if (items)
+          items->push_back(std::move(v));
+        else
+          out.push_back(std::move(v));  // counts out of step: cannot happen after pass 1
+      }
       skip_ws();
       if (pos_ >= s_.size()) return fail("unexpected end of input in array");
       if (s_[pos_] == ',') {
@@ -209,16 +266,25 @@ class Parser {
       while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
       is_float = true;
     }
-    std::string text(s_.substr(start, pos_ - start));
+    const std::string_view view = s_.substr(start, pos_ - start);
     if (!is_float) {
-      size_t digits = text.size() - (text[0] == '-' ? 1 : 0);
+      size_t digits = view.size() - (view[0] == '-' ? 1 : 0);
       if (digits > opts_.max_int_digits) {
         pos_ = start;
         return fail("integer with more than " + std::to_string(opts_.max_int_digits) + " digits");
       }
-      out = Value::integer_text(std::move(text));
+      if (build_) {
+        int64_t i = 0;
+        auto [ptr, ec] = std::from_chars(view.data(), view.data() + view.size(), i);
+        if (ec == std::errc() && ptr == view.data() + view.size())
+          out = Value::integer(i);  // "-0" reads as 0, Python's int
+        else
+          out = Value::integer_text(std::string(view));  // beyond int64: the exact digits
+      }
       return true;
     }
+    if (!build_) return true;  // the grammar is all pass 1 checks; from_chars accepts it
+    std::string text(view);
     double d = 0.0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
     if (ec == std::errc::result_out_of_range) {
@@ -230,10 +296,8 @@ class Parser {
       pos_ = start;
       return fail("invalid number");
     }
-    if (!std::isfinite(d)) {
-      pos_ = start;
-      return fail("number out of range for a double");
-    }
+    // An overflow (1e400) is +-inf, as Python's float() makes it: well-formed JSON, refused by
+    // validation where it would be rendered (json::find_non_finite).
     out = Value::floating(d);
     return true;
   }
@@ -386,8 +450,56 @@ class Parser {
     }
   }
 
+  // Open addressing over member indices (no per-key node), for objects of more than kLinearKeys
+  // members: 4 bytes per slot, load at most 1/2.
+  static constexpr size_t kLinearKeys = 16;
+  class KeyIndex {
+   public:
+    bool enabled() const { return !slots_.empty(); }
+    void init(size_t expected) {
+      size_t n = 16;
+      while (n < 2 * expected) n *= 2;
+      slots_.assign(n, 0);
+    }
+    // The index of `key` in `members`, or members.size() after recording that it will be
+    // appended there.
+    size_t find_or_add(const std::vector<Member>& members, const std::string& key) {
+      if (2 * (used_ + 1) > slots_.size()) grow(members);
+      const size_t mask = slots_.size() - 1;
+      for (size_t h = std::hash<std::string>{}(key)&mask;; h = (h + 1) & mask) {
+        const uint32_t s = slots_[h];
+        if (s == 0) {
+          slots_[h] = static_cast<uint32_t>(members.size() + 1);
+          ++used_;
+          return members.size();
+        }
+        if (members[s - 1].first == key) return s - 1;
+      }
+    }
+
+   private:
+    void grow(const std::vector<Member>& members) {
+      std::vector<uint32_t> old;
+      old.swap(slots_);
+      slots_.assign(old.size() * 2, 0);
+      const size_t mask = slots_.size() - 1;
+      for (uint32_t s : old) {
+        if (s == 0) continue;
+        size_t h = std::hash<std::string>{}(members[s - 1].first) & mask;
+        while (slots_[h] != 0) h = (h + 1) & mask;
+        slots_[h] = s;
+      }
+    }
+    std::vector<uint32_t> slots_;
+    size_t used_ = 0;
+  };
+
   std::string_view s_;
   const ParseOptions& opts_;
+  bool build_ = false;
+  std::vector<uint32_t> counts_;  // elements of each array / object, in order of opening
+  size_t next_count_ = 0;
+  std::string scratch_, scratch_key_;  // pass 1's strings (checked, then dropped)
   size_t pos_ = 0;
   std::string err_;
   size_t err_offset_ = 0;

@@ -3,51 +3,130 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 namespace clef::json {
 
+static_assert(sizeof(Value) == 16, "json::Value must stay one tag and one word");
+
+namespace {
+const std::string kEmptyString;
+const std::vector<Value> kEmptyItems;
+const std::vector<Member> kEmptyMembers;
+}  // namespace
+
+Value::Value(const Value& other) : kind_(other.kind_), flags_(other.flags_), u_(other.u_) {
+  switch (kind_) {
+    case Kind::Int:
+      if (flags_ & kBigInt) u_.str = new std::string(*other.u_.str);
+      break;
+    case Kind::String:
+      if (other.u_.str) u_.str = new std::string(*other.u_.str);
+      break;
+    case Kind::Array:
+      if (other.u_.arr) u_.arr = new std::vector<Value>(*other.u_.arr);
+      break;
+    case Kind::Object:
+      if (other.u_.obj) u_.obj = new std::vector<Member>(*other.u_.obj);
+      break;
+    default:
+      break;
+  }
+}
+
+Value& Value::operator=(const Value& other) {
+  if (this != &other) *this = Value(other);
+  return *this;
+}
+
+Value& Value::operator=(Value&& other) noexcept {
+  if (this != &other) {
+    // `other` may live inside this value (v = std::move(v.items()[0])): detach it first.
+    Value tmp(std::move(other));
+    release();
+    kind_ = tmp.kind_;
+    flags_ = tmp.flags_;
+    u_ = tmp.u_;
+    tmp.kind_ = Kind::Null;
+    tmp.flags_ = 0;
+    tmp.u_.i = 0;
+  }
+  return *this;
+}
+
+void Value::release() noexcept {
+  switch (kind_) {
+    case Kind::Int:
+      if (flags_ & kBigInt) delete u_.str;
+      break;
+    case Kind::String:
+      delete u_.str;
+      break;
+    case Kind::Array:
+      delete u_.arr;
+      break;
+    case Kind::Object:
+      delete u_.obj;
+      break;
+    default:
+      break;
+  }
+  kind_ = Kind::Null;
+  flags_ = 0;
+  u_.i = 0;
+}
+
 Value Value::boolean(bool b) {
   Value v;
   v.kind_ = Kind::Bool;
-  v.bool_ = b;
+  v.u_.b = b;
   return v;
 }
 
 Value Value::integer(int64_t i) {
   Value v;
   v.kind_ = Kind::Int;
-  v.text_ = std::to_string(i);
+  v.u_.i = i;
   return v;
 }
 
 Value Value::integer_text(std::string digits) {
+  if (digits == "-0") digits = "0";
+  // Canonical digits that fit an int64 are held inline; anything else keeps its exact text.
+  const size_t lead = !digits.empty() && digits[0] == '-' ? 1 : 0;
+  const bool canonical = digits.size() > lead && (digits[lead] != '0' || digits.size() == lead + 1);
+  int64_t i = 0;
+  if (canonical) {
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), i);
+    if (ec == std::errc() && ptr == digits.data() + digits.size()) return integer(i);
+  }
   Value v;
   v.kind_ = Kind::Int;
-  if (digits == "-0") digits = "0";
-  v.text_ = std::move(digits);
+  v.flags_ = kBigInt;
+  v.u_.str = new std::string(std::move(digits));
   return v;
 }
 
 Value Value::floating(double d) {
   Value v;
   v.kind_ = Kind::Float;
-  v.double_ = d;
+  v.u_.d = d;
   return v;
 }
 
 Value Value::string(std::string utf8, bool has_lone_surrogate) {
   Value v;
   v.kind_ = Kind::String;
-  v.text_ = std::move(utf8);
-  v.lone_surrogate_ = has_lone_surrogate;
+  if (!utf8.empty()) v.u_.str = new std::string(std::move(utf8));
+  if (has_lone_surrogate) v.flags_ = kLoneSurrogate;
   return v;
 }
 
 Value Value::array(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::Array;
-  v.items_ = std::move(items);
+  if (!items.empty()) v.u_.arr = new std::vector<Value>(std::move(items));
   return v;
 }
 
@@ -58,34 +137,65 @@ Value Value::object(std::vector<Member> members) {
   return v;
 }
 
+std::string Value::int_text() const {
+  if (kind_ != Kind::Int) return std::string();
+  if (flags_ & kBigInt) return *u_.str;
+  return std::to_string(u_.i);
+}
+
 std::optional<int64_t> Value::as_int64() const {
-  if (kind_ != Kind::Int) return std::nullopt;
-  int64_t out = 0;
-  auto [ptr, ec] = std::from_chars(text_.data(), text_.data() + text_.size(), out);
-  if (ec != std::errc() || ptr != text_.data() + text_.size()) return std::nullopt;
-  return out;
+  if (kind_ != Kind::Int || (flags_ & kBigInt)) return std::nullopt;  // big: beyond int64
+  return u_.i;
 }
 
 double Value::as_double() const {
-  if (kind_ == Kind::Float) return double_;
-  if (kind_ == Kind::Int) return std::strtod(text_.c_str(), nullptr);  // huge ints -> +-inf
+  if (kind_ == Kind::Float) return u_.d;
+  if (kind_ == Kind::Int) {
+    if (flags_ & kBigInt) return std::strtod(u_.str->c_str(), nullptr);  // huge ints -> +-inf
+    return static_cast<double>(u_.i);
+  }
   return 0.0;
 }
 
+const std::string& Value::as_string() const {
+  return kind_ == Kind::String && u_.str ? *u_.str : kEmptyString;
+}
+
+const std::vector<Value>& Value::items() const {
+  return kind_ == Kind::Array && u_.arr ? *u_.arr : kEmptyItems;
+}
+
+std::vector<Value>& Value::items() {
+  if (kind_ != Kind::Array) *this = array();
+  if (!u_.arr) u_.arr = new std::vector<Value>();
+  return *u_.arr;
+}
+
+const std::vector<Member>& Value::members() const {
+  return kind_ == Kind::Object && u_.obj ? *u_.obj : kEmptyMembers;
+}
+
+std::vector<Member>& Value::members() {
+  if (kind_ != Kind::Object) *this = object();
+  if (!u_.obj) u_.obj = new std::vector<Member>();
+  return *u_.obj;
+}
+
 const Value* Value::find(std::string_view key) const {
-  for (const auto& m : members_)
+  for (const auto& m : members())
     if (m.first == key) return &m.second;
   return nullptr;
 }
 
 void Value::set(std::string key, Value v) {
-  for (auto& m : members_) {
+  auto& ms = members();
+  for (auto& m : ms) {
     if (m.first == key) {
       m.second = std::move(v);
       return;
     }
   }
-  members_.emplace_back(std::move(key), std::move(v));
+  ms.emplace_back(std::move(key), std::move(v));
 }
 
 bool Value::truthy() const {
@@ -93,17 +203,17 @@ bool Value::truthy() const {
     case Kind::Null:
       return false;
     case Kind::Bool:
-      return bool_;
+      return u_.b;
     case Kind::Int:
-      return text_ != "0";  // normalised: "-0" never occurs
+      return (flags_ & kBigInt) || u_.i != 0;  // big integers are never 0 ("-0" is normalised)
     case Kind::Float:
-      return double_ != 0.0;  // NaN is truthy in Python too
+      return u_.d != 0.0;  // NaN is truthy in Python too
     case Kind::String:
-      return !text_.empty();
+      return !as_string().empty();
     case Kind::Array:
-      return !items_.empty();
+      return !items().empty();
     case Kind::Object:
-      return !members_.empty();
+      return !members().empty();
   }
   return false;
 }
@@ -116,19 +226,65 @@ bool operator==(const Value& a, const Value& b) {
     case Kind::Null:
       return true;
     case Kind::Bool:
-      return a.bool_ == b.bool_;
+      return a.u_.b == b.u_.b;
     case Kind::Int:
-      return a.text_ == b.text_;
+      return a.int_text() == b.int_text();
     case Kind::Float:
-      return a.double_ == b.double_;
+      return a.u_.d == b.u_.d;
     case Kind::String:
-      return a.text_ == b.text_ && a.lone_surrogate_ == b.lone_surrogate_;
+      return a.as_string() == b.as_string() && a.has_lone_surrogate() == b.has_lone_surrogate();
     case Kind::Array:
-      return a.items_ == b.items_;
+      return a.items() == b.items();
     case Kind::Object:
-      return a.members_ == b.members_;
+      return a.members() == b.members();
   }
   return false;
+}
+
+namespace {
+
+void quote_key(std::string& out, const std::string& key) {
+  out += "[\"";
+  for (char c : key) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  out += "\"]";
+}
+
+bool non_finite_path(const Value& v, std::string& path) {
+  switch (v.kind()) {
+    case Kind::Float:
+      return !std::isfinite(v.as_double());
+    case Kind::Array:
+      for (size_t i = 0; i < v.items().size(); ++i) {
+        if (non_finite_path(v.items()[i], path)) {
+          path.insert(0, "[" + std::to_string(i) + "]");
+          return true;
+        }
+      }
+      return false;
+    case Kind::Object:
+      for (const auto& [key, item] : v.members()) {
+        if (non_finite_path(item, path)) {
+          std::string step;
+          quote_key(step, key);
+          path.insert(0, step);
+          return true;
+        }
+      }
+      return false;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> find_non_finite(const Value& v) {
+  std::string path;
+  if (non_finite_path(v, path)) return path;
+  return std::nullopt;
 }
 
 }  // namespace clef::json

@@ -14,14 +14,28 @@
 
 namespace clef::json {
 
-enum class Kind { Null, Bool, Int, Float, String, Array, Object };
+enum class Kind : uint8_t { Null, Bool, Int, Float, String, Array, Object };
 
 class Value;
 using Member = std::pair<std::string, Value>;
 
+// 16 bytes: a kind, flags and one word (a bool, a double, an int64, or a pointer to a heap payload
+// for strings, integers beyond int64, arrays and objects). Empty strings, arrays and objects hold
+// no payload, so an array of small values costs 16 bytes per element (the parser sizes arrays
+// exactly).
 class Value {
  public:
   Value() = default;  // null
+  Value(const Value& other);
+  Value(Value&& other) noexcept : kind_(other.kind_), flags_(other.flags_), u_(other.u_) {
+    other.kind_ = Kind::Null;
+    other.flags_ = 0;
+    other.u_.i = 0;
+  }
+  Value& operator=(const Value& other);
+  Value& operator=(Value&& other) noexcept;
+  ~Value() { release(); }
+
   static Value null() { return Value(); }
   static Value boolean(bool b);
   static Value integer(int64_t v);
@@ -42,35 +56,43 @@ class Value {
   bool is_array() const { return kind_ == Kind::Array; }
   bool is_object() const { return kind_ == Kind::Object; }
 
-  bool as_bool() const { return bool_; }
-  const std::string& int_text() const { return text_; }   // Kind::Int: exact digits
-  std::optional<int64_t> as_int64() const;                // Kind::Int within range
-  double as_double() const;                               // Int or Float
-  const std::string& as_string() const { return text_; }  // Kind::String, UTF-8
+  bool as_bool() const { return kind_ == Kind::Bool && u_.b; }
+  std::string int_text() const;             // Kind::Int: exact digits
+  std::optional<int64_t> as_int64() const;  // Kind::Int within range
+  double as_double() const;                 // Int or Float
+  const std::string& as_string() const;     // Kind::String, UTF-8 (else empty)
   // True when the string came from a lone surrogate escape ("\ud800"); its bytes then hold that
   // code unit WTF-8 encoded, which is not valid UTF-8 and must never reach the tokenizer.
-  bool has_lone_surrogate() const { return lone_surrogate_; }
-  const std::vector<Value>& items() const { return items_; }
-  std::vector<Value>& items() { return items_; }
-  const std::vector<Member>& members() const { return members_; }
-  std::vector<Member>& members() { return members_; }
+  bool has_lone_surrogate() const { return (flags_ & kLoneSurrogate) != 0; }
+  // Arrays / objects (other kinds: empty). The mutable forms are for an array / an object only.
+  const std::vector<Value>& items() const;
+  std::vector<Value>& items();
+  const std::vector<Member>& members() const;
+  std::vector<Member>& members();
   const Value* find(std::string_view key) const;  // object member or nullptr
   // Python dict assignment: replaces in place when the key exists, else appends.
   void set(std::string key, Value v);
-  void push_back(Value v) { items_.push_back(std::move(v)); }
+  void push_back(Value v) { items().push_back(std::move(v)); }
   // Python truthiness: null/false/0/0.0/""/[]/{} are falsy.
   bool truthy() const;
 
   friend bool operator==(const Value& a, const Value& b);
 
  private:
+  static constexpr uint8_t kLoneSurrogate = 1;
+  static constexpr uint8_t kBigInt = 2;  // Kind::Int held as digits (u_.str) beyond int64
+  void release() noexcept;
+
   Kind kind_ = Kind::Null;
-  bool bool_ = false;
-  bool lone_surrogate_ = false;
-  double double_ = 0.0;
-  std::string text_;
-  std::vector<Value> items_;
-  std::vector<Member> members_;
+  uint8_t flags_ = 0;
+  union Word {
+    int64_t i;  // first: `u_{}` zeroes the whole word through it (nullptr payloads)
+    bool b;
+    double d;
+    std::string* str;          // String (nullptr = ""), Int with kBigInt
+    std::vector<Value>* arr;   // Array (nullptr = [])
+    std::vector<Member>* obj;  // Object (nullptr = {})
+  } u_{};
 };
 
 struct ParseError {
@@ -78,15 +100,32 @@ struct ParseError {
   size_t offset = 0;
 };
 
+// Nesting limit of parse(): arrays/objects more than this deep are a parse error (400 at the
+// server). It bounds the parser's recursion (the stack) and the recursion of everything that walks
+// a value later (render, dumps, copy, destruction). Documented in docs/server.md "Request limits".
+inline constexpr int kMaxDepth = 128;
+
 struct ParseOptions {
-  int max_depth = 128;           // deeper nesting is refused (protects the stack)
+  int max_depth = kMaxDepth;     // deeper nesting is refused (protects the stack)
   size_t max_int_digits = 4300;  // Python's int parsing limit
 };
 
-// Strict RFC 8259 JSON (no NaN/Infinity literals, no trailing commas, no comments). Refuses floats
-// that overflow a double (Python would render them as Infinity). Invalid UTF-8 in the input is an
-// error. Returns the value or fills `error` and returns nullopt.
+// Strict RFC 8259 JSON (no NaN/Infinity literals, no trailing commas, no comments). Invalid UTF-8
+// in the input is an error. A number that overflows a double (1e400) is well-formed JSON and
+// parses, as in Python, to an infinite float: validation refuses it (422) where it would be used,
+// see find_non_finite. Returns the value or fills `error` and returns nullopt.
+//
+// Memory: a first pass checks the grammar and counts every array's / object's elements, building
+// nothing, so a malformed document is refused without allocating for it; the second pass builds
+// the value with exactly sized containers. The value then costs 16 bytes per array element, 48 per
+// object member plus the payloads of non-empty strings (a heap std::string), big integers and
+// non-empty containers: 8x the document's size for `[0,0,...]`, at most about 17x for any shape of
+// small values (the worst: one-element arrays `[[0],[0],...]`). Time is linear in both passes.
 std::optional<Value> parse(std::string_view text, ParseError* error, const ParseOptions& opts = {});
+
+// Where the first non-finite float of v is (document order), as a path below v such as
+// `["a"][0]`, or nullopt when every number is finite. An empty path means v itself.
+std::optional<std::string> find_non_finite(const Value& v);
 
 // Python's json.dumps(v, ensure_ascii=False, separators=(",", ":"), sort_keys=True).
 std::string dumps_python_sorted(const Value& v);

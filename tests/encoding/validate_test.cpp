@@ -264,3 +264,73 @@ TEST(Validate, Limits) {
   tight.max_questions = 1;
   EXPECT_EQ(refusal(questions(2, noul), tight).error.type, "too_many_questions");
 }
+
+// spec/protocol.md: images/videos absent, null or [] → a text request (the edge fixture sends
+// "images":[],"videos":null); any other type or value → 422, never silently ignored. Media is not
+// supported by this server, so every non-empty list is refused too.
+TEST(Validate, MediaOtherThanAbsentNullOrEmptyListIsRefused) {
+  ok(R"({"model":"m","state":"s",)" + kQ + "}");
+  ok(R"({"model":"m","state":"s","images":null,"videos":[],)" + kQ + "}");
+  for (const char* field : {"images", "videos"}) {
+    for (const char* value : {R"("")", "0", "false", "{}", "0.0", R"("x")", "true", "1",
+                              R"({"a":1})", "[null]", "[[]]", R"([""])", R"(["data:x"])"}) {
+      const std::string body =
+          std::string(R"({"model":"m","state":"s",")") + field + "\":" + value + "," + kQ + "}";
+      RequestError e = refusal(body);
+      EXPECT_EQ(e.status, 422) << body;
+      EXPECT_EQ(loc(e), std::string("body/") + field) << body;
+      EXPECT_NE(e.error.msg.find(field), std::string::npos) << e.error.msg;
+    }
+  }
+  // A non-list is a type error, a list a "not supported" refusal.
+  EXPECT_EQ(refusal(R"({"model":"m","state":"s","images":"",)" + kQ + "}").error.type, "list_type");
+  EXPECT_EQ(refusal(R"({"model":"m","state":"s","videos":{},)" + kQ + "}").error.type, "list_type");
+  EXPECT_EQ(refusal(R"({"model":"m","state":"s","images":[""],)" + kQ + "}").error.type,
+            "not_supported");
+}
+
+// spec/encoding.md §1: 1e400 is infinity in Python and would render "Infinity": refused with 422
+// naming the field, for every place a value is rendered; a field that must be a string or a
+// literal gets its usual type refusal; an ignored key stays ignored (the reference never renders
+// it).
+TEST(Validate, NumbersThatOverflowADoubleAreRefusedWhereRendered) {
+  auto body = [](const std::string& state, const std::string& questions) {
+    return R"({"model":"m","state":)" + state + R"(,"questions":)" + questions + "}";
+  };
+  const std::string noul = R"({"q":{"type":"noul"}})";
+  struct Case {
+    std::string text, loc, path;
+  };
+  const Case cases[] = {
+      {body("1e400", noul), "body/state", "state"},
+      {body("-1e400", noul), "body/state", "state"},
+      {body(R"({"a":[0,1e400]})", noul), "body/state", R"(state["a"][1])"},
+      {body(R"("s")", R"({"q":{"type":"noul","instructions":{"w":-1E999}}})"),
+       "body/questions/q/instructions", R"(q: instructions["w"])"},
+      {body(R"("s")", R"({"q":{"type":"choice","criteria":{"b":"ok","a":[1e400]}}})"),
+       "body/questions/q/criteria", R"(q: criteria["a"][0])"},
+      {body(R"("s")", R"({"q":{"type":"score","criteria":["low",2e308]}})"),
+       "body/questions/q/criteria", "q: criteria[1]"},
+      {body(R"("s")", R"({"q":{"type":"noul","criteria":{"false":1e400}}})"),
+       "body/questions/q/criteria", R"(q: criteria["false"])"},
+  };
+  for (const Case& c : cases) {
+    RequestError e = refusal(c.text);
+    EXPECT_EQ(e.status, 422) << c.text;
+    EXPECT_EQ(loc(e), c.loc) << c.text;
+    EXPECT_EQ(e.error.type, "value_error") << c.text;
+    EXPECT_EQ(e.error.msg.rfind(c.path + " is a number too large for a double", 0), 0u)
+        << e.error.msg;
+  }
+  // Fields with a type of their own keep their own refusal.
+  EXPECT_EQ(loc(refusal(R"({"model":1e400,"state":"s","questions":{"q":{"type":"noul"}}})")),
+            "body/model");
+  EXPECT_EQ(loc(refusal(R"({"model":"m","state":"s","truncation":1e400,)" + kQ + "}")),
+            "body/truncation");
+  // The reference's earlier checks come first: a missing question before an infinite state.
+  EXPECT_EQ(loc(refusal(R"({"model":"m","state":1e400})")), "body/questions");
+  // Where nothing is rendered, nothing is refused: an unknown key, a noul criteria key other than
+  // true/false, a finite neighbour (1e308) and an underflow (1e-400 is 0.0 in Python).
+  ok(R"({"model":"m","state":[1e308,1e-400],"temperature":1e400,)" + kQ + "}");
+  ok(body(R"("s")", R"({"q":{"type":"noul","criteria":{"maybe":1e400}}})"));
+}

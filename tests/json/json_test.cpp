@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "json/value.h"
@@ -95,9 +96,30 @@ TEST(JsonRender, FloatVersusInt) {
             "[1.5e+300,-1.0,100.0,0.30000000000000004,1250,1250.0,1250.0,0.0]");
 }
 
-TEST(JsonRender, NonFiniteNumbersRefused) {
-  EXPECT_TRUE(refused("1e400"));
-  EXPECT_TRUE(refused("[-1e400]"));
+TEST(JsonParse, OverflowingNumbersAreInfinityLikePython) {
+  // Python: json.loads("1e400") == float("inf"), json.loads("[-1e400]") == [float("-inf")]: the
+  // document is well-formed; validation refuses the value where it matters (spec/encoding.md §1).
+  const Value big = parse_ok("1e400");
+  ASSERT_EQ(big.kind(), Kind::Float);
+  EXPECT_TRUE(std::isinf(big.as_double()) && big.as_double() > 0);
+  const Value neg = parse_ok("[-1e400]");
+  ASSERT_EQ(neg.items().size(), 1u);
+  EXPECT_TRUE(std::isinf(neg.items()[0].as_double()) && neg.items()[0].as_double() < 0);
+  EXPECT_EQ(parse_ok("1E+309").as_double(), INFINITY);
+  // The largest double still parses finite; an integer never overflows (exact digits).
+  EXPECT_TRUE(std::isfinite(parse_ok("1.7976931348623157e308").as_double()));
+  EXPECT_EQ(py("1" + std::string(400, '0')), "1" + std::string(400, '0'));
+}
+
+TEST(JsonValue, FindNonFinite) {
+  using clef::json::find_non_finite;
+  EXPECT_FALSE(find_non_finite(parse_ok(R"({"a":[1,2.5,"1e400",1e308],"b":1e-400})")));
+  EXPECT_EQ(find_non_finite(parse_ok("1e400")), std::optional<std::string>(""));
+  EXPECT_EQ(find_non_finite(parse_ok(R"({"a":[0,{"b\"c":-1e400}],"z":1e400})")),
+            std::optional<std::string>(R"(["a"][1]["b\"c"])"));
+}
+
+TEST(JsonRender, NonStandardLiteralsRefused) {
   EXPECT_TRUE(refused("NaN"));
   EXPECT_TRUE(refused("Infinity"));
   EXPECT_TRUE(refused("-Infinity"));
