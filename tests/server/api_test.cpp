@@ -184,6 +184,30 @@ TEST(ServerApi, ValidationErrorsAre422WithFieldPath) {
   EXPECT_EQ(ok.body, decide(kSmallRequest).output);
 }
 
+// A number beyond a double is Python's inf (the reference parses it), refused by validation where
+// it would be rendered: 422 naming the field, not a 400 parse error. Media are not served yet: any
+// images value but absent / null / [] is 422 naming the field.
+TEST(ServerApi, OverflowingNumbersAndMediaAre422NamingTheField) {
+  for (const char* state : {"1e400", "-1e400"}) {
+    json item =
+        expect_validation_error(post_json(port(), std::string(R"({"model":"m","state":)") + state +
+                                                      R"(,"questions":{"q":{"type":"noul"}}})"));
+    EXPECT_EQ(item["loc"], json::array({"body", "state"})) << item.dump();
+    EXPECT_EQ(item["type"], "value_error") << item.dump();
+  }
+  for (const char* images : {R"("")", "0", "false", "{}"}) {
+    json item = expect_validation_error(
+        post_json(port(), std::string(R"({"model":"m","state":"x","images":)") + images +
+                              R"(,"questions":{"q":{"type":"noul"}}})"));
+    EXPECT_EQ(item["loc"], json::array({"body", "images"})) << images << " " << item.dump();
+    EXPECT_EQ(item["type"], "list_type") << item.dump();
+  }
+  EXPECT_EQ(post_json(port(), R"({"model":"m","state":"x","images":[],)"
+                              R"("questions":{"q":{"type":"noul"}}})")
+                .status,
+            200);
+}
+
 TEST(ServerApi, ContentTypeMustBeJson) {
   expect_detail_string(
       http(port(), "POST", "/v1/systemone", kSmallRequest, {{"Content-Type", "text/plain"}}), 415);
