@@ -3,7 +3,7 @@
 
 Starts `clefserve serve` on the built-in demo model (no --model; XDG_CACHE_HOME is a fresh temporary
 folder) and measures ONE normal client (valid POST /v1/systemone requests on one keep-alive
-connection): first unloaded (~100 requests), then for SOAK_SECONDS (default 60) while a separate
+connection): first unloaded (300 requests), then for SOAK_SECONDS (default 60) while a separate
 process runs, all at once:
 
   slowloris   200 connections that dribble header bytes (the server's --header-timeout ends them
@@ -15,9 +15,8 @@ process runs, all at once:
   pipelined   valid requests followed by garbage on one connection (answers, then 400 and close)
 
 Passes when: the normal client saw 0 failures (every answer a 200 with the expected shape, no
-connection error); its loaded p99 < max(2 x unloaded p99, unloaded p99 + 50 ms) (the 50 ms floor:
-the demo model answers in a few ms, so 2x a tiny p99 would measure the scheduler of a shared 2-core
-machine, not the server); the server's VmRSS (sampled every second from /proc/<pid>/status) stayed
+connection error); its loaded p99 < 2 x its unloaded p99 (the issue's bound; 300 unloaded requests
+so that the baseline p99 is not one lucky sample); the server's VmRSS (sampled every second from /proc/<pid>/status) stayed
 under 1 GiB; the server was still healthy at the end and exited 0 on SIGTERM.
 
 Usage: tests/server/soak.py [path/to/clefserve]   (default build/clefserve; env SOAK_SECONDS)
@@ -42,7 +41,7 @@ import time
 MAX_BODY = 1 << 20  # --max-body-bytes for the soak (1 MiB: a chunked overrun costs 1 MiB, not 8)
 RSS_LIMIT_KB = 1 << 20  # 1 GiB
 SLOWLORIS_CONNECTIONS = 200
-FLOOR_MS = 50.0
+UNLOADED_REQUESTS = 300
 THINK_S = 0.01  # the normal client's pause between requests (unloaded and loaded alike)
 
 VALID = json.dumps({
@@ -418,7 +417,7 @@ def main():
         for _ in range(10):  # warm the connection and the engine
             client.one()
         unloaded = []
-        for _ in range(100):
+        for _ in range(UNLOADED_REQUESTS):
             ms = client.one()
             if ms is not None:
                 unloaded.append(ms)
@@ -472,10 +471,10 @@ def main():
         # ------------------------------------------------------------ verdict
         u50, u99 = percentile(unloaded, 50), percentile(unloaded, 99)
         l50, l99 = percentile(loaded, 50), percentile(loaded, 99)
-        bound = max(2 * u99, u99 + FLOOR_MS)
+        bound = 2 * u99
         max_rss = max(rss)
         problems = []
-        if unloaded_failures or len(unloaded) < 100:
+        if unloaded_failures or len(unloaded) < UNLOADED_REQUESTS:
             problems.append("unloaded failures: %s" % unloaded_failures[:5])
         if client.failures:
             problems.append("%d normal-client failures under load: %s"
@@ -498,7 +497,8 @@ def main():
         print("  normal client: %d unloaded + %d loaded requests, %d failures, %d connection(s)"
               % (len(unloaded), len(loaded), len(client.failures), client.reconnects))
         print("  latency ms: unloaded p50 %.2f p99 %.2f | loaded p50 %.2f p99 %.2f | bound "
-              "max(2 x %.2f, %.2f + %.0f) = %.2f" % (u50, u99, l50, l99, u99, u99, FLOOR_MS, bound))
+              "2 x %.2f = %.2f (loaded/unloaded p99 %.2fx)" % (u50, u99, l50, l99, u99, bound,
+                                                              l99 / u99))
         print("  server RSS: start %.1f MB, max %.1f MB, end %.1f MB (%d samples, limit 1024 MB)"
               % (rss[0] / 1024, max_rss / 1024, rss[-1] / 1024, len(rss)))
         for kind in ["slowloris", "big_cl", "big_chunked", "malformed", "hangup", "pipelined"]:
