@@ -29,19 +29,7 @@ namespace {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-const char* kSmall =
-    R"({"model":"m","state":"A card was charged twice.","questions":{)"
-    R"("topic":{"type":"choice","criteria":{"billing":"Billing","outage":"Outages"}}}})";
-
-// A request whose forward pass takes long enough on the CPU engine to keep the engine busy while
-// other requests arrive (several thousand state tokens).
-std::string slow_request(int words) {
-  std::string state;
-  for (int i = 0; i < words; ++i) state += (i % 7 ? "billing " : "card ");
-  json req = json::parse(kSmall);
-  req["state"] = state;
-  return req.dump();
-}
+const char* const kSmall = kSmallRequest;
 
 double metric(KeepAliveClient& client, const std::string& name) {
   HttpResponse r = client.get("/metrics");
@@ -123,7 +111,7 @@ TEST(ServerLoad, QueueOverflowGets429WithRetryAfter) {
   ServerProcess srv({"--model", golden_model("tiny-r2"), "--max-queue", "1", "--max-length",
                      "16384", "--threads", "1"});
   ASSERT_TRUE(srv.started()) << srv.log();
-  const std::string req = slow_request(2500);
+  const std::string req = request_with_words(2500);
   HttpResponse reference = post_json(srv.port(), req);
   ASSERT_EQ(reference.status, 200) << reference.body;
 
@@ -160,7 +148,7 @@ TEST(ServerShutdown, SigtermDrainsInFlightRequestAndExitsZero) {
   ServerProcess srv(
       {"--model", golden_model("tiny-r2"), "--max-length", "16384", "--threads", "1"});
   ASSERT_TRUE(srv.started()) << srv.log();
-  const std::string req = slow_request(3000);
+  const std::string req = request_with_words(3000);
   HttpResponse reference = post_json(srv.port(), req);
   ASSERT_EQ(reference.status, 200) << reference.body;
 

@@ -35,9 +35,7 @@ namespace {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-const char* kSmall =
-    R"({"model":"m","state":"A card was charged twice.","questions":{)"
-    R"("topic":{"type":"choice","criteria":{"billing":"Billing","outage":"Outages"}}}})";
+const char* const kSmall = kSmallRequest;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -113,27 +111,7 @@ class Raw {
   }
 
  private:
-  size_t parse(HttpResponse* r) const {
-    size_t end = pending_.find("\r\n\r\n");
-    if (end == std::string::npos) return 0;
-    std::istringstream hs(pending_.substr(0, end));
-    std::string line;
-    std::getline(hs, line);
-    if (line.size() < 12 || line.compare(0, 5, "HTTP/") != 0) return 0;
-    r->status = std::atoi(line.c_str() + 9);
-    while (std::getline(hs, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      size_t colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string v = line.substr(colon + 1);
-      while (!v.empty() && v.front() == ' ') v.erase(v.begin());
-      r->headers[lower(line.substr(0, colon))] = v;
-    }
-    size_t len = static_cast<size_t>(std::atoll(r->header("content-length").c_str()));
-    if (pending_.size() < end + 4 + len) return 0;
-    r->body = pending_.substr(end + 4, len);
-    return end + 4 + len;
-  }
+  size_t parse(HttpResponse* r) const { return parse_response(pending_, r); }
   int fd_ = -1;
   bool closed_ = false;
   std::string pending_;
@@ -478,14 +456,6 @@ TEST(HttpCors, PreflightAllowedOnlyForConfiguredOrigins) {
 // ---- drain
 // ------------------------------------------------------------------------------------------
 
-std::string slow_request(int words) {
-  std::string state;
-  for (int i = 0; i < words; ++i) state += (i % 7 ? "billing " : "card ");
-  json req = json::parse(kSmall);
-  req["state"] = state;
-  return req.dump();
-}
-
 double metric(KeepAliveClient& client, const std::string& name) {
   HttpResponse r = client.get("/metrics");
   std::smatch m;
@@ -500,7 +470,7 @@ TEST(HttpDrain, AnswersDuringTheDrainSayConnectionClose) {
   ServerProcess srv(
       {"--model", golden_model("tiny-r2"), "--max-length", "16384", "--threads", "1"});
   ASSERT_TRUE(srv.started()) << srv.log();
-  const std::string req = slow_request(3000);
+  const std::string req = request_with_words(3000);
   KeepAliveClient client(srv.port());
   HttpResponse before = client.get("/health");
   ASSERT_EQ(before.status, 200);

@@ -32,18 +32,7 @@ namespace {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-const char* kSmall =
-    R"({"model":"m","state":"A card was charged twice.","questions":{)"
-    R"("topic":{"type":"choice","criteria":{"billing":"Billing","outage":"Outages"}}}})";
-
-// `words` state tokens (one token per word for tiny-r2) plus ~140 of prompt and schema.
-std::string long_request(int words) {
-  std::string state;
-  for (int i = 0; i < words; ++i) state += (i % 7 ? "billing " : "card ");
-  json req = json::parse(kSmall);
-  req["state"] = state;
-  return req.dump();
-}
+const char* const kSmall = kSmallRequest;
 
 // The value of one exposition line `<series> <value>` (series with its labels), or -1.
 double series_value(const std::string& text, const std::string& series) {
@@ -72,7 +61,7 @@ TEST(ServerClientGone, QueuedRequestsOfClientsThatLeaveNeverReachTheEngine) {
   ServerProcess srv({"--model", golden_model("tiny-r2"), "--max-length", "1024",
                      "--max-batch-tokens", "1000", "--threads", "1", "--log-format", "json"});
   ASSERT_TRUE(srv.started()) << srv.log();
-  const std::string req = long_request(850);  // ~990 tokens: one per forward pass
+  const std::string req = request_with_words(850);  // ~990 tokens: one per forward pass
   const std::string raw =
       "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
       "Content-Length: " +

@@ -214,14 +214,15 @@ std::string lower(std::string s) {
   return s;
 }
 
-// Parses one HTTP/1.1 response (Content-Length framed; the server always sends it).
-bool parse_response(const std::string& raw, HttpResponse* r) {
+}  // namespace
+
+size_t parse_response(const std::string& raw, HttpResponse* r) {
   size_t hdr_end = raw.find("\r\n\r\n");
-  if (hdr_end == std::string::npos) return false;
+  if (hdr_end == std::string::npos) return 0;
   std::istringstream hs(raw.substr(0, hdr_end));
   std::string line;
   std::getline(hs, line);
-  if (line.size() < 12 || line.compare(0, 5, "HTTP/") != 0) return false;
+  if (line.size() < 12 || line.compare(0, 5, "HTTP/") != 0) return 0;
   r->status = std::atoi(line.c_str() + 9);
   while (std::getline(hs, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -232,12 +233,18 @@ bool parse_response(const std::string& raw, HttpResponse* r) {
     r->headers[lower(line.substr(0, colon))] = v;
   }
   size_t len = static_cast<size_t>(std::atoll(r->header("content-length").c_str()));
-  if (raw.size() < hdr_end + 4 + len) return false;
+  if (raw.size() < hdr_end + 4 + len) return 0;
   r->body = raw.substr(hdr_end + 4, len);
-  return true;
+  return hdr_end + 4 + len;
 }
 
-}  // namespace
+std::string request_with_words(int words) {
+  std::string state;
+  for (int i = 0; i < words; ++i) state += (i % 7 ? "billing " : "card ");
+  nlohmann::ordered_json req = nlohmann::ordered_json::parse(kSmallRequest);
+  req["state"] = state;
+  return req.dump();
+}
 
 HttpResponse http(int port, const std::string& method, const std::string& path,
                   const std::string& body,
@@ -311,8 +318,7 @@ HttpResponse KeepAliveClient::exchange(const std::string& request, double timeou
     if (n <= 0) return HttpResponse{};
     pending_.append(buf, static_cast<size_t>(n));
   }
-  size_t used = pending_.find("\r\n\r\n") + 4 + r.body.size();
-  pending_.erase(0, used);
+  pending_.erase(0, parse_response(pending_, &r));
   return r;
 }
 

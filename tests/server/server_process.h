@@ -89,4 +89,15 @@ class KeepAliveClient {
 // A connected TCP socket to 127.0.0.1:port, or -1.
 int connect_loopback(int port);
 
+// One HTTP/1.1 response (Content-Length framed) at the start of `raw`: the bytes it used, 0 while
+// incomplete.
+size_t parse_response(const std::string& raw, HttpResponse* r);
+
+// A small valid one-question request (any model name is served by the test servers).
+inline constexpr const char* kSmallRequest =
+    R"({"model":"m","state":"A card was charged twice.","questions":{)"
+    R"("topic":{"type":"choice","criteria":{"billing":"Billing","outage":"Outages"}}}})";
+// kSmallRequest with a state of `words` words (one tiny-r2 token each, ~140 more for the schema).
+std::string request_with_words(int words);
+
 }  // namespace clef::server_test
