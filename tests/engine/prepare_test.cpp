@@ -157,8 +157,8 @@ TEST(TuningCache, AnyDamageIsCorruptNeverTrusted) {
   {
     nlohmann::ordered_json k = nlohmann::ordered_json::object();
     for (const auto& [name, value] : key()) k[name] = value;
-    nlohmann::ordered_json es = nlohmann::ordered_json::parse(R"([[1,2,3,4,5,0,"zz"]])");
-    nlohmann::ordered_json j{{"format", "clefserve-gemm-tuning/1"},
+    nlohmann::ordered_json es = nlohmann::ordered_json::parse(R"([[1,2,3,4,5,0,1,1,1,"zz"]])");
+    nlohmann::ordered_json j{{"format", "clefserve-gemm-tuning/2"},
                              {"sha256", model::sha256_hex(k.dump() + "\n" + es.dump())},
                              {"key", k},
                              {"entries", es}};

@@ -9,7 +9,7 @@
 #include <cstddef>
 
 #include "engine/cuda/gdn_chunked.h"
-#include "engine/cuda/gemm.h"
+#include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/reference.h"
 #include "gpu/gpu_test_util.h"
@@ -340,7 +340,8 @@ TYPED_TEST(BackboneKernels, GemmMatchesDoubleReference) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  Gemm gemm(!kBf16<E>);
+  Gemm gemm;
+  const DataType dt = kBf16<E> ? DataType::BF16 : DataType::F32;
   struct Shape {
     int M, N, K, ldx, ldy;
   };
@@ -351,7 +352,17 @@ TYPED_TEST(BackboneKernels, GemmMatchesDoubleReference) {
       auto w = rand_e<E>(rng, size_t(sh.N) * sh.K, 0.05f);
       auto y0 = rand_e<E>(rng, size_t(sh.M) * sh.ldy);
       auto dx = to_device<E>(x), dw = to_device<E>(w), dy = to_device<E>(y0);
-      gemm.run(dx.get(), sh.ldx, dw.get(), dy.get(), sh.ldy, sh.M, sh.N, sh.K, acc, 0);
+      GemmProblem p;
+      p.M = sh.M;
+      p.N = sh.N;
+      p.K = sh.K;
+      p.a = {dx.get(), dt, sh.ldx};
+      p.b = {dw.get(), dt, sh.K};
+      p.c = dy.get();
+      p.c_dtype = dt;
+      p.ldc = sh.ldy;
+      p.accumulate = acc;
+      gemm.run(p, 0);
       auto got = to_host<E>(dy, y0.size());
       std::vector<float> ref(y0);
       std::vector<float> g2, r2;

@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "engine/cpu/joint_head.h"
-#include "engine/cuda/head.h"
+#include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/joint_head.h"
 #include "engine/golden_models.h"
 #include "model/bf16.h"
 #include "model/safetensors.h"
@@ -80,10 +81,12 @@ void check_model(const std::string& name) {
   auto release = testing::load_golden_model(name);
   const auto records = testing::load_golden(name);
   const bool gpu = have_gpu();
+  std::unique_ptr<engine::cuda::Gemm> gemm;
   std::unique_ptr<CudaJointHead> head32, head16;
   if (gpu) {
-    head32 = std::make_unique<CudaJointHead>(*release, HeadPrecision::Float32);
-    head16 = std::make_unique<CudaJointHead>(*release, HeadPrecision::BFloat16);
+    gemm = std::make_unique<engine::cuda::Gemm>();
+    head32 = std::make_unique<CudaJointHead>(*release, HeadPrecision::Float32, *gemm);
+    head16 = std::make_unique<CudaJointHead>(*release, HeadPrecision::BFloat16, *gemm);
   }
   const int D = release->head.hidden_size;
   int checked = 0;

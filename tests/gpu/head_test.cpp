@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "engine/cpu/joint_head.h"
-#include "engine/cuda/head.h"
+#include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/joint_head.h"
 #include "gpu/gpu_test_util.h"
 #include "model/bf16.h"
 #include "model/release.h"
@@ -99,7 +100,8 @@ void run_model(const std::string& model, HeadPrecision prec) {
   const auto rel = load(model);
   const int D = rel->head.hidden_size;
   const int64_t vocab = rel->backbone("lm_head.weight").shape[0];
-  CudaJointHead head(*rel, prec);
+  clef::engine::cuda::Gemm gemm;
+  CudaJointHead head(*rel, prec, gemm);
   const bool bf16 = prec == HeadPrecision::BFloat16;
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
@@ -161,7 +163,8 @@ TEST(CudaJointHead, RefusesBadRequests) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const auto rel = load("tiny-r2");
   const int D = rel->head.hidden_size;
-  CudaJointHead head(*rel, HeadPrecision::Float32);
+  clef::engine::cuda::Gemm gemm;
+  CudaJointHead head(*rel, HeadPrecision::Float32, gemm);
   std::mt19937_64 rng(fresh_seed());
   const int T = 20;
   std::normal_distribution<float> n01(0.f, 1.f);

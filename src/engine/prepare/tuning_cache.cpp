@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "model/pinning.h"
 
@@ -17,7 +18,7 @@ namespace {
 using nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-constexpr const char* kFormat = "clefserve-gemm-tuning/1";
+constexpr const char* kFormat = "clefserve-gemm-tuning/2";
 constexpr std::uintmax_t kMaxFileBytes = 64u << 20;  // far above any real cache; bounds the read
 
 std::string hex(const std::array<uint64_t, 8>& a) {
@@ -122,11 +123,12 @@ TuningCacheLoad load_tuning_cache(const std::string& path, const TuningKey& key)
     TuningCacheLoad r;
     r.status = TuningCacheStatus::Loaded;
     for (const auto& e : entries) {
-      if (!e.is_array() || e.size() != 7)
-        return corrupt("an entry is not [M,N,K,ldx,ldy,acc,algo]");
+      constexpr size_t n = std::tuple_size_v<TuningEntry::Shape>;
+      if (!e.is_array() || e.size() != n + 1)
+        return corrupt("an entry is not [M,N,K,lda,ldc,acc,a_type,b_type,c_type,algo]");
       TuningEntry t;
-      for (size_t i = 0; i < 6; ++i) t.shape[i] = e.at(i).get<int64_t>();
-      if (!unhex(e.at(6).get<std::string>(), t.algo)) return corrupt("an algorithm is not 128 hex");
+      for (size_t i = 0; i < n; ++i) t.shape[i] = e.at(i).get<int64_t>();
+      if (!unhex(e.at(n).get<std::string>(), t.algo)) return corrupt("an algorithm is not 128 hex");
       r.entries.push_back(t);
     }
     return r;

@@ -18,7 +18,9 @@ namespace clef::engine {
 using TuningKey = std::map<std::string, std::string>;
 
 struct TuningEntry {
-  std::array<int64_t, 6> shape{};  // the engine's GEMM shape (M, N, K, ldx, ldy, accumulate)
+  // The GEMM problem: M, N, K, lda, ldc, accumulate, and the element types of A, B and C.
+  using Shape = std::array<int64_t, 9>;
+  Shape shape{};
   std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t's bytes
   bool operator==(const TuningEntry&) const = default;
 };

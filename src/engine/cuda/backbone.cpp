@@ -1,0 +1,130 @@
+#include "engine/cuda/backbone.h"
+
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
+#include "engine/cuda/attention_core.h"
+#include "engine/cuda/gdn_chunked.h"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/profile.h"
+
+namespace clef::engine::cuda {
+
+using bf16 = __nv_bfloat16;
+
+CudaBackbone::CudaBackbone(const model::TextConfig& config, const BackboneWeights& weights,
+                           Gemm& gemm, KernelPath path)
+    : cfg_(config), w_(weights), gemm_(gemm), path_(path) {
+  rotary_dim_ = static_cast<int>(cfg_.head_dim * cfg_.partial_rotary_factor);
+}
+
+std::array<GemmProblem, 4> CudaBackbone::layer_gemms(const LayerWeights& L, const Activations& a,
+                                                     int Tp) const {
+  const DataType act = w_.activations;
+  auto gemm = [&](void* x, const WeightRef& w, void* y, bool residual) {
+    GemmProblem p;
+    p.M = Tp;
+    p.N = w.n;
+    p.K = w.k;
+    p.a = {x, act, w.k};
+    p.b = w.operand();
+    p.b_is_nk = true;
+    p.c = y;
+    p.c_dtype = act;
+    p.ldc = w.n;
+    p.accumulate = residual;
+    p.tuning = GemmTuning::Timed;
+    return p;
+  };
+  return {gemm(a.normed, L.in_proj, a.proj, false), gemm(a.mixer_out, L.out_proj, a.residual, true),
+          gemm(a.normed, L.gate_up, a.proj, false), gemm(a.mixer_out, L.down, a.residual, true)};
+}
+
+void CudaBackbone::tune(const Activations& a, int Tp, cudaStream_t s) const {
+  for (const LayerWeights& L : w_.layers)
+    for (const GemmProblem& p : layer_gemms(L, a, Tp)) gemm_.tune(p, s);
+}
+
+void CudaBackbone::enqueue_gemms_only(const Activations& a, int Tp, cudaStream_t s) const {
+  for (const LayerWeights& L : w_.layers)
+    for (const GemmProblem& p : layer_gemms(L, a, Tp)) gemm_.run(p, s);
+}
+
+void CudaBackbone::enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec) const {
+  if (w_.activations == DataType::F32)
+    enqueue_as<float>(a, Tp, s, rec);
+  else
+    enqueue_as<bf16>(a, Tp, s, rec);
+}
+
+template <typename E>
+void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s,
+                              StageRecorder* rec) const {
+  const auto& c = cfg_;
+  const int D = c.hidden_size, I = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  auto mark = [&](const char* l) {
+    if (rec) rec->mark(l);
+  };
+  E* h = static_cast<E*>(a.residual);
+  E* u = static_cast<E*>(a.normed);
+  E* proj = static_cast<E*>(a.proj);
+  E* mid = static_cast<E*>(a.mixer_out);
+  mark("start");
+  embed_gather<E>(static_cast<const E*>(w_.embed), a.ids, h, Tp, D, s);
+  mark("norms_elementwise");
+  for (const LayerWeights& L : w_.layers) {
+    const std::array<GemmProblem, 4> g = layer_gemms(L, a, Tp);
+    rms_norm_1p<E>(h, D, L.input_norm, u, D, Tp, D, eps, s);
+    mark("norms_elementwise");
+    gemm_.run(g[0], s);
+    mark("gemm");
+    const int n_in = L.in_proj.n;
+    if (L.linear) {
+      const int Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads,
+                dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+      const int cqkv = 2 * Hk * dk + Hv * dv;
+      GdnPrepArgs pa{
+          Tp, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, cqkv + Hv * dv, cqkv + Hv * dv + Hv};
+      gdn_conv_prep<E>(proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
+                       a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, s);
+      mark("norms_elementwise");
+      gdn_chunked<E>(a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, Tp, Hk, Hv, dk, dv,
+                     static_cast<E*>(a.gdn_out), a.gdn_scratch, s);
+      mark("gdn_core");
+      gated_rms_norm<E>(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w, mid, Tp,
+                        Hv, dv, eps, s);
+      mark("norms_elementwise");
+    } else {
+      const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
+      AttnPrepArgs pa{Tp, n_in, nh, nkv, hd, rotary_dim_, eps, w_.rope_inv_freq};
+      E* q = static_cast<E*>(a.attn_q);
+      E* k = static_cast<E*>(a.attn_k);
+      E* v = static_cast<E*>(a.attn_v);
+      attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, s);
+      mark("norms_elementwise");
+      if constexpr (std::is_same_v<E, float>)
+        attention_core_f32(q, k, v, mid, Tp, nh, nkv, hd, s);
+      else
+        attention_core_bf16(q, k, v, mid, Tp, nh, nkv, hd, s);
+      mark("attention");
+      attn_output_gate<E>(mid, proj, n_in, Tp, nh, hd, s);
+      mark("norms_elementwise");
+    }
+    gemm_.run(g[1], s);
+    mark("gemm");
+    rms_norm_1p<E>(h, D, L.post_norm, u, D, Tp, D, eps, s);
+    mark("norms_elementwise");
+    gemm_.run(g[2], s);
+    mark("gemm");
+    swiglu<E>(proj, mid, Tp, I, s);
+    mark("norms_elementwise");
+    gemm_.run(g[3], s);
+    mark("gemm");
+  }
+  rms_norm_1p<E>(h, D, w_.final_norm, static_cast<E*>(a.final_hidden), D, Tp, D, eps, s);
+  mark("norms_elementwise");
+}
+
+}  // namespace clef::engine::cuda

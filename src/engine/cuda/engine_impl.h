@@ -1,0 +1,83 @@
+// The CUDA engine's composition, private to src/engine/cuda: the parts (weights, workspace, GEMM
+// module, graph cache, backbone, joint head) and the Engine interface over them. Its methods live
+// in three files by job: cuda_engine.cpp (construction, forward, info), engine_prepare.cpp
+// (prepare: GEMM choices, the tuning cache, graphs, head warm-up) and engine_profile.cpp (the
+// CudaEngine diagnostics).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "engine/cuda/backbone.h"
+#include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/graph_cache.h"
+#include "engine/cuda/joint_head.h"
+#include "engine/cuda/kernel_path.h"
+#include "engine/cuda/weights.h"
+#include "engine/cuda/workspace.h"
+#include "engine/prepare/tuning_cache.h"
+
+namespace clef::engine::cuda {
+
+class StageRecorder;
+
+// Graphs kept without prepare() (CLI, tests): every bucket up to ~90k tokens, so a cyclic mix of
+// lengths never thrashes. prepare() keeps every bucket it captured, whatever their number.
+constexpr size_t kGraphsWithoutPrepare = 256;
+
+// What the engine runs as: the activation type, the GEMM weights' type, and the kernel variants.
+struct CudaEngineConfig {
+  DataType activations = DataType::BF16;
+  DataType weights = DataType::BF16;
+  KernelPath kernels = KernelPath::Auto;
+};
+
+class CudaEngineImpl final : public CudaEngine {
+ public:
+  CudaEngineImpl(std::shared_ptr<const model::Release> release, const CudaEngineConfig& config);
+  ~CudaEngineImpl() override;
+
+  std::vector<ForwardOutput> forward(
+      const std::vector<const encoding::EncodedRequest*>& batch) override;
+  EngineInfo info() const override;
+  PrepareReport prepare(const PrepareOptions& o) override;
+
+  ColdWork cold_work() const override;
+  StageTimes forward_profiled(const encoding::EncodedRequest& req) override;
+  double gemm_floor_ms(int T, int runs) override;
+  double backbone_ms(const std::vector<int32_t>& ids, int runs) override;
+  std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) override;
+
+ private:
+  void validate_config() const;
+  // Room for Tp rows; drops the graphs when the workspace moved.
+  void reserve(int Tp);
+  // ids -> workspace final_hidden for the padded bucket: replays the bucket's graph (capturing it
+  // first when new), or runs eagerly with events when `rec` is given.
+  void run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec);
+  std::vector<float> hidden_host(int T);
+  ForwardOutput run_head(const encoding::EncodedRequest& req,
+                         std::function<void(const char*)> marks = nullptr);
+  // prepare()'s parts (engine_prepare.cpp).
+  TuningKey tuning_key() const;
+  std::string tuning_file_name() const;
+  void warm_head(int T, int max_questions, int max_options);
+
+  std::shared_ptr<const model::Release> rel_;
+  const model::TextConfig& cfg_;
+  CudaEngineConfig config_;
+  int cc_ = 0, sm_count_ = 0;
+  std::string device_, device_name_;
+  cudaStream_t stream_ = nullptr;
+  Gemm gemm_;
+  BackboneWeights weights_;
+  std::unique_ptr<Workspace> workspace_;
+  std::unique_ptr<CudaBackbone> backbone_;
+  GraphCache graphs_;
+  std::unique_ptr<CudaJointHead> head_;
+};
+
+}  // namespace clef::engine::cuda

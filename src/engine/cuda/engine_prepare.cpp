@@ -1,0 +1,160 @@
+// CudaEngineImpl::prepare: everything one-time before the port accepts, so no admitted request
+// pays for it: the GEMM algorithm of every bucket (from the tuning cache when valid here, else
+// timed), one captured and uploaded graph per bucket, and the head's scratch at the largest
+// request the limits admit.
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/engine_impl.h"
+#include "engine/cuda/versions.h"
+#include "engine/prepare/token_buckets.h"
+#include "model/pinning.h"
+
+namespace clef::engine::cuda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+// What a cached GEMM choice depends on besides its shape: device, driver, libraries, policy.
+TuningKey CudaEngineImpl::tuning_key() const {
+  TuningKey k = cuda_versions();
+  k["device"] = device_name_;
+  k["compute_capability"] = std::to_string(cc_);
+  k["sm_count"] = std::to_string(sm_count_);
+  k["dtype"] = data_type_name(config_.activations);
+  k["weights"] = data_type_name(config_.weights);
+  k["policy"] = gemm_.policy();
+  return k;
+}
+
+// One file per model geometry and dtype (entries are keyed by shape; the name keeps two models'
+// caches from overwriting each other).
+std::string CudaEngineImpl::tuning_file_name() const {
+  std::string shape =
+      std::to_string(cfg_.hidden_size) + "," + std::to_string(cfg_.intermediate_size);
+  for (const LayerWeights& L : weights_.layers)
+    shape += "," + std::to_string(L.in_proj.n) + ":" + std::to_string(L.out_proj.k);
+  return std::string("gemm-") + data_type_name(config_.activations) + "-" +
+         model::sha256_hex(shape).substr(0, 16) + ".json";
+}
+
+PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
+  const auto t0 = Clock::now();
+  auto say = [&](const std::string& m) {
+    if (o.progress) o.progress(m);
+  };
+  if (o.max_tokens <= 0) throw std::runtime_error("prepare: max_tokens must be positive");
+  PrepareReport rep;
+  const std::vector<int> buckets = all_buckets(o.max_tokens);
+  rep.buckets = static_cast<int>(buckets.size());
+  rep.max_bucket = buckets.back();
+  reserve(rep.max_bucket);
+  const Activations& a = workspace_->buffers();
+  // Timing reads whatever the activations hold: make it finite.
+  CLEF_CUDA_CHECK(cudaMemsetAsync(workspace_->base(), 0, workspace_->bytes(), stream_));
+
+  // 1. GEMM choices for every bucket: from the cache when it is valid here, else timed.
+  const TuningKey key = tuning_key();
+  rep.cache_status = "off";
+  TuningCacheStatus st = TuningCacheStatus::Missing;
+  if (!o.tuning_cache.empty()) {
+    rep.cache_path = o.tuning_cache + "/" + tuning_file_name();
+    TuningCacheLoad loaded = load_tuning_cache(rep.cache_path, key);
+    st = loaded.status;
+    rep.cache_status = tuning_cache_status_name(st);
+    if (!loaded.detail.empty()) rep.cache_status += " (" + loaded.detail + ")";
+    if (st == TuningCacheStatus::Loaded) gemm_.preload(loaded.entries);
+    say("tuning cache " + rep.cache_path + ": " + rep.cache_status);
+  }
+  const size_t used_before = gemm_.preloaded_used();
+  const size_t shapes_before = gemm_.tuned_shapes();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    backbone_->tune(a, buckets[b], stream_);
+    if ((b + 1) % 32 == 0 || b + 1 == buckets.size())
+      say("GEMM choices: " + std::to_string(b + 1) + "/" + std::to_string(buckets.size()) +
+          " buckets (" + std::to_string(seconds_since(t0)) + " s)");
+  }
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  rep.gemm_shapes = static_cast<int>(gemm_.tuned_shapes());
+  rep.gemm_shapes_cached = static_cast<int>(gemm_.preloaded_used() - used_before);
+  const bool all_cached =
+      st == TuningCacheStatus::Loaded &&
+      gemm_.tuned_shapes() - shapes_before == gemm_.preloaded_used() - used_before;
+  if (st == TuningCacheStatus::Loaded)
+    rep.cache_status = all_cached ? "hit"
+                                  : "partial (" + std::to_string(rep.gemm_shapes_cached) + " of " +
+                                        std::to_string(rep.gemm_shapes) + ")";
+  if (!o.tuning_cache.empty() && !all_cached) {
+    try {
+      save_tuning_cache(rep.cache_path, key, gemm_.entries());
+      say("tuning cache written: " + rep.cache_path);
+    } catch (const std::exception& e) {
+      say(std::string("tuning cache not written: ") + e.what());  // serving does not need it
+    }
+  }
+  rep.tuning_s = seconds_since(t0);
+
+  // 2. One eager forward (every kernel loaded and configured), then every bucket's graph.
+  const auto t1 = Clock::now();
+  backbone_->enqueue(a, buckets.front(), stream_);
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  graphs_.set_limit(std::max(kGraphsWithoutPrepare, buckets.size()));
+  for (int Tp : buckets) {
+    const GraphKey gk{Tp, 1, config_.weights};
+    if (!graphs_.find(gk))
+      graphs_.capture(gk, stream_, [&] { backbone_->enqueue(a, Tp, stream_); });
+  }
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  rep.graphs_s = seconds_since(t1);
+  say("graphs: " + std::to_string(buckets.size()) + " buckets up to " +
+      std::to_string(rep.max_bucket) + " tokens (" + std::to_string(rep.graphs_s) + " s)");
+
+  // 3. The head at the largest request the limits admit: its scratch never grows later.
+  const auto t2 = Clock::now();
+  warm_head(rep.max_bucket, o.max_questions, o.max_options);
+  rep.head_s = seconds_since(t2);
+  rep.total_s = seconds_since(t0);
+  return rep;
+}
+
+// One head run at T rows with max_questions questions and max_options options (one-token spans,
+// reused round-robin): sizes every head scratch and staging buffer for any admitted request.
+void CudaEngineImpl::warm_head(int T, int max_questions, int max_options) {
+  encoding::EncodedRequest enc;
+  enc.input_ids.resize(T);
+  for (int i = 0; i < T; ++i) enc.input_ids[i] = i % cfg_.vocab_size;
+  const int nq = std::max(1, max_questions);
+  const int per_q = std::max(2, max_options / nq);
+  int pos = 0;
+  auto span = [&] {
+    encoding::Span sp{pos % T, pos % T + 1};
+    ++pos;
+    return sp;
+  };
+  for (int k = 0; k < nq; ++k) {
+    encoding::EncodedQuestion q;
+    q.id = "q" + std::to_string(k);
+    q.type = static_cast<encoding::QuestionType>(k % 3);
+    q.question_span = span();
+    for (int j = 0; j < per_q; ++j) {
+      q.option_spans.push_back(span());
+      q.option_ids.push_back(std::to_string(j));
+    }
+    enc.questions.push_back(std::move(q));
+  }
+  const Activations& a = workspace_->buffers();
+  CLEF_CUDA_CHECK(cudaMemsetAsync(
+      a.final_hidden, 0,
+      static_cast<size_t>(T) * cfg_.hidden_size * data_type_bytes(config_.activations), stream_));
+  (void)run_head(enc);
+}
+
+}  // namespace clef::engine::cuda

@@ -1,0 +1,55 @@
+// CudaEngineImpl's diagnostics (CudaEngine): stage times of one eager forward, the GEMM floor, the
+// backbone's replay time, hidden-state dumps and the cold-work counters.
+#include <stdexcept>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/engine_impl.h"
+#include "engine/cuda/profile.h"
+#include "engine/prepare/token_buckets.h"
+
+namespace clef::engine::cuda {
+
+ColdWork CudaEngineImpl::cold_work() const {
+  ColdWork c;
+  c.graphs_captured = graphs_.captured();
+  c.gemm_plans = gemm_.tuned_shapes();
+  c.head_allocations = head_->allocations();
+  c.workspace_growths = workspace_->growths();
+  return c;
+}
+
+StageTimes CudaEngineImpl::forward_profiled(const encoding::EncodedRequest& req) {
+  StageRecorder rec(stream_);
+  run_backbone(req.input_ids, &rec);
+  // The head is enqueued while the backbone still runs (as in forward) and synchronises at its
+  // end, so this last interval is what the head adds to a request: its device time, the logits'
+  // copy and the host's wake-up.
+  run_head(req, [&rec](const char* kind) { rec.mark(kind); });
+  rec.mark("head");
+  return rec.collect();
+}
+
+double CudaEngineImpl::gemm_floor_ms(int T, int runs) {
+  if (T <= 0) throw std::runtime_error("gemm_floor_ms: T must be positive");
+  reserve(bucket_tokens(T));
+  const Activations& a = workspace_->buffers();
+  backbone_->enqueue_gemms_only(a, T, stream_);  // chooses every shape outside the capture
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GraphCache once(1);
+  cudaGraphExec_t ge = once.capture(GraphKey{T, 1, config_.weights}, stream_,
+                                    [&] { backbone_->enqueue_gemms_only(a, T, stream_); });
+  for (int i = 0; i < 3; ++i) CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
+  return median_ms(stream_, runs, [&] { CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_)); });
+}
+
+double CudaEngineImpl::backbone_ms(const std::vector<int32_t>& ids, int runs) {
+  run_backbone(ids, nullptr);  // captures the bucket's graph if it is new
+  return median_ms(stream_, runs, [&] { run_backbone(ids, nullptr); });
+}
+
+std::vector<float> CudaEngineImpl::last_hidden_state(const std::vector<int32_t>& ids) {
+  run_backbone(ids, nullptr);
+  return hidden_host(static_cast<int>(ids.size()));
+}
+
+}  // namespace clef::engine::cuda

@@ -1,0 +1,337 @@
+// The GEMM module through cuBLASLt (gemm.h). Row-major C[M, N] = A[M, K] op(B) is column-major
+// C^T = op(B)^T A^T: cuBLASLt's "A" is our B (K x N transposed when B is [N, K]), its "B" our A
+// (K x M), C = D = our C (N x M).
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "engine/cuda/gemm/gemm.h"
+
+namespace clef::engine::cuda {
+namespace {
+
+constexpr size_t kWorkspace = 64ull << 20;
+// The head's heuristic queries were answered for a 32 MiB workspace; keeping that bound keeps its
+// choices (and so its sums) as they were.
+constexpr size_t kHeuristicWorkspace = 32ull << 20;
+constexpr int kCandidates = 12;
+constexpr int kTimedRuns = 2;  // per candidate, after one untimed run (start-up tunes ~100 buckets)
+constexpr size_t kMaxHeuristicPlans = 4096;  // bounded: head shapes vary with every request
+
+cudaDataType_t lt_type(DataType t) {
+  switch (t) {
+    case DataType::F32:
+      return CUDA_R_32F;
+    case DataType::BF16:
+      return CUDA_R_16BF;
+    case DataType::F8_E4M3:
+      return CUDA_R_8F_E4M3;
+  }
+  return CUDA_R_32F;
+}
+
+// The alignment every batch's pointer keeps (cuBLASLt assumes 256 bytes unless told; row offsets
+// into weights and per-head column offsets are less aligned).
+uint32_t alignment(const void* p, int64_t batch_stride_bytes) {
+  uint64_t a = reinterpret_cast<uintptr_t>(p) | 256u;
+  if (batch_stride_bytes > 0) a |= static_cast<uint64_t>(batch_stride_bytes);
+  return static_cast<uint32_t>(a & (~a + 1));  // lowest set bit
+}
+
+struct Alignments {
+  uint32_t a = 0, b = 0, c = 0;
+};
+
+Alignments alignments_of(const GemmProblem& p) {
+  const int64_t bs = p.batch > 1 ? 1 : 0;  // strides matter only with several batches
+  return {alignment(p.a.ptr, bs * p.a.batch_stride * int64_t(data_type_bytes(p.a.dtype))),
+          alignment(p.b.ptr, bs * p.b.batch_stride * int64_t(data_type_bytes(p.b.dtype))),
+          alignment(p.c, bs * p.c_batch_stride * int64_t(data_type_bytes(p.c_dtype)))};
+}
+
+void set_batch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
+  if (batch <= 1) return;
+  int32_t count = batch;
+  CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                     sizeof count));
+  CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                     &stride, sizeof stride));
+}
+
+struct Preference {
+  cublasLtMatmulPreference_t p = nullptr;
+  explicit Preference(size_t workspace) {
+    CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p));
+    CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+  }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(p); }
+  void align(cublasLtMatmulPreferenceAttributes_t attr, uint32_t bytes) {
+    CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &bytes, sizeof bytes));
+  }
+};
+
+std::string shape_text(const GemmProblem& p) {
+  return std::to_string(p.M) + "x" + std::to_string(p.N) + "x" + std::to_string(p.K);
+}
+
+}  // namespace
+
+Gemm::Gemm() : workspace_(kWorkspace) {
+  CLEF_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+Gemm::~Gemm() {
+  for (auto& [k, p] : plans_) destroy(p);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+void Gemm::destroy(Plan& p) {
+  if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  p = Plan{};
+}
+
+std::string Gemm::policy() const {
+  // Changing how candidates are chosen or timed must invalidate cached choices.
+  return "timed heuristic candidates: " + std::to_string(kCandidates) + " at most, " +
+         std::to_string(kTimedRuns) + " timed runs after 1, workspace " +
+         std::to_string(kWorkspace >> 20) + " MiB; cublasLt " +
+         std::to_string(cublasLtGetVersion());
+}
+
+size_t Gemm::tuned_shapes() const {
+  return plans_.size() - heuristic_plans_;
+}
+
+Gemm::Key Gemm::key_of(const GemmProblem& p) {
+  const bool heur = p.tuning == GemmTuning::Heuristic;
+  const Alignments al = heur ? alignments_of(p) : Alignments{};
+  const int64_t bs = p.batch > 1 ? 1 : 0;
+  Key k;
+  k.v = {heur ? 1 : 0,
+         p.M,
+         p.N,
+         p.K,
+         p.a.ld,
+         p.b.ld,
+         p.ldc,
+         static_cast<int64_t>(p.a.dtype),
+         static_cast<int64_t>(p.b.dtype),
+         static_cast<int64_t>(p.c_dtype),
+         static_cast<int64_t>(p.a.scale_mode),
+         static_cast<int64_t>(p.b.scale_mode),
+         p.b_is_nk ? 1 : 0,
+         p.accumulate ? 1 : 0,
+         p.batch,
+         bs * p.a.batch_stride,
+         bs * p.b.batch_stride,
+         bs * p.c_batch_stride,
+         al.a,
+         al.b,
+         al.c};
+  return k;
+}
+
+TuningEntry::Shape Gemm::tuning_shape(const GemmProblem& p) {
+  return {p.M,
+          p.N,
+          p.K,
+          p.a.ld,
+          p.ldc,
+          p.accumulate ? 1 : 0,
+          static_cast<int64_t>(p.a.dtype),
+          static_cast<int64_t>(p.b.dtype),
+          static_cast<int64_t>(p.c_dtype)};
+}
+
+void Gemm::preload(const std::vector<TuningEntry>& entries) {
+  preloaded_.clear();
+  for (const auto& e : entries) {
+    static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(e.algo), "cuBLASLt algo is 64 bytes");
+    cublasLtMatmulAlgo_t a;
+    std::memcpy(&a, e.algo.data(), sizeof a);
+    preloaded_[e.shape] = a;
+  }
+}
+
+std::vector<TuningEntry> Gemm::entries() const {
+  std::vector<TuningEntry> out;
+  for (const auto& [k, p] : plans_) {
+    if (k.v[0] != 0) continue;  // heuristic choices are not worth persisting
+    TuningEntry e;
+    // Timed keys: tuning, M, N, K, lda, ldb, ldc, a, b, c types, ..., accumulate.
+    e.shape = {k.v[1], k.v[2], k.v[3], k.v[4], k.v[6], k.v[13], k.v[7], k.v[8], k.v[9]};
+    std::memcpy(e.algo.data(), &p.algo, sizeof p.algo);
+    out.push_back(e);
+  }
+  return out;
+}
+
+Gemm::Plan Gemm::make_descriptors(const GemmProblem& p) const {
+  if (p.a.scale_mode != ScaleMode::None || p.b.scale_mode != ScaleMode::None)
+    throw std::runtime_error("gemm: scaled operands are not supported yet");
+  Plan pl;
+  try {
+    CLEF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = p.b_is_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    CLEF_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CLEF_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    // Lt "A" = our B: column-major K x N (stored [N, K]) or N x K (stored [K, N]).
+    if (p.b_is_nk)
+      CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.a, lt_type(p.b.dtype), p.K, p.N, p.b.ld));
+    else
+      CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.a, lt_type(p.b.dtype), p.N, p.K, p.b.ld));
+    CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.b, lt_type(p.a.dtype), p.K, p.M, p.a.ld));
+    CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.c, lt_type(p.c_dtype), p.N, p.M, p.ldc));
+    set_batch(pl.a, p.batch, p.b.batch_stride);
+    set_batch(pl.b, p.batch, p.a.batch_stride);
+    set_batch(pl.c, p.batch, p.c_batch_stride);
+  } catch (...) {
+    destroy(pl);
+    throw;
+  }
+  return pl;
+}
+
+cublasStatus_t Gemm::launch(const Plan& pl, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p,
+                            void* c, cudaStream_t s) {
+  const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+  return cublasLtMatmul(handle_, pl.op, &alpha, p.b.ptr, pl.a, p.a.ptr, pl.b, &beta, c, pl.c, c,
+                        pl.c, &algo, workspace_.get(), pl.workspace, s);
+}
+
+bool Gemm::choose_preloaded(const Key& key, const GemmProblem& p, Plan& pl, cudaStream_t s) {
+  auto it = preloaded_.find(tuning_shape(p));
+  if (it == preloaded_.end()) return false;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CLEF_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+  if (cap != cudaStreamCaptureStatusNone) return false;  // checked later, outside a capture
+  const cublasLtMatmulAlgo_t algo = it->second;
+  preloaded_.erase(it);
+  cublasLtMatmulHeuristicResult_t check{};
+  bool ok = cublasLtMatmulAlgoCheck(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, &algo, &check) ==
+                CUBLAS_STATUS_SUCCESS &&
+            check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= kWorkspace;
+  if (ok) {
+    // One real run into scratch: the choice must work here, and its kernel is loaded before any
+    // graph capture needs it.
+    scratch_.resize(static_cast<size_t>(p.ldc) * p.M * data_type_bytes(p.c_dtype));
+    ok = launch(pl, algo, p, scratch_.get(), s) == CUBLAS_STATUS_SUCCESS;
+  }
+  (void)key;
+  if (!ok) {
+    ++preloaded_rejected_;
+    return false;
+  }
+  pl.algo = algo;
+  ++preloaded_used_;
+  return true;
+}
+
+void Gemm::choose_timed(const GemmProblem& p, Plan& pl, cudaStream_t s) {
+  Preference pref(kWorkspace);
+  cublasLtMatmulHeuristicResult_t res[kCandidates];
+  int n = 0;
+  CLEF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, pref.p,
+                                                   kCandidates, res, &n));
+  if (n <= 0) throw std::runtime_error("cuBLASLt has no algorithm for GEMM " + shape_text(p));
+  int best = 0;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CLEF_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+  if (n > 1 && cap == cudaStreamCaptureStatusNone) {
+    // Time each candidate on the real inputs into a scratch output (same layout).
+    const size_t out_bytes = static_cast<size_t>(p.ldc) * p.M * data_type_bytes(p.c_dtype);
+    scratch_.resize(out_bytes);
+    CLEF_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, out_bytes, s));
+    cudaEvent_t e0, e1;
+    CLEF_CUDA_CHECK(cudaEventCreate(&e0));
+    CLEF_CUDA_CHECK(cudaEventCreate(&e1));
+    float best_ms = 1e30f;
+    for (int i = 0; i < n; ++i) {
+      if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      bool ok = true;
+      for (int r = 0; r < kTimedRuns + 1 && ok; ++r) {
+        if (r == 1) CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
+        ok = launch(pl, res[i].algo, p, scratch_.get(), s) == CUBLAS_STATUS_SUCCESS;
+      }
+      if (!ok) continue;
+      CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
+      CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (ms < best_ms) best_ms = ms, best = i;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
+  pl.algo = res[best].algo;
+}
+
+void Gemm::choose_heuristic(const GemmProblem& p, Plan& pl) {
+  pl.workspace = kHeuristicWorkspace;
+  Preference pref(kHeuristicWorkspace);
+  const Alignments al = alignments_of(p);
+  pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al.b);  // Lt's A is our B
+  pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al.a);
+  pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al.c);
+  pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.c);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  CLEF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, pref.p,
+                                                   1, &heur, &found));
+  if (found == 0) throw std::runtime_error("cuBLASLt has no algorithm for GEMM " + shape_text(p));
+  pl.algo = heur.algo;
+}
+
+void Gemm::drop_heuristic_plans() {
+  for (auto it = plans_.begin(); it != plans_.end();) {
+    if (it->first.v[0] != 0) {
+      destroy(it->second);
+      it = plans_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  heuristic_plans_ = 0;
+}
+
+Gemm::Plan& Gemm::plan(const GemmProblem& p, cudaStream_t s) {
+  const Key key = key_of(p);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan pl = make_descriptors(p);
+  try {
+    if (p.tuning == GemmTuning::Heuristic) {
+      choose_heuristic(p, pl);
+    } else {
+      pl.workspace = kWorkspace;
+      if (!choose_preloaded(key, p, pl, s)) choose_timed(p, pl, s);
+    }
+  } catch (...) {
+    destroy(pl);
+    throw;
+  }
+  if (p.tuning == GemmTuning::Heuristic) {
+    if (heuristic_plans_ >= kMaxHeuristicPlans) drop_heuristic_plans();
+    ++heuristic_plans_;
+  }
+  return plans_.emplace(key, pl).first->second;
+}
+
+void Gemm::tune(const GemmProblem& p, cudaStream_t s) {
+  if (p.M > 0 && p.N > 0 && p.K > 0 && p.batch > 0) plan(p, s);
+}
+
+void Gemm::run(const GemmProblem& p, cudaStream_t s) {
+  if (p.M <= 0 || p.N <= 0 || p.K <= 0 || p.batch <= 0) return;
+  const Plan& pl = plan(p, s);
+  CLEF_CUBLAS_CHECK(launch(pl, pl.algo, p, p.c, s));
+}
+
+}  // namespace clef::engine::cuda

@@ -1,0 +1,114 @@
+// One GEMM module for the backbone and the joint head: row-major C[M, N] = A[M, K] op(B) (+ C),
+// through cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32, so fp32 operands give
+// fp32 parity). op(B) = B^T when B is stored [N, K] (a Linear's weight), B when stored [K, N].
+// Operands carry their own element type and scale, so a new weight format (FP8 with block
+// scales) is an operand tag, not a new code path. One handle, one workspace, one plan cache.
+//
+// Two ways to choose an algorithm, per call site:
+//   Timed      the backbone's GEMMs: the heuristic's candidates are timed once on the real inputs
+//              (into scratch; never while the stream is being captured) and the fastest kept;
+//              choices can be exported and preloaded (engine/prepare/tuning_cache.h); a preloaded
+//              choice is used only after cuBLASLt accepts it and one run succeeds.
+//   Heuristic  the head's GEMMs (shapes vary with every request): the heuristic's first answer,
+//              cached per problem.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/data_type.h"
+#include "engine/prepare/tuning_cache.h"
+
+namespace clef::engine::cuda {
+
+// How an operand's values are scaled (FP8): none yet for bf16/fp32; room for per-tensor,
+// 128x128 weight blocks (cuBLASLt BLK128x128_32F) and 1x128 activation vectors (VEC128_32F).
+enum class ScaleMode { None, PerTensor, Block128x128, Vec128 };
+
+struct GemmOperand {
+  const void* ptr = nullptr;
+  DataType dtype = DataType::BF16;
+  int ld = 0;                // leading dimension (row stride) in elements
+  int64_t batch_stride = 0;  // elements between batches
+  const float* scale = nullptr;
+  ScaleMode scale_mode = ScaleMode::None;
+};
+
+enum class GemmTuning { Timed, Heuristic };
+
+struct GemmProblem {
+  int M = 0, N = 0, K = 0;
+  GemmOperand a;  // [M, K] row-major
+  GemmOperand b;  // [N, K] when b_is_nk (a Linear's weight), else [K, N]
+  bool b_is_nk = true;
+  void* c = nullptr;  // [M, N] row-major, c_dtype, leading dimension ldc
+  DataType c_dtype = DataType::F32;
+  int ldc = 0;
+  int64_t c_batch_stride = 0;
+  int batch = 1;            // strided batches (the head's attention: one per head)
+  bool accumulate = false;  // C += A op(B) (beta = 1): the residual add, fused
+  GemmTuning tuning = GemmTuning::Timed;
+};
+
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void run(const GemmProblem& p, cudaStream_t s);
+  // Chooses (and caches) the algorithm now; run() does it lazily otherwise.
+  void tune(const GemmProblem& p, cudaStream_t s);
+
+  // What a tuning cache must match besides the device: the library's version and the policy.
+  std::string policy() const;
+  size_t tuned_shapes() const;  // Timed problems with a chosen algorithm
+  // Choices to try before timing (from a tuning cache); replaces earlier preloads.
+  void preload(const std::vector<TuningEntry>& entries);
+  std::vector<TuningEntry> entries() const;  // every Timed choice, for the tuning cache
+  size_t preloaded_used() const { return preloaded_used_; }
+  size_t preloaded_rejected() const { return preloaded_rejected_; }
+
+ private:
+  // Everything cuBLASLt's choice can depend on. Alignments matter only for Heuristic problems
+  // (Timed operands are whole allocations, 256-byte aligned).
+  struct Key {
+    std::array<int64_t, 21> v{};
+    bool operator<(const Key& o) const { return v < o.v; }
+  };
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace = 0;  // the most this plan may use
+  };
+  static Key key_of(const GemmProblem& p);
+  static TuningEntry::Shape tuning_shape(const GemmProblem& p);
+  Plan& plan(const GemmProblem& p, cudaStream_t s);
+  Plan make_descriptors(const GemmProblem& p) const;
+  bool choose_preloaded(const Key& key, const GemmProblem& p, Plan& plan, cudaStream_t s);
+  void choose_timed(const GemmProblem& p, Plan& plan, cudaStream_t s);
+  void choose_heuristic(const GemmProblem& p, Plan& plan);
+  cublasStatus_t launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p,
+                        void* c, cudaStream_t s);
+  static void destroy(Plan& plan);
+  void drop_heuristic_plans();
+
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer workspace_;
+  DeviceBuffer scratch_;  // timing output, so tuning never touches the real output
+  std::map<Key, Plan> plans_;
+  size_t heuristic_plans_ = 0;
+  std::map<TuningEntry::Shape, cublasLtMatmulAlgo_t> preloaded_;
+  size_t preloaded_used_ = 0, preloaded_rejected_ = 0;
+};
+
+}  // namespace clef::engine::cuda

@@ -1,0 +1,60 @@
+#include "engine/cuda/workspace.h"
+
+#include <algorithm>
+
+#include "engine/cuda/gdn_chunked.h"
+
+namespace clef::engine::cuda {
+
+Workspace::Workspace(const model::TextConfig& config, DataType act, int max_in_proj)
+    : cfg_(config), act_(act), max_in_proj_(max_in_proj) {}
+
+bool Workspace::reserve(int tokens) {
+  if (tokens <= tokens_) return false;
+  const auto& c = cfg_;
+  const size_t T = static_cast<size_t>(tokens), es = data_type_bytes(act_);
+  const size_t D = c.hidden_size;
+  const size_t mixer = std::max({c.linear_num_value_heads * c.linear_value_head_dim,
+                                 c.num_attention_heads * c.head_dim, c.intermediate_size});
+  const size_t gk = T * c.linear_num_key_heads * c.linear_key_head_dim * 4;
+  const size_t gv = T * c.linear_num_value_heads * c.linear_value_head_dim;
+  // Two passes over the same list: sizes (offsets 256-byte aligned), then pointers.
+  char* base = nullptr;
+  size_t off = 0;
+  auto carve = [&](auto*& p, size_t bytes) {
+    using P = std::remove_reference_t<decltype(p)>;
+    p = base ? reinterpret_cast<P>(base + off) : nullptr;
+    off += (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  };
+  auto layout = [&] {
+    off = 0;
+    carve(a_.residual, T * D * es);
+    carve(a_.normed, T * D * es);
+    carve(a_.final_hidden, T * D * es);
+    carve(a_.proj, T * max_in_proj_ * es);
+    carve(a_.mixer_out, T * mixer * es);
+    carve(a_.gdn_q, gk);
+    carve(a_.gdn_k, gk);
+    carve(a_.gdn_v, gv * 4);
+    carve(a_.gdn_g, T * c.linear_num_value_heads * 4);
+    carve(a_.gdn_beta, T * c.linear_num_value_heads * 4);
+    carve(a_.gdn_out, gv * es);
+    carve(a_.gdn_scratch, gdn_workspace_bytes(tokens, c.linear_num_value_heads,
+                                              c.linear_key_head_dim, c.linear_value_head_dim));
+    carve(a_.attn_q, T * c.num_attention_heads * c.head_dim * es);
+    carve(a_.attn_k, T * c.num_key_value_heads * c.head_dim * es);
+    carve(a_.attn_v, T * c.num_key_value_heads * c.head_dim * es);
+    carve(a_.ids, T * 4);
+    carve(a_.hidden_f32, T * D * 4);
+  };
+  layout();
+  mem_ = DeviceBuffer();  // free first: the old and new blocks need not fit together
+  mem_.resize(off);
+  base = mem_.get<char>();
+  layout();
+  tokens_ = tokens;
+  ++growths_;
+  return true;
+}
+
+}  // namespace clef::engine::cuda

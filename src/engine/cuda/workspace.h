@@ -1,0 +1,56 @@
+// The backbone's activations: one device allocation carved into named buffers, sized from the
+// most rows a forward may have and the model's geometry (llm.c's ActivationTensors). Growing it
+// moves every buffer, so captured graphs must be dropped (the engine does).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/data_type.h"
+#include "model/config.h"
+
+namespace clef::engine::cuda {
+
+// Rows are tokens; "act" is the activation type (bf16 | fp32); widths are per row.
+struct Activations {
+  void* residual = nullptr;      // act [T, hidden]: the residual stream
+  void* normed = nullptr;        // act [T, hidden]: RMSNorm output, the next GEMM's input
+  void* proj = nullptr;          // act [T, widest fused projection]: in_proj / gate_up output
+  void* mixer_out = nullptr;     // act [T, max(GDN value width, attention width, intermediate)]
+  void* final_hidden = nullptr;  // act [T, hidden]: after the final norm, the head's input
+  float* gdn_q = nullptr;        // fp32 [T, key heads, dk] (l2-normalised, scaled)
+  float* gdn_k = nullptr;        // fp32 [T, key heads, dk]
+  float* gdn_v = nullptr;        // fp32 [T, value heads, dv]
+  float* gdn_g = nullptr;        // fp32 [T, value heads]: log decay
+  float* gdn_beta = nullptr;     // fp32 [T, value heads]
+  void* gdn_out = nullptr;       // act [T, value heads, dv]
+  void* gdn_scratch = nullptr;   // the chunked kernels' workspace (gdn_workspace_bytes)
+  void* attn_q = nullptr;        // act [T, heads, head_dim] (normed, roped)
+  void* attn_k = nullptr;        // act [T, kv heads, head_dim]
+  void* attn_v = nullptr;        // act [T, kv heads, head_dim]
+  int32_t* ids = nullptr;        // [T] token ids (right-padded)
+  float* hidden_f32 = nullptr;   // fp32 [T, hidden]: final_hidden as float, for dumps
+};
+
+class Workspace {
+ public:
+  Workspace(const model::TextConfig& config, DataType act, int max_in_proj);
+  // Makes room for `tokens` rows; true when it reallocated (every pointer moved).
+  bool reserve(int tokens);
+  int tokens() const { return tokens_; }
+  const Activations& buffers() const { return a_; }
+  void* base() const { return mem_.get(); }
+  size_t bytes() const { return mem_.bytes(); }
+  size_t growths() const { return growths_; }
+
+ private:
+  const model::TextConfig& cfg_;
+  DataType act_;
+  int max_in_proj_;
+  int tokens_ = 0;
+  size_t growths_ = 0;
+  DeviceBuffer mem_;
+  Activations a_;
+};
+
+}  // namespace clef::engine::cuda
