@@ -34,6 +34,7 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
   sm_count_ = prop.multiProcessorCount;
   device_name_ = prop.name;
   device_ = device_name_ + ", sm_" + std::to_string(cc_);
+  versions_ = cuda_versions();
   validate_config();
   CLEF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   say(std::string("uploading weights (") + data_type_name(config_.weights) + ") to " + device_);
@@ -100,7 +101,7 @@ EngineInfo CudaEngineImpl::info() const {
   i.kernels["graphs"] = "per token bucket (8-token steps below 256, then 16 per doubling)";
   i.kernels["head"] = f32 ? "cuda joint head fp32" : "cuda joint head (bf16 T-row GEMMs)";
   i.kernels["mode"] = config_.kernels == KernelPath::Generic ? "generic" : "auto";
-  i.versions = cuda_versions();
+  i.versions = versions_;
   return i;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -71,6 +72,7 @@ class CudaEngineImpl final : public CudaEngine {
   CudaEngineConfig config_;
   int cc_ = 0, sm_count_ = 0;
   std::string device_, device_name_;
+  std::map<std::string, std::string> versions_;  // driver and libraries, read once
   cudaStream_t stream_ = nullptr;
   Gemm gemm_;
   BackboneWeights weights_;

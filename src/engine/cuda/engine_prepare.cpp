@@ -8,7 +8,6 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
-#include "engine/cuda/versions.h"
 #include "engine/prepare/token_buckets.h"
 #include "model/pinning.h"
 
@@ -25,7 +24,7 @@ double seconds_since(Clock::time_point t) {
 
 // What a cached GEMM choice depends on besides its shape: device, driver, libraries, policy.
 TuningKey CudaEngineImpl::tuning_key() const {
-  TuningKey k = cuda_versions();
+  TuningKey k = versions_;
   k["device"] = device_name_;
   k["compute_capability"] = std::to_string(cc_);
   k["sm_count"] = std::to_string(sm_count_);
