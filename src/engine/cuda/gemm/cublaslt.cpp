@@ -206,7 +206,7 @@ cublasStatus_t Gemm::launch(const Plan& pl, const cublasLtMatmulAlgo_t& algo, co
                         pl.c, &algo, workspace_.get(), pl.workspace, s);
 }
 
-bool Gemm::choose_preloaded(const Key& key, const GemmProblem& p, Plan& pl, cudaStream_t s) {
+bool Gemm::choose_preloaded(const GemmProblem& p, Plan& pl, cudaStream_t s) {
   auto it = preloaded_.find(tuning_shape(p));
   if (it == preloaded_.end()) return false;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -224,7 +224,6 @@ bool Gemm::choose_preloaded(const Key& key, const GemmProblem& p, Plan& pl, cuda
     scratch_.resize(static_cast<size_t>(p.ldc) * p.M * data_type_bytes(p.c_dtype));
     ok = launch(pl, algo, p, scratch_.get(), s) == CUBLAS_STATUS_SUCCESS;
   }
-  (void)key;
   if (!ok) {
     ++preloaded_rejected_;
     return false;
@@ -311,7 +310,7 @@ Gemm::Plan& Gemm::plan(const GemmProblem& p, cudaStream_t s) {
       choose_heuristic(p, pl);
     } else {
       pl.workspace = kWorkspace;
-      if (!choose_preloaded(key, p, pl, s)) choose_timed(p, pl, s);
+      if (!choose_preloaded(p, pl, s)) choose_timed(p, pl, s);
     }
   } catch (...) {
     destroy(pl);

@@ -94,7 +94,7 @@ class Gemm {
   static TuningEntry::Shape tuning_shape(const GemmProblem& p);
   Plan& plan(const GemmProblem& p, cudaStream_t s);
   Plan make_descriptors(const GemmProblem& p) const;
-  bool choose_preloaded(const Key& key, const GemmProblem& p, Plan& plan, cudaStream_t s);
+  bool choose_preloaded(const GemmProblem& p, Plan& plan, cudaStream_t s);
   void choose_timed(const GemmProblem& p, Plan& plan, cudaStream_t s);
   void choose_heuristic(const GemmProblem& p, Plan& plan);
   cublasStatus_t launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p,
