@@ -3,6 +3,7 @@
 // padded token bucket (graph_cache.h, engine/prepare/token_buckets.h; right padding is exact:
 // every op is causal), then the joint head (joint_head.h) on the real length. prepare()
 // (engine_prepare.cpp) does all of the one-time work for every admitted length before serving.
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -70,15 +71,36 @@ void CudaEngineImpl::validate_config() const {
   if (rd % 2 != 0 || rd > c.head_dim) throw std::runtime_error("cuda engine: bad rotary dimension");
 }
 
+// The batch is enqueued whole and synchronised once: each request's backbone (its bucket's graph)
+// then its head, one after the other on the stream, so the GPU never waits for the host between
+// requests. Every request is validated before anything is enqueued.
 std::vector<ForwardOutput> CudaEngineImpl::forward(
     const std::vector<const encoding::EncodedRequest*>& batch) {
-  std::vector<ForwardOutput> out;
-  out.reserve(batch.size());
+  size_t staged = 0;
   for (const auto* req : batch) {
     if (!req) throw std::runtime_error("cuda engine: null request");
-    run_backbone(req->input_ids, nullptr);
-    out.push_back(run_head(*req));
+    check_ids(req->input_ids);
+    staged += static_cast<size_t>(bucket_tokens(static_cast<int>(req->input_ids.size())));
   }
+  head_->begin(batch, stream_);
+  // The ids of every request in pinned memory: their uploads queue behind earlier work instead
+  // of waiting for it (a pageable upload would wait for the stream).
+  if (staged * sizeof(int32_t) > ids_pinned_.bytes()) {
+    CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // an abandoned batch may still read it
+    ids_pinned_.resize(staged * sizeof(int32_t));
+  }
+  int32_t* pinned = ids_pinned_.get<int32_t>();
+  for (const auto* req : batch) {
+    const int Tp = bucket_tokens(static_cast<int>(req->input_ids.size()));
+    std::copy(req->input_ids.begin(), req->input_ids.end(), pinned);
+    std::fill(pinned + req->input_ids.size(), pinned + Tp, 0);
+    run_backbone(pinned, Tp, nullptr);
+    head_->enqueue(workspace_->buffers().final_hidden, stream_);
+    pinned += Tp;
+  }
+  std::vector<std::vector<std::vector<float>>> logits = head_->finish(stream_);
+  std::vector<ForwardOutput> out(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) out[i].logits = std::move(logits[i]);
   return out;
 }
 
@@ -109,20 +131,28 @@ void CudaEngineImpl::reserve(int Tp) {
   if (workspace_->reserve(Tp)) graphs_.clear();  // captured graphs hold the old pointers
 }
 
-void CudaEngineImpl::run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec) {
-  const int T = static_cast<int>(ids.size());
-  if (T <= 0) throw std::runtime_error("cuda engine: empty input");
+void CudaEngineImpl::check_ids(const std::vector<int32_t>& ids) const {
+  if (ids.empty()) throw std::runtime_error("cuda engine: empty input");
   for (int32_t id : ids)
     if (id < 0 || id >= cfg_.vocab_size)
       throw std::runtime_error("cuda engine: token id " + std::to_string(id) +
                                " outside the vocabulary");
-  const int Tp = bucket_tokens(T);
-  reserve(Tp);
-  const Activations& a = workspace_->buffers();
+}
+
+void CudaEngineImpl::run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec) {
+  check_ids(ids);
+  const int Tp = bucket_tokens(static_cast<int>(ids.size()));
   std::vector<int32_t> padded(ids);
   padded.resize(Tp, 0);  // right padding: causal ops never let it reach the real rows
+  // A pageable upload returns once the driver has staged the bytes: `padded` may go away.
+  run_backbone(padded.data(), Tp, rec);
+}
+
+void CudaEngineImpl::run_backbone(const int32_t* padded_ids, int Tp, StageRecorder* rec) {
+  reserve(Tp);
+  const Activations& a = workspace_->buffers();
   CLEF_CUDA_CHECK(
-      cudaMemcpyAsync(a.ids, padded.data(), Tp * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      cudaMemcpyAsync(a.ids, padded_ids, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   if (rec) {
     backbone_->enqueue(a, Tp, stream_, rec);
     return;

@@ -59,6 +59,9 @@ class CudaEngineImpl final : public CudaEngine {
   // ids -> workspace final_hidden for the padded bucket: replays the bucket's graph (capturing it
   // first when new), or runs eagerly with events when `rec` is given.
   void run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec);
+  // The same from Tp right-padded ids in memory that outlives the enqueued upload (pinned).
+  void run_backbone(const int32_t* padded_ids, int Tp, StageRecorder* rec);
+  void check_ids(const std::vector<int32_t>& ids) const;
   std::vector<float> hidden_host(int T);
   ForwardOutput run_head(const encoding::EncodedRequest& req,
                          std::function<void(const char*)> marks = nullptr);
@@ -80,6 +83,7 @@ class CudaEngineImpl final : public CudaEngine {
   std::unique_ptr<CudaBackbone> backbone_;
   GraphCache graphs_;
   std::unique_ptr<CudaJointHead> head_;
+  PinnedBuffer ids_pinned_;  // a batch's padded ids
 };
 
 }  // namespace clef::engine::cuda

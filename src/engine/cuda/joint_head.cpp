@@ -285,33 +285,25 @@ void CudaJointHead::mha(const HeadAttention& at, const float* xq, int nq, const 
   linear(att, nullptr, nq, W, at.out_proj, 0, W, out, true, at.out_proj.bias, false, s);
 }
 
-std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
-                                                   const encoding::EncodedRequest& enc,
-                                                   cudaStream_t s,
-                                                   std::function<void(const char*)> marks) {
-  struct Reset {  // marks live for this call only
-    std::function<void(const char*)>& m;
-    ~Reset() { m = nullptr; }
-  } reset{mark_};
-  mark_ = std::move(marks);
-  const int D = D_, W = W_;
-  const bool bf16 = precision_ == HeadPrecision::BFloat16;
-  if (T <= 0 || static_cast<size_t>(T) != enc.input_ids.size())
-    throw std::runtime_error("joint head: hidden states do not match the encoded input");
+// Span table (host, validated): question spans, option spans, option owners, first option per
+// question, question types, then the input ids.
+CudaJointHead::Staged CudaJointHead::stage(const encoding::EncodedRequest& enc,
+                                           std::vector<int32_t>& table) const {
+  const int T = static_cast<int>(enc.input_ids.size());
+  if (T <= 0) throw std::runtime_error("joint head: empty input");
   if (enc.questions.empty()) throw std::runtime_error("joint head: no questions");
-
-  // Span table (host, validated): question spans, option spans, option owners, first option per
-  // question, question types, then the input ids.
-  const int nq = static_cast<int>(enc.questions.size());
-  int N = 0, max_opts = 0;
+  Staged st;
+  st.enc = &enc;
+  st.T = T;
+  st.nq = static_cast<int>(enc.questions.size());
   for (const auto& q : enc.questions) {
     if (q.option_spans.empty())
       throw std::runtime_error("joint head: question " + q.id + " has no options");
-    N += static_cast<int>(q.option_spans.size());
-    max_opts = std::max(max_opts, static_cast<int>(q.option_spans.size()));
+    st.N += static_cast<int>(q.option_spans.size());
+    st.max_opts = std::max(st.max_opts, static_cast<int>(q.option_spans.size()));
   }
-  std::vector<int32_t> table;
-  table.reserve(2 * nq + 2 * N + N + nq + 1 + nq + T);
+  const int nq = st.nq;
+  st.table_off = table.size();
   for (const auto& q : enc.questions) {
     check_span(q.question_span, T, "question " + q.id);
     table.push_back(q.question_span.start);
@@ -323,38 +315,106 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
       table.push_back(sp.start);
       table.push_back(sp.end);
     }
-  const size_t off_owner = table.size();
+  st.off_owner = table.size() - st.table_off;
   for (int k = 0; k < nq; ++k)
     for (size_t j = 0; j < enc.questions[k].option_spans.size(); ++j) table.push_back(k);
-  const size_t off_first = table.size();
+  st.off_first = table.size() - st.table_off;
   for (int k = 0, j = 0; k <= nq; ++k) {
     table.push_back(j);
     if (k < nq) j += static_cast<int>(enc.questions[k].option_spans.size());
   }
-  const size_t off_types = table.size();
+  st.off_types = table.size() - st.table_off;
   for (const auto& q : enc.questions) {
     const int t = static_cast<int>(q.type);
     if (t < 0 || t > 2) throw std::runtime_error("joint head: unknown question type");
     table.push_back(t);
   }
-  const size_t off_ids = table.size();
+  st.off_ids = table.size() - st.table_off;
   for (int32_t id : enc.input_ids) {
     if (id < 0 || id >= vocab_) throw std::runtime_error("joint head: token id outside lm_head");
     table.push_back(id);
   }
-  grow(host_table_dev_, table.size() * sizeof(int32_t));
-  int32_t* dt = host_table_dev_.get<int32_t>();
-  // The previous run synchronised the stream, so the pinned staging buffer is free to reuse.
+  st.table_len = table.size() - st.table_off;
+  return st;
+}
+
+void CudaJointHead::begin(const std::vector<const encoding::EncodedRequest*>& batch,
+                          cudaStream_t s) {
+  // An earlier batch abandoned before finish() may still read the pinned staging.
+  if (!staged_.empty()) CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
+  staged_.clear();
+  enqueued_ = 0;
+  std::vector<int32_t> table;
+  std::vector<Staged> st;
+  size_t longest = 0, logits = 0;
+  for (const auto* enc : batch) {
+    if (!enc) throw std::runtime_error("joint head: null request");
+    st.push_back(stage(*enc, table));
+    st.back().logits_off = logits;
+    logits += static_cast<size_t>(st.back().N);
+    longest = std::max(longest, st.back().table_len);
+  }
+  // The previous batch synchronised the stream, so the pinned staging is free to reuse; each
+  // request has its own region, so no upload or download of this batch overwrites another's.
   grow(table_pinned_, table.size() * sizeof(int32_t));
   std::copy(table.begin(), table.end(), table_pinned_.get<int32_t>());
-  CLEF_CUDA_CHECK(cudaMemcpyAsync(dt, table_pinned_.get(), table.size() * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, s));
+  grow(host_table_dev_, longest * sizeof(int32_t));
+  grow(logits_pinned_, std::max<size_t>(logits, 1) * sizeof(float));
+  staged_ = std::move(st);
+}
+
+std::vector<std::vector<std::vector<float>>> CudaJointHead::finish(cudaStream_t s) {
+  if (enqueued_ != staged_.size())
+    throw std::runtime_error("joint head: finish() before every request was enqueued");
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<std::vector<std::vector<float>>> out;
+  out.reserve(staged_.size());
+  for (const Staged& st : staged_) {
+    const float* flat = logits_pinned_.get<float>() + st.logits_off;
+    std::vector<std::vector<float>> r(st.nq);
+    for (int k = 0, j = 0; k < st.nq; ++k)
+      for (size_t o = 0; o < st.enc->questions[k].option_spans.size(); ++o)
+        r[k].push_back(flat[j++]);
+    out.push_back(std::move(r));
+  }
+  staged_.clear();
+  enqueued_ = 0;
+  return out;
+}
+
+std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
+                                                   const encoding::EncodedRequest& enc,
+                                                   cudaStream_t s,
+                                                   std::function<void(const char*)> marks) {
+  if (T <= 0 || static_cast<size_t>(T) != enc.input_ids.size())
+    throw std::runtime_error("joint head: hidden states do not match the encoded input");
+  begin({&enc}, s);
+  enqueue(hidden, s, std::move(marks));
+  return finish(s).at(0);
+}
+
+void CudaJointHead::enqueue(const void* hidden, cudaStream_t s,
+                            std::function<void(const char*)> marks) {
+  if (enqueued_ >= staged_.size())
+    throw std::runtime_error("joint head: more requests enqueued than begin() staged");
+  struct Reset {  // marks live for this call only
+    std::function<void(const char*)>& m;
+    ~Reset() { m = nullptr; }
+  } reset{mark_};
+  mark_ = std::move(marks);
+  const Staged& st = staged_[enqueued_];
+  const int D = D_, W = W_;
+  const bool bf16 = precision_ == HeadPrecision::BFloat16;
+  const int T = st.T, nq = st.nq, N = st.N, max_opts = st.max_opts;
+  int32_t* dt = host_table_dev_.get<int32_t>();
+  CLEF_CUDA_CHECK(cudaMemcpyAsync(dt, table_pinned_.get<int32_t>() + st.table_off,
+                                  st.table_len * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   const int32_t* q_spans = dt;
   const int32_t* o_spans = dt + 2 * nq;
-  const int32_t* owner = dt + off_owner;
-  const int32_t* first = dt + off_first;
-  const int32_t* types = dt + off_types;
-  const int32_t* ids = dt + off_ids;
+  const int32_t* owner = dt + st.off_owner;
+  const int32_t* first = dt + st.off_first;
+  const int32_t* types = dt + st.off_types;
+  const int32_t* ids = dt + st.off_ids;
 
   // S = hidden_norm(X); M = memory_projection(S).
   Scratch& b = scratch_;
@@ -456,15 +516,9 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
                    logits, s);
   mark("head.small");
 
-  grow(logits_pinned_, static_cast<size_t>(N) * sizeof(float));
-  CLEF_CUDA_CHECK(
-      cudaMemcpyAsync(logits_pinned_.get(), logits, N * sizeof(float), cudaMemcpyDeviceToHost, s));
-  CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
-  const float* flat = logits_pinned_.get<float>();
-  std::vector<std::vector<float>> out(nq);
-  for (int k = 0, j = 0; k < nq; ++k)
-    for (size_t o = 0; o < enc.questions[k].option_spans.size(); ++o) out[k].push_back(flat[j++]);
-  return out;
+  CLEF_CUDA_CHECK(cudaMemcpyAsync(logits_pinned_.get<float>() + st.logits_off, logits,
+                                  N * sizeof(float), cudaMemcpyDeviceToHost, s));
+  ++enqueued_;
 }
 
 }  // namespace clef::engine::cuda

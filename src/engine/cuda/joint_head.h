@@ -87,16 +87,25 @@ class CudaJointHead {
   CudaJointHead(const CudaJointHead&) = delete;
   CudaJointHead& operator=(const CudaJointHead&) = delete;
 
-  // hidden: device [T, D], row-major: __nv_bfloat16 in BFloat16 mode, float in Float32 mode (the
-  // backbone's final-norm output for enc.input_ids). Returns logits[k] = question k's option logits
-  // in MODEL order. Synchronises `stream` before returning. Throws std::runtime_error on an empty
-  // or out-of-range span, a token id outside the vocabulary, or a CUDA failure. Not thread-safe
-  // (the head owns its scratch buffers).
+  // One request: hidden is device [T, D], row-major: __nv_bfloat16 in BFloat16 mode, float in
+  // Float32 mode (the backbone's final-norm output for enc.input_ids). Returns logits[k] = question
+  // k's option logits in MODEL order. Synchronises `stream` before returning. Throws
+  // std::runtime_error on an empty or out-of-range span, a token id outside the vocabulary, or a
+  // CUDA failure. Not thread-safe (the head owns its scratch buffers).
   // `marks` (profiling, optional) is called after each enqueued op with its kind ("head.gemm",
   // "head.gemm_bf16", "head.linear_few_rows", "head.small"), e.g. to record an event.
   std::vector<std::vector<float>> run(const void* hidden, int T,
                                       const encoding::EncodedRequest& enc, cudaStream_t stream,
                                       std::function<void(const char*)> marks = nullptr);
+
+  // A batch with one synchronisation: begin() validates every request and stages all span tables
+  // (throwing before anything is enqueued), enqueue() queues the next request's head on its hidden
+  // states (which may be overwritten by later stream work once it is queued), finish() waits once
+  // and returns each request's logits in batch order. Each request's result is the same as run()'s.
+  void begin(const std::vector<const encoding::EncodedRequest*>& batch, cudaStream_t stream);
+  void enqueue(const void* hidden, cudaStream_t stream,
+               std::function<void(const char*)> marks = nullptr);
+  std::vector<std::vector<std::vector<float>>> finish(cudaStream_t stream);
 
   HeadPrecision precision() const { return precision_; }
   // Device or pinned buffers (re)allocated by run() so far: constant once the head has run the
@@ -104,6 +113,15 @@ class CudaJointHead {
   size_t allocations() const { return allocations_; }
 
  private:
+  // A request's span table inside the batch's staging, and where its logits go.
+  struct Staged {
+    const encoding::EncodedRequest* enc = nullptr;
+    int T = 0, nq = 0, N = 0, max_opts = 0;
+    size_t table_off = 0, table_len = 0, logits_off = 0;
+    size_t off_owner = 0, off_first = 0, off_types = 0, off_ids = 0;  // within the table
+  };
+  Staged stage(const encoding::EncodedRequest& enc, std::vector<int32_t>& table) const;
+
   // A device buffer grown on demand with headroom (a reallocation frees the old one, and
   // cudaFree waits for the device).
   template <typename T>
@@ -156,6 +174,8 @@ class CudaJointHead {
   // Pinned staging for the span table and the logits: the table's upload is then queued behind the
   // backbone instead of waiting for it, so the whole head is enqueued while the backbone runs.
   PinnedBuffer table_pinned_, logits_pinned_;
+  std::vector<Staged> staged_;  // the batch between begin() and finish()
+  size_t enqueued_ = 0;
   size_t allocations_ = 0;
   template <typename Buffer>
   void grow(Buffer& b, size_t bytes) {

@@ -1,6 +1,6 @@
 // The GPU software stack a report needs to be reproducible: the NVIDIA driver (the kernel module's
-// /proc file, else NVML; "unknown" when neither answers), the CUDA driver API and runtime versions and
-// cuBLASLt's. Plain C++ header.
+// /proc file, else NVML; "unknown" when neither answers), the CUDA driver API and runtime versions
+// and cuBLASLt's. Plain C++ header.
 #pragma once
 
 #include <map>
