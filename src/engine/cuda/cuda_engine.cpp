@@ -14,14 +14,17 @@
 #include <list>
 #include <stdexcept>
 
-#include "engine/cuda/attention_core.h"
+#include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/cuda_check.h"
-#include "engine/cuda/gdn_chunked.h"
-#include "engine/cuda/gdn_tc.h"
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/head.h"
-#include "engine/cuda/kernels.h"
-#include "engine/cuda/reference.h"
+#include "engine/cuda/kernel_path.h"
+#include "engine/cuda/kernels/attn_prep.h"
+#include "engine/cuda/kernels/elementwise.h"
+#include "engine/cuda/kernels/gdn_prep.h"
+#include "engine/cuda/kernels/norm.h"
 #include "engine/cuda/versions.h"
 #include "engine/prepare/token_buckets.h"
 #include "engine/prepare/tuning_cache.h"
@@ -483,7 +486,7 @@ class Impl final : public CudaEngine {
       embed_ = upload(v);
     }
     final_norm_ = upload(rel_->backbone("norm.weight").to_float());
-    const std::vector<float> inv = ref::rope_inv_freq(rd_, c.rope_theta);
+    const std::vector<float> inv = rope_inv_freq(rd_, c.rope_theta);
     inv_freq_ = upload(inv);
     int max_n = 2 * I_;
     layers_.resize(L);
@@ -586,10 +589,10 @@ class Impl final : public CudaEngine {
     E* proj = proj_.get<E>();
     E* mid = mid_.get<E>();
     mark("start");
-    embed_gather<E>(embed_.get<E>(), ids_.get<int32_t>(), h, Tp, D_, s);
+    embed_gather<E>(embed_.get<E>(), ids_.get<int32_t>(), h, Tp, D_, KernelPath::Auto, s);
     mark("norms_elementwise");
     for (const Layer& L : layers_) {
-      rms_norm_1p<E>(h, D_, L.in_norm.get<float>(), u, D_, Tp, D_, eps, s);
+      rms_norm_1p<E>(h, D_, L.in_norm.get<float>(), u, D_, Tp, D_, eps, KernelPath::Auto, s);
       mark("norms_elementwise");
       gemm_.run(u, D_, L.w_in.get(), proj, L.n_in, Tp, L.n_in, D_, false, s);
       mark("gemm");
@@ -608,19 +611,20 @@ class Impl final : public CudaEngine {
                       cqkv + Hv * dv + Hv};
         gdn_conv_prep<E>(proj, L.conv_w.get<E>(), L.A_log.get<float>(), L.dt_bias.get<float>(), a,
                          gq_.get<float>(), gk_.get<float>(), gv_.get<float>(), gg_.get<float>(),
-                         gb_.get<float>(), s);
+                         gb_.get<float>(), KernelPath::Auto, s);
         mark("norms_elementwise");
         gdn_chunked<E>(gq_.get<float>(), gk_.get<float>(), gv_.get<float>(), gg_.get<float>(),
-                       gb_.get<float>(), Tp, Hk, Hv, dk, dv, go_.get<E>(), gws_.get(), s);
+                       gb_.get<float>(), Tp, Hk, Hv, dk, dv, go_.get<E>(), gws_.get(),
+                       KernelPath::Auto, s);
         mark("gdn_core");
         gated_rms_norm<E>(go_.get<E>(), proj + cqkv, L.n_in, L.gnorm_w.get<float>(), mid, Tp, Hv,
-                          dv, eps, s);
+                          dv, eps, KernelPath::Auto, s);
         mark("norms_elementwise");
       } else {
         const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
         AttnPrepArgs a{Tp, L.n_in, nh, nkv, hd, rd_, eps, inv_freq_.get<float>()};
         attn_prep<E>(proj, L.q_norm.get<float>(), L.k_norm.get<float>(), a, aq_.get<E>(),
-                     ak_.get<E>(), av_.get<E>(), s);
+                     ak_.get<E>(), av_.get<E>(), KernelPath::Auto, s);
         mark("norms_elementwise");
         if constexpr (std::is_same_v<E, float>)
           attention_core_f32(aq_.get<float>(), ak_.get<float>(), av_.get<float>(), mid, Tp, nh, nkv,
@@ -629,21 +633,22 @@ class Impl final : public CudaEngine {
           attention_core_bf16(aq_.get<bf16>(), ak_.get<bf16>(), av_.get<bf16>(), mid, Tp, nh, nkv,
                               hd, s);
         mark("attention");
-        attn_output_gate<E>(mid, proj, L.n_in, Tp, nh, hd, s);
+        attn_output_gate<E>(mid, proj, L.n_in, Tp, nh, hd, KernelPath::Auto, s);
         mark("norms_elementwise");
       }
       gemm_.run(mid, L.k_out, L.w_out.get(), h, D_, Tp, D_, L.k_out, true, s);
       mark("gemm");
-      rms_norm_1p<E>(h, D_, L.post_norm.get<float>(), u, D_, Tp, D_, eps, s);
+      rms_norm_1p<E>(h, D_, L.post_norm.get<float>(), u, D_, Tp, D_, eps, KernelPath::Auto, s);
       mark("norms_elementwise");
       gemm_.run(u, D_, L.w_gu.get(), proj, 2 * I_, Tp, 2 * I_, D_, false, s);
       mark("gemm");
-      swiglu<E>(proj, mid, Tp, I_, s);
+      swiglu<E>(proj, mid, Tp, I_, KernelPath::Auto, s);
       mark("norms_elementwise");
       gemm_.run(mid, I_, L.w_down.get(), h, D_, Tp, D_, I_, true, s);
       mark("gemm");
     }
-    rms_norm_1p<E>(h, D_, final_norm_.get<float>(), hidden_.get<E>(), D_, Tp, D_, eps, s);
+    rms_norm_1p<E>(h, D_, final_norm_.get<float>(), hidden_.get<E>(), D_, Tp, D_, eps,
+                   KernelPath::Auto, s);
     mark("norms_elementwise");
   }
 
@@ -675,7 +680,8 @@ class Impl final : public CudaEngine {
   }
 
   std::vector<float> hidden_host(int T) {
-    to_float<E>(hidden_.get<E>(), hidden_f_.get<float>(), static_cast<size_t>(T) * D_, stream_);
+    to_float<E>(hidden_.get<E>(), hidden_f_.get<float>(), static_cast<size_t>(T) * D_,
+                KernelPath::Auto, stream_);
     std::vector<float> out(static_cast<size_t>(T) * D_);
     CLEF_CUDA_CHECK(cudaMemcpyAsync(out.data(), hidden_f_.get(), out.size() * 4,
                                     cudaMemcpyDeviceToHost, stream_));

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "engine/cpu/joint_head.h"
+#include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/head.h"
-#include "gpu/gpu_test_util.h"
 #include "model/bf16.h"
 #include "model/release.h"
 
