@@ -4,9 +4,12 @@
 
 #include <type_traits>
 
-#include "engine/cuda/attention_core.h"
-#include "engine/cuda/gdn_chunked.h"
-#include "engine/cuda/kernels.h"
+#include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/kernels/attn_prep.h"
+#include "engine/cuda/kernels/elementwise.h"
+#include "engine/cuda/kernels/gdn_prep.h"
+#include "engine/cuda/kernels/norm.h"
 #include "engine/cuda/profile.h"
 
 namespace clef::engine::cuda {
@@ -41,6 +44,36 @@ std::array<GemmProblem, 4> CudaBackbone::layer_gemms(const LayerWeights& L, cons
           gemm(a.normed, L.gate_up, a.proj, false), gemm(a.mixer_out, L.down, a.residual, true)};
 }
 
+std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
+  const auto& c = cfg_;
+  const bool is_bf16 = w_.activations == DataType::BF16;
+  const int D = c.hidden_size;
+  std::map<std::string, std::string> v;
+  v["embed_gather"] = embed_gather_variant(D, is_bf16, path_);
+  v["rms_norm_1p"] = rms_norm_1p_variant(D, D, D, path_);
+  v["swiglu"] = swiglu_variant(c.intermediate_size, path_);
+  for (const LayerWeights& L : w_.layers) {
+    const int n_in = L.in_proj.n;
+    if (L.linear && !v.contains("gdn_chunked")) {
+      const int Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads,
+                dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+      const int cqkv = 2 * Hk * dk + Hv * dv;
+      const GdnPrepArgs pa{
+          0, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, cqkv + Hv * dv, cqkv + Hv * dv + Hv};
+      v["gdn_conv_prep"] = gdn_conv_prep_variant(pa, path_);
+      v["gdn_chunked"] = gdn_chunked_variant(dk, dv, is_bf16, path_);
+      v["gated_rms_norm"] = gated_rms_norm_variant(n_in, dv, path_);
+    } else if (!L.linear && !v.contains("attn_prep")) {
+      const AttnPrepArgs pa{
+          0,           n_in, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+          rotary_dim_, 0.f,  w_.rope_inv_freq};
+      v["attn_prep"] = attn_prep_variant(pa, path_);
+      v["attn_output_gate"] = attn_output_gate_variant(n_in, c.head_dim, path_);
+    }
+  }
+  return v;
+}
+
 void CudaBackbone::tune(const Activations& a, int Tp, cudaStream_t s) const {
   for (const LayerWeights& L : w_.layers)
     for (const GemmProblem& p : layer_gemms(L, a, Tp)) gemm_.tune(p, s);
@@ -72,11 +105,11 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s,
   E* proj = static_cast<E*>(a.proj);
   E* mid = static_cast<E*>(a.mixer_out);
   mark("start");
-  embed_gather<E>(static_cast<const E*>(w_.embed), a.ids, h, Tp, D, s);
+  embed_gather<E>(static_cast<const E*>(w_.embed), a.ids, h, Tp, D, path_, s);
   mark("norms_elementwise");
   for (const LayerWeights& L : w_.layers) {
     const std::array<GemmProblem, 4> g = layer_gemms(L, a, Tp);
-    rms_norm_1p<E>(h, D, L.input_norm, u, D, Tp, D, eps, s);
+    rms_norm_1p<E>(h, D, L.input_norm, u, D, Tp, D, eps, path_, s);
     mark("norms_elementwise");
     gemm_.run(g[0], s);
     mark("gemm");
@@ -88,13 +121,13 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s,
       GdnPrepArgs pa{
           Tp, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, cqkv + Hv * dv, cqkv + Hv * dv + Hv};
       gdn_conv_prep<E>(proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
-                       a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, s);
+                       a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, path_, s);
       mark("norms_elementwise");
       gdn_chunked<E>(a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, Tp, Hk, Hv, dk, dv,
-                     static_cast<E*>(a.gdn_out), a.gdn_scratch, s);
+                     static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s);
       mark("gdn_core");
       gated_rms_norm<E>(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w, mid, Tp,
-                        Hv, dv, eps, s);
+                        Hv, dv, eps, path_, s);
       mark("norms_elementwise");
     } else {
       const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
@@ -102,28 +135,28 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s,
       E* q = static_cast<E*>(a.attn_q);
       E* k = static_cast<E*>(a.attn_k);
       E* v = static_cast<E*>(a.attn_v);
-      attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, s);
+      attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, path_, s);
       mark("norms_elementwise");
       if constexpr (std::is_same_v<E, float>)
         attention_core_f32(q, k, v, mid, Tp, nh, nkv, hd, s);
       else
         attention_core_bf16(q, k, v, mid, Tp, nh, nkv, hd, s);
       mark("attention");
-      attn_output_gate<E>(mid, proj, n_in, Tp, nh, hd, s);
+      attn_output_gate<E>(mid, proj, n_in, Tp, nh, hd, path_, s);
       mark("norms_elementwise");
     }
     gemm_.run(g[1], s);
     mark("gemm");
-    rms_norm_1p<E>(h, D, L.post_norm, u, D, Tp, D, eps, s);
+    rms_norm_1p<E>(h, D, L.post_norm, u, D, Tp, D, eps, path_, s);
     mark("norms_elementwise");
     gemm_.run(g[2], s);
     mark("gemm");
-    swiglu<E>(proj, mid, Tp, I, s);
+    swiglu<E>(proj, mid, Tp, I, path_, s);
     mark("norms_elementwise");
     gemm_.run(g[3], s);
     mark("gemm");
   }
-  rms_norm_1p<E>(h, D, w_.final_norm, static_cast<E*>(a.final_hidden), D, Tp, D, eps, s);
+  rms_norm_1p<E>(h, D, w_.final_norm, static_cast<E*>(a.final_hidden), D, Tp, D, eps, path_, s);
   mark("norms_elementwise");
 }
 

@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <map>
+#include <string>
 
 #include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/kernel_path.h"
@@ -35,6 +37,10 @@ class CudaBackbone {
   // The four GEMMs of one layer at Tp rows: in_proj, out_proj (+ residual), gate_up, down
   // (+ residual).
   std::array<GemmProblem, 4> layer_gemms(const LayerWeights& L, const Activations& a, int Tp) const;
+
+  // The variant each kernel dispatcher runs at this model's shapes under path(), by op name
+  // (as the dispatchers name them).
+  std::map<std::string, std::string> kernel_variants() const;
 
   const BackboneWeights& weights() const { return w_; }
   KernelPath path() const { return path_; }

@@ -7,11 +7,10 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "engine/cuda/attention_core.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
-#include "engine/cuda/gdn_tc.h"
-#include "engine/cuda/kernels.h"
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/kernels/elementwise.h"
 #include "engine/cuda/versions.h"
 #include "engine/prepare/token_buckets.h"
 
@@ -110,11 +109,17 @@ EngineInfo CudaEngineImpl::info() const {
   i.backend = "cuda";
   i.device = device_;
   i.dtype = data_type_name(config_.activations);
-  const bool tc = !f32 && gdn::tc_supported(cfg_.linear_key_head_dim, cfg_.linear_value_head_dim);
+  // Each dispatcher's own choice at this model's shapes.
+  const std::map<std::string, std::string> v = backbone_->kernel_variants();
+  const bool tc =
+      v.contains("gdn_chunked") && v.at("gdn_chunked") == std::string("gdn_tensor_core");
   i.kernels["linear_attention"] =
       tc ? "chunked gated delta rule (chunk 64, fp32 state, 3xTF32 mma.sync: parallel prep, "
            "warp-specialised scan, parallel output)"
          : "chunked gated delta rule (chunk 64, fp32 SIMT, value columns split)";
+  std::string ew;
+  for (const auto& [op, name] : v) ew += (ew.empty() ? "" : ", ") + name;
+  i.kernels["elementwise"] = ew;
   i.kernels["attention"] = f32 ? "flash attention fp32 SIMT (generic)"
                                : "flash attention bf16 mma.sync (sm80+, generic)";
   i.kernels["gemm"] = std::string("cublaslt ") +
@@ -122,7 +127,7 @@ EngineInfo CudaEngineImpl::info() const {
                       ", timed heuristic candidates";
   i.kernels["graphs"] = "per token bucket (8-token steps below 256, then 16 per doubling)";
   i.kernels["head"] = f32 ? "cuda joint head fp32" : "cuda joint head (bf16 T-row GEMMs)";
-  i.kernels["mode"] = config_.kernels == KernelPath::Generic ? "generic" : "auto";
+  i.kernels["mode"] = kernel_path_name(config_.kernels);
   i.versions = versions_;
   return i;
 }
@@ -171,10 +176,11 @@ std::vector<float> CudaEngineImpl::hidden_host(int T) {
   const Activations& a = workspace_->buffers();
   const size_t n = static_cast<size_t>(T) * cfg_.hidden_size;
   if (config_.activations == DataType::F32)
-    to_float<float>(static_cast<const float*>(a.final_hidden), a.hidden_f32, n, stream_);
+    to_float<float>(static_cast<const float*>(a.final_hidden), a.hidden_f32, n, config_.kernels,
+                    stream_);
   else
     to_float<__nv_bfloat16>(static_cast<const __nv_bfloat16*>(a.final_hidden), a.hidden_f32, n,
-                            stream_);
+                            config_.kernels, stream_);
   std::vector<float> out(n);
   CLEF_CUDA_CHECK(
       cudaMemcpyAsync(out.data(), a.hidden_f32, n * 4, cudaMemcpyDeviceToHost, stream_));

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "engine/cuda/reference.h"
+#include "engine/cuda/kernels/attn_prep.h"
 #include "model/bf16.h"
 
 namespace clef::engine::cuda {
@@ -103,7 +103,7 @@ BackboneWeights upload_backbone_weights(const model::Release& release, DataType 
   }
   w.final_norm = up.upload_f32(release.backbone("norm.weight").to_float());
   const int rd = static_cast<int>(c.head_dim * c.partial_rotary_factor);
-  w.rope_inv_freq = up.upload_f32(ref::rope_inv_freq(rd, c.rope_theta));
+  w.rope_inv_freq = up.upload_f32(rope_inv_freq(rd, c.rope_theta));
   w.max_in_proj = 2 * c.intermediate_size;
   w.layers.resize(L);
   for (int i = 0; i < L; ++i) {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/cuda/gdn_chunked.h"
+#include "engine/cuda/gdn/gdn.h"
 
 namespace clef::engine::cuda {
 

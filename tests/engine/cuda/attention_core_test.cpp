@@ -1,6 +1,6 @@
-// attention_core_{bf16,f32} against a plain CPU reference (double accumulation) on fresh random
-// inputs, outputs poisoned with NaN before every launch; plus the kernel's throughput at the
-// Clef-flash shape.
+// attention_core_{bf16,f32} against the CPU reference (support/ref/attention_ref.h, double
+// accumulation) on fresh random inputs, outputs poisoned with NaN before every launch. The
+// throughput at the Clef-flash shape is measured by the workbench (dev/cuda/attention.cu).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -14,8 +14,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/cuda/attention_core.h"
-#include "engine/cuda/attention_core_tuning.h"
+#include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/tuning.h"
+#include "support/ref/attention_ref.h"
 
 namespace {
 
@@ -45,40 +46,7 @@ uint64_t fresh_seed() {
          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
-// Reference for query rows `rows` (all when empty); out[t][h][d] for those rows, others untouched.
-void reference(const std::vector<float>& q, const std::vector<float>& k,
-               const std::vector<float>& v, int T, int nh, int nkv, int hd,
-               const std::vector<int>& rows, std::vector<double>& out) {
-  out.assign(static_cast<size_t>(T) * nh * hd, 0.0);
-  const int group = nh / nkv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  std::vector<double> s(T);
-  auto one = [&](int t) {
-    for (int h = 0; h < nh; ++h) {
-      const int kh = h / group;
-      const float* qr = &q[(static_cast<size_t>(t) * nh + h) * hd];
-      double mx = -INFINITY;
-      for (int j = 0; j <= t; ++j) {
-        const float* kr = &k[(static_cast<size_t>(j) * nkv + kh) * hd];
-        double d = 0;
-        for (int e = 0; e < hd; ++e) d += static_cast<double>(qr[e]) * kr[e];
-        s[j] = d * scale;
-        mx = std::max(mx, s[j]);
-      }
-      double sum = 0;
-      for (int j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
-      double* o = &out[(static_cast<size_t>(t) * nh + h) * hd];
-      for (int j = 0; j <= t; ++j) {
-        const float* vr = &v[(static_cast<size_t>(j) * nkv + kh) * hd];
-        for (int e = 0; e < hd; ++e) o[e] += s[j] / sum * vr[e];
-      }
-    }
-  };
-  if (rows.empty())
-    for (int t = 0; t < T; ++t) one(t);
-  else
-    for (int t : rows) one(t);
-}
+using clef::engine::ref::attention_ref;
 
 struct Case {
   int T, nh, nkv, hd;
@@ -180,7 +148,7 @@ TEST_P(AttentionCoreBf16, MatchesReference) {
     std::vector<float> got(q.size());
     for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(hout[i]);
     std::vector<double> ref;
-    reference(q, k, v, c.T, c.nh, c.nkv, c.hd, {}, ref);
+    attention_ref(q, k, v, c.T, c.nh, c.nkv, c.hd, {}, ref);
     const Errors e = compare(got, ref, c.nh, c.hd, {}, c.T);
     EXPECT_EQ(e.non_finite, 0u);
     // bf16 output rounding alone is ~2^-9 relative; P is rounded to bf16 for the PV product.
@@ -211,7 +179,7 @@ TEST(AttentionCore, F32MatchesReference) {
     std::vector<float> got(q.size());
     CUDA_OK(cudaMemcpy(got.data(), dout.p, q.size() * 4, cudaMemcpyDeviceToHost));
     std::vector<double> ref;
-    reference(q, k, v, c.T, c.nh, c.nkv, c.hd, {}, ref);
+    attention_ref(q, k, v, c.T, c.nh, c.nkv, c.hd, {}, ref);
     const Errors e = compare(got, ref, c.nh, c.hd, {}, c.T);
     EXPECT_EQ(e.non_finite, 0u);
     EXPECT_LT(e.rel_l2, 1e-5);
@@ -226,76 +194,6 @@ TEST(AttentionCore, RefusesBadShapes) {
                std::invalid_argument);
   EXPECT_THROW(attention_core_f32(nullptr, nullptr, nullptr, nullptr, 8, 16, 4, 288, nullptr),
                std::invalid_argument);
-}
-
-// Clef-flash shape (16 heads, 4 kv heads, hd 256): throughput, plus sampled rows checked against
-// the reference so the timed kernel is also a correct one at full length.
-TEST(AttentionCore, Bf16ThroughputFlashShape) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
-  for (int T : {361, 961, 2761, 5661}) {
-    const Case c{T, 16, 4, 256};
-    SCOPED_TRACE(testing::Message() << "seed " << seed << " T " << T);
-    std::vector<float> q, k, v;
-    random_qkv(rng, c, q, k, v, true);
-    std::vector<__nv_bfloat16> hq(q.size()), hk(k.size()), hv(v.size());
-    for (size_t i = 0; i < q.size(); ++i) hq[i] = __float2bfloat16(q[i]);
-    for (size_t i = 0; i < k.size(); ++i)
-      hk[i] = __float2bfloat16(k[i]), hv[i] = __float2bfloat16(v[i]);
-    DevBuf<__nv_bfloat16> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size());
-    ASSERT_TRUE(dq.p && dk.p && dv.p && dout.p);
-    CUDA_OK(cudaMemcpy(dq.p, hq.data(), q.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dk.p, hk.data(), k.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dv.p, hv.data(), v.size() * 2, cudaMemcpyHostToDevice));
-    for (int warps : {4, 8, 0}) {
-      SCOPED_TRACE(testing::Message() << "warps " << warps);
-      CUDA_OK(cudaMemset(dout.p, 0xFF, q.size() * 2));
-      run_bf16(warps, dq.p, dk.p, dv.p, dout.p, T, 16, 4, 256);  // warm-up + check
-      CUDA_OK(cudaDeviceSynchronize());
-      std::vector<__nv_bfloat16> hout(q.size());
-      CUDA_OK(cudaMemcpy(hout.data(), dout.p, q.size() * 2, cudaMemcpyDeviceToHost));
-      std::vector<float> got(q.size());
-      for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(hout[i]);
-      std::vector<int> rows = {0, 1, 63, 64, 127, 128, T / 2, T - 2, T - 1};
-      std::uniform_int_distribution<int> pick(0, T - 1);
-      for (int i = 0; i < 9; ++i) rows.push_back(pick(rng));
-      std::sort(rows.begin(), rows.end());  // each row once: the reference accumulates per row
-      rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-      std::vector<double> ref;
-      reference(q, k, v, T, 16, 4, 256, rows, ref);
-      const Errors e = compare(got, ref, 16, 256, rows, T);
-      EXPECT_EQ(e.non_finite, 0u);
-      EXPECT_LT(e.rel_l2, 8e-3);
-      size_t non_finite = 0;
-      for (float x : got) non_finite += !std::isfinite(x);
-      EXPECT_EQ(non_finite, 0u) << "unwritten or non-finite outputs";
-
-      cudaEvent_t a, b;
-      CUDA_OK(cudaEventCreate(&a));
-      CUDA_OK(cudaEventCreate(&b));
-      const int reps = 30;
-      std::vector<float> ms(reps);
-      for (int r = 0; r < reps; ++r) {
-        CUDA_OK(cudaEventRecord(a));
-        run_bf16(warps, dq.p, dk.p, dv.p, dout.p, T, 16, 4, 256);
-        CUDA_OK(cudaEventRecord(b));
-        CUDA_OK(cudaEventSynchronize(b));
-        CUDA_OK(cudaEventElapsedTime(&ms[r], a, b));
-      }
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-      std::sort(ms.begin(), ms.end());
-      const double med = ms[reps / 2];
-      // Causal FLOPs: QK^T and PV over the lower triangle (incl. diagonal), 2 FLOP per MAC.
-      const double flop = 4.0 * 16 * 256 * (static_cast<double>(T) * (T + 1) / 2);
-      std::printf(
-          "[attention_core_bf16] T %5d 16/4 heads hd 256 warps %d%s: median %.4f ms (min %.4f), "
-          "%.1f TFLOP/s causal, rel err %.2g\n",
-          T, warps == 0 ? clef::engine::cuda::attention_core_bf16_pick_warps(T, 16, 256) : warps,
-          warps == 0 ? " (auto)" : "", med, ms[0], flop / (med * 1e-3) / 1e12, e.rel_l2);
-    }
-  }
 }
 
 }  // namespace

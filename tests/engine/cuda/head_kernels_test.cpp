@@ -7,8 +7,8 @@
 #include <cmath>
 #include <string>
 
+#include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/head_kernels.h"
-#include "gpu/gpu_test_util.h"
 
 namespace clef {
 namespace {

@@ -1,19 +1,18 @@
-// Chunked gated delta rule (see gdn_chunked.h). Notation of spec/gpu.md §4.1 with C = 64:
+// SIMT chunked gated delta rule (see gdn/simt.h). Notation of docs/spec/gpu.md §4.1 with C = 64:
 //   gamma_i = sum_{j<=i} g_j (in-chunk), A_ij = beta_i (k_i.k_j) e^{gamma_i-gamma_j} (i > j),
 //   Tm = (I + A)^-1, W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V,
 //   Vn = U - W S, O = diag(e^gamma) Q S + ((Q K^T) o Gamma_incl) Vn,
 //   S' = e^{gamma_C} S + K^T diag(e^{gamma_C - gamma}) Vn.
 // Positions past T are loaded as k = v = q = 0, g = beta = 0, so they neither move the state nor
 // are written.
+#include "engine/cuda/gdn/simt.h"
+
 #include <algorithm>
-#include <stdexcept>
-#include <type_traits>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_math.cuh"
-#include "engine/cuda/gdn_chunked.h"
-#include "engine/cuda/gdn_tc.h"
-#include "engine/cuda/gdn_tiles.cuh"
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn/tiles.cuh"
 
 namespace clef::engine::cuda {
 namespace {
@@ -238,33 +237,18 @@ size_t scan_smem(int dk) {
 
 }  // namespace
 
-size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv) {
-  const int Tc = (std::max(T, 1) + C - 1) / C * C;
-  const size_t simt = static_cast<size_t>(Hv) * Tc * (dk + dv + C + 1);
-  const size_t tc = gdn::tc_supported(dk, dv) ? gdn::tc_workspace_floats(Tc, Hv, dk, dv) : 0;
-  return sizeof(float) * std::max(simt, tc);
+namespace gdn {
+
+size_t simt_workspace_floats(int Tc, int Hv, int dk, int dv) {
+  return static_cast<size_t>(Hv) * Tc * (dk + dv + C + 1);
 }
 
 template <typename E>
-void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                 int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, cudaStream_t s,
-                 cudaEvent_t between, cudaEvent_t after_scan) {
-  if (T <= 0) return;
-  if (dk > kMaxHeadDim || dv > kMaxHeadDim || dk < 1 || dv < 1)
-    throw std::invalid_argument("gdn_chunked: head dims must be in [1, 128]");
-  if (dk % 4 != 0 || dv % 4 != 0)
-    throw std::invalid_argument("gdn_chunked: head dims must be multiples of 4");
-  if (Hk <= 0 || Hv % Hk != 0)
-    throw std::invalid_argument("gdn_chunked: Hv must be a multiple of Hk");
+void chunked_simt(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                  int T, int Hk, int Hv, int dk, int dv, E* o, float* workspace, cudaStream_t s,
+                  cudaEvent_t between, cudaEvent_t after_scan) {
   const int Tc = (T + C - 1) / C * C;
   const Workspace ws = carve(workspace, Tc, Hv, dk, dv);
-  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-    if (gdn::tc_supported(dk, dv)) {
-      gdn::chunked_tc(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, static_cast<float*>(workspace), s,
-                      between, after_scan);
-      return;
-    }
-  }
   const size_t ps = prep_smem(dk, dv), ss = scan_smem(dk);
   static_assert(C * (kBV / 4) % kThreads == 0, "thread mapping of the scan kernel");
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(
@@ -281,11 +265,12 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
 }
 
-template void gdn_chunked<float>(const float*, const float*, const float*, const float*,
-                                 const float*, int, int, int, int, int, float*, void*, cudaStream_t,
-                                 cudaEvent_t, cudaEvent_t);
-template void gdn_chunked<__nv_bfloat16>(const float*, const float*, const float*, const float*,
-                                         const float*, int, int, int, int, int, __nv_bfloat16*,
-                                         void*, cudaStream_t, cudaEvent_t, cudaEvent_t);
+template void chunked_simt<float>(const float*, const float*, const float*, const float*,
+                                  const float*, int, int, int, int, int, float*, float*,
+                                  cudaStream_t, cudaEvent_t, cudaEvent_t);
+template void chunked_simt<__nv_bfloat16>(const float*, const float*, const float*, const float*,
+                                          const float*, int, int, int, int, int, __nv_bfloat16*,
+                                          float*, cudaStream_t, cudaEvent_t, cudaEvent_t);
 
+}  // namespace gdn
 }  // namespace clef::engine::cuda

@@ -1,5 +1,5 @@
-// Causal GQA attention core (spec/model.md §3): A = causal softmax(q k^T / sqrt(hd)) v per query
-// head, query head j reading kv head j / (n_heads / n_kv_heads). Inputs are the already
+// Causal GQA attention core (docs/spec/model.md §3): A = causal softmax(q k^T / sqrt(hd)) v per
+// query head, query head j reading kv head j / (n_heads / n_kv_heads). Inputs are the already
 // normed/roped q and k. Layouts (contiguous, row-major): q [T, n_heads, head_dim], k/v [T,
 // n_kv_heads, head_dim], out [T, n_heads, head_dim]. head_dim: a multiple of 32, at most 256.
 #pragma once

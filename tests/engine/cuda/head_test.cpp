@@ -14,8 +14,8 @@
 
 #include "engine/cpu/joint_head.h"
 #include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/joint_head.h"
-#include "gpu/gpu_test_util.h"
 #include "model/bf16.h"
 #include "model/release.h"
 

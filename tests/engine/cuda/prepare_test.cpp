@@ -1,4 +1,4 @@
-// prepare() (issue 11): after it, no admitted request does one-time work (no graph capture, no GEMM
+// prepare(): after it, no admitted request does one-time work (no graph capture, no GEMM
 // choice, no head or workspace allocation), answers stay right, and the tuning cache is written,
 // reused on the next start (every shape from the file), and rebuilt when damaged.
 #include <gtest/gtest.h>
@@ -9,11 +9,11 @@
 
 #include "engine/cpu/backbone.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/versions.h"
 #include "engine/engine.h"
 #include "engine/golden_models.h"
 #include "engine/prepare/token_buckets.h"
-#include "gpu/gpu_test_util.h"
 #include "support/scratch_dir.h"
 
 namespace clef {

@@ -1,4 +1,4 @@
-// Tensor-core chunked gated delta rule (see gdn_tc.h). Notation of gdn_chunked.cu with C = 64:
+// Tensor-core chunked gated delta rule (see gdn/tensor_core.h); notation of gdn/simt.cu, C = 64:
 //   gamma = in-chunk cumulative log decay, A_ij = beta_i (k_i.k_j) e^{gamma_i-gamma_j} (i > j),
 //   Tm = (I + A)^-1, W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V,
 //   Vn = U - W S, O = diag(e^gamma) Q S + ((Q K^T) o Gamma_incl) Vn,
@@ -11,9 +11,9 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_math.cuh"
-#include "engine/cuda/gdn_tc.h"
-#include "engine/cuda/gdn_tiles.cuh"
-#include "engine/cuda/tf32x3.cuh"
+#include "engine/cuda/gdn/tensor_core.h"
+#include "engine/cuda/gdn/tf32x3.cuh"
+#include "engine/cuda/gdn/tiles.cuh"
 
 namespace clef::engine::cuda::gdn {
 namespace {
@@ -58,10 +58,10 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
 }
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
-// Diagnostic build only (gdn_tc.h: phase_cycles()): cycle sums per phase, measured by one thread of
-// the block (`owner`) between its marks, in slots base + i: prep 0..6, output 8..12, scan value
-// warps 16..20, state warps 21..25; g_phase_steps counts what they are averaged over (prep blocks,
-// output blocks, scan CTA-steps).
+// Diagnostic build only (gdn/tensor_core.h: phase_cycles()): cycle sums per phase, measured by one
+// thread of the block (`owner`) between its marks, in slots base + i: prep 0..6, output 8..12, scan
+// value warps 16..20, state warps 21..25; g_phase_steps counts what they are averaged over (prep
+// blocks, output blocks, scan CTA-steps).
 __device__ unsigned long long g_phase_cycles[32], g_phase_steps[3];
 struct PhaseClock {
   long long t = 0;

@@ -12,18 +12,14 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/cuda/attention_core.h"
-#include "engine/cuda/attention_core_tuning.h"
+#include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/tuning.h"
+#include "engine/cuda/cuda_check.h"
 
 namespace clef::engine::cuda {
 namespace {
 
 constexpr int kBc = 64;  // key rows per tile
-
-void check_launch(const char* what) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 void check_shape(int T, int n_heads, int n_kv_heads, int head_dim) {
   if (T < 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
@@ -298,7 +294,7 @@ void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bflo
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(HD));
   flash_attn_bf16_kernel<HD, WARPS><<<grid, WARPS * 32, smem, stream>>>(
       q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2);
-  check_launch("attention_core_bf16");
+  CLEF_CUDA_LAUNCH_CHECK();
 }
 
 // ---- fp32 (parity) kernel ---------------------------------------------------------------------
@@ -408,7 +404,7 @@ void launch_f32(const float* q, const float* k, const float* v, float* out, int 
   const dim3 grid((T + kFBr - 1) / kFBr, n_heads);
   flash_attn_f32_kernel<HD><<<grid, kFThreads, smem, stream>>>(
       q, k, v, out, T, n_heads, n_heads / n_kv_heads, 1.f / sqrtf(static_cast<float>(HD)));
-  check_launch("attention_core_f32");
+  CLEF_CUDA_LAUNCH_CHECK();
 }
 
 // The runtime head_dim (a multiple of 32 up to 256) as a template argument.
@@ -459,10 +455,10 @@ void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfl
 }
 
 int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {
-  // Measured on an H200 (16/4 heads, hd 256, the throughput test in tests/gpu): the 8-warp shape
-  // was not faster beyond noise (T 361: 25.9 vs 31.7 TFLOP/s; 961: 83.5 vs 82.9; 2761: 137 vs 140;
-  // 5661: 173 vs 178), and it does not fit sm_86/sm_89 shared memory. So 4 warps everywhere until a
-  // faster shape exists.
+  // Measured on an H200 (16/4 heads, hd 256; the throughput run is now dev/cuda/attention.cu): the
+  // 8-warp shape was not faster beyond noise (T 361: 25.9 vs 31.7 TFLOP/s; 961: 83.5 vs 82.9; 2761:
+  // 137 vs 140; 5661: 173 vs 178), and it does not fit sm_86/sm_89 shared memory. So 4 warps
+  // everywhere until a faster shape exists.
   (void)T;
   (void)n_heads;
   (void)head_dim;

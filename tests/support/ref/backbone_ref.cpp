@@ -1,11 +1,12 @@
-// CPU references for the backbone kernels (see reference.h): plain loops, fp32 (double sums where
-// cheap).
-#include "engine/cuda/reference.h"
+// CPU references for the backbone kernels (see backbone_ref.h): plain loops, fp32 (double sums
+// where cheap).
+#include "support/ref/backbone_ref.h"
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
-namespace clef::engine::cuda::ref {
+namespace clef::engine::ref {
 namespace {
 float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
@@ -15,6 +16,9 @@ float silu(float x) {
 }
 float softplus(float x) {
   return x > 20.0f ? x : std::log1p(std::exp(x));
+}
+float rnd(float x, bool bf16) {
+  return bf16 ? round_bf16(x) : x;
 }
 }  // namespace
 
@@ -32,8 +36,8 @@ float round_bf16(float x) {
   return r;
 }
 
-void rms_norm_1p(const float* x, const float* w, float* out, int rows, int D, float eps,
-                 bool bf16) {
+void rms_norm_1p_ref(const float* x, const float* w, float* out, int rows, int D, float eps,
+                     bool bf16) {
   for (int r = 0; r < rows; ++r) {
     double ss = 0;
     for (int i = 0; i < D; ++i) ss += double(x[r * D + i]) * x[r * D + i];
@@ -42,10 +46,10 @@ void rms_norm_1p(const float* x, const float* w, float* out, int rows, int D, fl
   }
 }
 
-void gdn_conv_prep(const float* proj, int T, int ld, int Hk, int Hv, int dk, int dv, int K,
-                   int b_off, int a_off, const float* conv_w, const float* A_log,
-                   const float* dt_bias, bool bf16, float* q, float* k, float* v, float* g,
-                   float* beta) {
+void gdn_conv_prep_ref(const float* proj, int T, int ld, int Hk, int Hv, int dk, int dv, int K,
+                       int b_off, int a_off, const float* conv_w, const float* A_log,
+                       const float* dt_bias, bool bf16, float* q, float* k, float* v, float* g,
+                       float* beta) {
   const int Cq = Hk * dk, Cv = Hv * dv, Ctot = 2 * Cq + Cv;
   std::vector<float> y(static_cast<size_t>(Ctot));
   for (int t = 0; t < T; ++t) {
@@ -78,8 +82,8 @@ void gdn_conv_prep(const float* proj, int T, int ld, int Hk, int Hv, int dk, int
   }
 }
 
-void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
-                      const float* beta, int T, int Hk, int Hv, int dk, int dv, float* o) {
+void gated_delta_rule_ref(const float* q, const float* k, const float* v, const float* g,
+                          const float* beta, int T, int Hk, int Hv, int dk, int dv, float* o) {
   const int r = Hv / Hk;
   std::vector<double> S(static_cast<size_t>(dk) * dv);
   std::vector<double> kv(dv);
@@ -108,8 +112,8 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
   }
 }
 
-void gated_rms_norm(const float* o, const float* z, int ldz, const float* w, float* y, int T, int H,
-                    int dv, float eps, bool bf16) {
+void gated_rms_norm_ref(const float* o, const float* z, int ldz, const float* w, float* y, int T,
+                        int H, int dv, float eps, bool bf16) {
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < H; ++h) {
       const float* row = o + (static_cast<size_t>(t) * H + h) * dv;
@@ -125,9 +129,9 @@ void gated_rms_norm(const float* o, const float* z, int ldz, const float* w, flo
     }
 }
 
-void attn_prep(const float* proj, int T, int ld, int nh, int nkv, int hd, int rd, float eps,
-               const float* inv_freq, const float* qw, const float* kw, bool bf16, float* q,
-               float* k, float* v) {
+void attn_prep_ref(const float* proj, int T, int ld, int nh, int nkv, int hd, int rd, float eps,
+                   const float* inv_freq, const float* qw, const float* kw, bool bf16, float* q,
+                   float* k, float* v) {
   std::vector<float> n(hd);
   const int half = rd / 2;
   for (int t = 0; t < T; ++t) {
@@ -160,7 +164,8 @@ void attn_prep(const float* proj, int T, int ld, int nh, int nkv, int hd, int rd
   }
 }
 
-void attn_output_gate(float* attn, const float* proj, int ld, int T, int nh, int hd, bool bf16) {
+void attn_output_gate_ref(float* attn, const float* proj, int ld, int T, int nh, int hd,
+                          bool bf16) {
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < nh; ++h)
       for (int i = 0; i < hd; ++i) {
@@ -171,7 +176,7 @@ void attn_output_gate(float* attn, const float* proj, int ld, int T, int nh, int
       }
 }
 
-void swiglu(const float* gu, float* out, int T, int I, bool bf16) {
+void swiglu_ref(const float* gu, float* out, int T, int I, bool bf16) {
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < I; ++i) {
       const float gt = rnd(silu(gu[static_cast<size_t>(t) * 2 * I + i]), bf16);
@@ -180,12 +185,4 @@ void swiglu(const float* gu, float* out, int T, int I, bool bf16) {
     }
 }
 
-std::vector<float> rope_inv_freq(int rd, double theta) {
-  std::vector<float> f(rd / 2);
-  for (int i = 0; i < rd / 2; ++i)
-    f[i] = 1.0f /
-           std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rd));
-  return f;
-}
-
-}  // namespace clef::engine::cuda::ref
+}  // namespace clef::engine::ref

@@ -12,9 +12,9 @@
 #include "answer/answer.h"
 #include "engine/cpu/backbone.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/gpu_test_util.h"
 #include "engine/engine.h"
 #include "engine/golden_models.h"
-#include "gpu/gpu_test_util.h"
 #include "model/safetensors.h"
 
 namespace clef {

@@ -1,25 +1,37 @@
-// Every backbone kernel (kernels.h, gdn_chunked.h, gemm.h) against its CPU reference (reference.h)
-// on fresh random inputs, outputs NaN-poisoned first, in both storage types (float = parity, bf16 =
-// production with the reference's rounding points). The shapes reach both paths of every kernel:
-// the 16-byte vector path (aligned pointers, widths and strides multiples of 8 elements) and the
-// scalar fallback (odd widths/strides, pointers one element off 16 bytes), plus the flash shapes.
+// Every backbone kernel (engine/cuda/kernels/*.h, gdn/gdn.h, gemm/gemm.h) against its CPU reference
+// (clef_engine_ref: support/ref/*_ref.h) on fresh random inputs, outputs NaN-poisoned first, in
+// both storage types (float = parity, bf16 = production with the reference's rounding points) and
+// both kernel paths (KernelPath::Auto = production, KernelPath::Generic = the generic kernels and
+// the SIMT GDN). The shapes reach both variants of every kernel under Auto: the vec8 variant
+// (aligned pointers, widths and strides multiples of 8 elements) and the generic fallback (odd
+// widths/strides, pointers one element off 16 bytes), plus the flash shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 
-#include "engine/cuda/gdn_chunked.h"
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/gemm/gemm.h"
-#include "engine/cuda/kernels.h"
-#include "engine/cuda/reference.h"
-#include "gpu/gpu_test_util.h"
+#include "engine/cuda/gpu_test_util.h"
+#include "engine/cuda/kernel_path.h"
+#include "engine/cuda/kernels/attn_prep.h"
+#include "engine/cuda/kernels/elementwise.h"
+#include "engine/cuda/kernels/gdn_prep.h"
+#include "engine/cuda/kernels/norm.h"
+#include "support/ref/backbone_ref.h"
+#include "support/ref/gemm_ref.h"
 
 namespace clef {
 namespace {
 
 using namespace clef::engine::cuda;
 using namespace clef::gputest;
+namespace ref = clef::engine::ref;
 using bf16 = __nv_bfloat16;
+
+constexpr KernelPath kPaths[] = {KernelPath::Auto, KernelPath::Generic};
 
 template <typename E>
 constexpr bool kBf16 = std::is_same_v<E, bf16>;
@@ -62,13 +74,16 @@ TYPED_TEST(BackboneKernels, EmbedGather) {
     auto dt = to_device<E>(table);
     DeviceBuffer di(T * 4);
     CLEF_CUDA_CHECK(cudaMemcpy(di.get(), ids.data(), T * 4, cudaMemcpyHostToDevice));
-    auto out = poisoned<E>(c.out_off + size_t(T) * D);
-    embed_gather<E>(dt.template get<E>(), di.template get<int32_t>(),
-                    out.template get<E>() + c.out_off, T, D, 0);
     std::vector<float> ref(size_t(T) * D);
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < D; ++i) ref[size_t(t) * D + i] = table[size_t(ids[t]) * D + i];
-    CLEF_EXPECT_CLOSE(drop_front(to_host<E>(out, c.out_off + ref.size()), c.out_off), ref, 0.0);
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(kernel_path_name(path));
+      auto out = poisoned<E>(c.out_off + size_t(T) * D);
+      embed_gather<E>(dt.template get<E>(), di.template get<int32_t>(),
+                      out.template get<E>() + c.out_off, T, D, path, 0);
+      CLEF_EXPECT_CLOSE(drop_front(to_host<E>(out, c.out_off + ref.size()), c.out_off), ref, 0.0);
+    }
   }
 }
 
@@ -96,16 +111,19 @@ TYPED_TEST(BackboneKernels, RmsNorm1p) {
     round_all_bf16(w);
     auto dx = to_device<E>(xs);
     auto dw = to_device<float>(w);
-    auto out = poisoned<E>(size_t(rows) * c.ldo);
-    rms_norm_1p<E>(dx.template get<E>() + c.x_off, c.ldx, dw.template get<float>(),
-                   out.template get<E>(), c.ldo, rows, D, 1e-6f, 0);
     std::vector<float> ref(x.size());
-    ref::rms_norm_1p(x.data(), w.data(), ref.data(), rows, D, 1e-6f, kBf16<E>);
-    const auto got_ld = to_host<E>(out, size_t(rows) * c.ldo);
-    std::vector<float> got(x.size());
-    for (int r = 0; r < rows; ++r)
-      for (int i = 0; i < D; ++i) got[size_t(r) * D + i] = got_ld[size_t(r) * c.ldo + i];
-    CLEF_EXPECT_CLOSE(got, ref, kTol<E>);
+    ref::rms_norm_1p_ref(x.data(), w.data(), ref.data(), rows, D, 1e-6f, kBf16<E>);
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(kernel_path_name(path));
+      auto out = poisoned<E>(size_t(rows) * c.ldo);
+      rms_norm_1p<E>(dx.template get<E>() + c.x_off, c.ldx, dw.template get<float>(),
+                     out.template get<E>(), c.ldo, rows, D, 1e-6f, path, 0);
+      const auto got_ld = to_host<E>(out, size_t(rows) * c.ldo);
+      std::vector<float> got(x.size());
+      for (int r = 0; r < rows; ++r)
+        for (int i = 0; i < D; ++i) got[size_t(r) * D + i] = got_ld[size_t(r) * c.ldo + i];
+      CLEF_EXPECT_CLOSE(got, ref, kTol<E>);
+    }
   }
 }
 
@@ -139,22 +157,25 @@ TYPED_TEST(BackboneKernels, GdnConvPrep) {
     auto da = to_device<float>(A_log), db = to_device<float>(dtb);
     const size_t nq = size_t(sh.T) * sh.Hk * sh.dk, nv = size_t(sh.T) * sh.Hv * sh.dv,
                  ng = size_t(sh.T) * sh.Hv;
-    auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
-         g = poisoned<float>(ng), beta = poisoned<float>(ng);
     GdnPrepArgs a{sh.T, ld, sh.Hk, sh.Hv, sh.dk, sh.dv, K, b_off, a_off};
-    gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
-                     db.template get<float>(), a, q.template get<float>(), k.template get<float>(),
-                     v.template get<float>(), g.template get<float>(), beta.template get<float>(),
-                     0);
     std::vector<float> rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
-    ref::gdn_conv_prep(proj.data(), sh.T, ld, sh.Hk, sh.Hv, sh.dk, sh.dv, K, b_off, a_off,
-                       conv.data(), A_log.data(), dtb.data(), kBf16<E>, rq.data(), rk.data(),
-                       rv.data(), rg.data(), rb.data());
-    CLEF_EXPECT_CLOSE(to_host<float>(q, nq), rq, kTol<E>);
-    CLEF_EXPECT_CLOSE(to_host<float>(k, nq), rk, kTol<E>);
-    CLEF_EXPECT_CLOSE(to_host<float>(v, nv), rv, kTol<E>);
-    CLEF_EXPECT_CLOSE(to_host<float>(g, ng), rg, 1e-5);
-    CLEF_EXPECT_CLOSE(to_host<float>(beta, ng), rb, kTol<E>);
+    ref::gdn_conv_prep_ref(proj.data(), sh.T, ld, sh.Hk, sh.Hv, sh.dk, sh.dv, K, b_off, a_off,
+                           conv.data(), A_log.data(), dtb.data(), kBf16<E>, rq.data(), rk.data(),
+                           rv.data(), rg.data(), rb.data());
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(gdn_conv_prep_variant(a, path));
+      auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
+           g = poisoned<float>(ng), beta = poisoned<float>(ng);
+      gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
+                       db.template get<float>(), a, q.template get<float>(),
+                       k.template get<float>(), v.template get<float>(), g.template get<float>(),
+                       beta.template get<float>(), path, 0);
+      CLEF_EXPECT_CLOSE(to_host<float>(q, nq), rq, kTol<E>);
+      CLEF_EXPECT_CLOSE(to_host<float>(k, nq), rk, kTol<E>);
+      CLEF_EXPECT_CLOSE(to_host<float>(v, nv), rv, kTol<E>);
+      CLEF_EXPECT_CLOSE(to_host<float>(g, ng), rg, 1e-5);
+      CLEF_EXPECT_CLOSE(to_host<float>(beta, ng), rb, kTol<E>);
+    }
   }
 }
 
@@ -179,12 +200,16 @@ TYPED_TEST(BackboneKernels, GatedRmsNorm) {
     round_all_bf16(w);
     auto d_o = to_device<E>(o), dz = to_device<E>(z);
     auto dw = to_device<float>(w);
-    auto y = poisoned<E>(o.size());
-    gated_rms_norm<E>(d_o.template get<E>(), dz.template get<E>(), ldz, dw.template get<float>(),
-                      y.template get<E>(), T, H, dv, 1e-6f, 0);
     std::vector<float> ref(o.size());
-    ref::gated_rms_norm(o.data(), z.data(), ldz, w.data(), ref.data(), T, H, dv, 1e-6f, kBf16<E>);
-    CLEF_EXPECT_CLOSE(to_host<E>(y, ref.size()), ref, kTol<E>);
+    ref::gated_rms_norm_ref(o.data(), z.data(), ldz, w.data(), ref.data(), T, H, dv, 1e-6f,
+                            kBf16<E>);
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(gated_rms_norm_variant(ldz, dv, path));
+      auto y = poisoned<E>(o.size());
+      gated_rms_norm<E>(d_o.template get<E>(), dz.template get<E>(), ldz, dw.template get<float>(),
+                        y.template get<E>(), T, H, dv, 1e-6f, path, 0);
+      CLEF_EXPECT_CLOSE(to_host<E>(y, ref.size()), ref, kTol<E>);
+    }
   }
 }
 
@@ -209,34 +234,41 @@ TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
     auto qw = randn(rng, sh.hd, 0.3f), kw = randn(rng, sh.hd, 0.3f);
     round_all_bf16(qw);
     round_all_bf16(kw);
-    const auto inv = ref::rope_inv_freq(rd, 1e7);
+    const auto inv = rope_inv_freq(rd, 1e7);
     auto dp = to_device<E>(proj);
     auto dqw = to_device<float>(qw), dkw = to_device<float>(kw), dinv = to_device<float>(inv);
     const size_t nq = size_t(sh.T) * sh.nh * sh.hd, nk = size_t(sh.T) * sh.nkv * sh.hd;
-    auto q = poisoned<E>(nq), k = poisoned<E>(nk), v = poisoned<E>(nk);
     AttnPrepArgs a{sh.T, ld, sh.nh, sh.nkv, sh.hd, rd, 1e-6f, dinv.template get<float>()};
-    attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), a,
-                 q.template get<E>(), k.template get<E>(), v.template get<E>(), 0);
     std::vector<float> rq(nq), rk(nk), rv(nk);
-    ref::attn_prep(proj.data(), sh.T, ld, sh.nh, sh.nkv, sh.hd, rd, 1e-6f, inv.data(), qw.data(),
-                   kw.data(), kBf16<E>, rq.data(), rk.data(), rv.data());
-    CLEF_EXPECT_CLOSE(to_host<E>(q, nq), rq, kTol<E>);
-    CLEF_EXPECT_CLOSE(to_host<E>(k, nk), rk, kTol<E>);
-    CLEF_EXPECT_CLOSE(to_host<E>(v, nk), rv, 0.0);
+    ref::attn_prep_ref(proj.data(), sh.T, ld, sh.nh, sh.nkv, sh.hd, rd, 1e-6f, inv.data(),
+                       qw.data(), kw.data(), kBf16<E>, rq.data(), rk.data(), rv.data());
+    const auto attn = rand_e<E>(rng, nq);
+    std::vector<float> gated(attn);
+    ref::attn_output_gate_ref(gated.data(), proj.data(), ld, sh.T, sh.nh, sh.hd, kBf16<E>);
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(std::string(attn_prep_variant(a, path)) + " " +
+                   attn_output_gate_variant(ld, sh.hd, path));
+      auto q = poisoned<E>(nq), k = poisoned<E>(nk), v = poisoned<E>(nk);
+      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), a,
+                   q.template get<E>(), k.template get<E>(), v.template get<E>(), path, 0);
+      CLEF_EXPECT_CLOSE(to_host<E>(q, nq), rq, kTol<E>);
+      CLEF_EXPECT_CLOSE(to_host<E>(k, nk), rk, kTol<E>);
+      CLEF_EXPECT_CLOSE(to_host<E>(v, nk), rv, 0.0);
 
-    auto attn = rand_e<E>(rng, nq);
-    auto dattn = to_device<E>(attn);
-    // The same values one element further (misaligned: scalar path) must give identical bits.
-    std::vector<float> attn1(nq + 1, 0.0f);
-    std::copy(attn.begin(), attn.end(), attn1.begin() + 1);
-    auto dattn1 = to_device<E>(attn1);
-    attn_output_gate<E>(dattn.template get<E>(), dp.template get<E>(), ld, sh.T, sh.nh, sh.hd, 0);
-    attn_output_gate<E>(dattn1.template get<E>() + 1, dp.template get<E>(), ld, sh.T, sh.nh, sh.hd,
-                        0);
-    ref::attn_output_gate(attn.data(), proj.data(), ld, sh.T, sh.nh, sh.hd, kBf16<E>);
-    const auto got = to_host<E>(dattn, nq);
-    CLEF_EXPECT_CLOSE(got, attn, kTol<E>);
-    CLEF_EXPECT_CLOSE(drop_front(to_host<E>(dattn1, nq + 1), 1), got, 0.0);  // exact
+      auto dattn = to_device<E>(attn);
+      // The same values one element further (misaligned: generic variant) must give identical
+      // bits.
+      std::vector<float> attn1(nq + 1, 0.0f);
+      std::copy(attn.begin(), attn.end(), attn1.begin() + 1);
+      auto dattn1 = to_device<E>(attn1);
+      attn_output_gate<E>(dattn.template get<E>(), dp.template get<E>(), ld, sh.T, sh.nh, sh.hd,
+                          path, 0);
+      attn_output_gate<E>(dattn1.template get<E>() + 1, dp.template get<E>(), ld, sh.T, sh.nh,
+                          sh.hd, path, 0);
+      const auto got = to_host<E>(dattn, nq);
+      CLEF_EXPECT_CLOSE(got, gated, kTol<E>);
+      CLEF_EXPECT_CLOSE(drop_front(to_host<E>(dattn1, nq + 1), 1), got, 0.0);  // exact
+    }
   }
 }
 
@@ -256,14 +288,17 @@ TYPED_TEST(BackboneKernels, Swiglu) {
     std::vector<float> gu1(gu.size() + 1, 0.0f);
     std::copy(gu.begin(), gu.end(), gu1.begin() + 1);
     auto dgu = to_device<E>(gu), dgu1 = to_device<E>(gu1);
-    auto out = poisoned<E>(size_t(T) * I), out1 = poisoned<E>(size_t(T) * I + 1);
-    swiglu<E>(dgu.template get<E>(), out.template get<E>(), T, I, 0);
-    swiglu<E>(dgu1.template get<E>() + 1, out1.template get<E>() + 1, T, I, 0);
     std::vector<float> ref(size_t(T) * I);
-    ref::swiglu(gu.data(), ref.data(), T, I, kBf16<E>);
-    const auto got = to_host<E>(out, ref.size());
-    CLEF_EXPECT_CLOSE(got, ref, kTol<E>);
-    CLEF_EXPECT_CLOSE(drop_front(to_host<E>(out1, ref.size() + 1), 1), got, 0.0);  // exact
+    ref::swiglu_ref(gu.data(), ref.data(), T, I, kBf16<E>);
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(swiglu_variant(I, path));
+      auto out = poisoned<E>(size_t(T) * I), out1 = poisoned<E>(size_t(T) * I + 1);
+      swiglu<E>(dgu.template get<E>(), out.template get<E>(), T, I, path, 0);
+      swiglu<E>(dgu1.template get<E>() + 1, out1.template get<E>() + 1, T, I, path, 0);
+      const auto got = to_host<E>(out, ref.size());
+      CLEF_EXPECT_CLOSE(got, ref, kTol<E>);
+      CLEF_EXPECT_CLOSE(drop_front(to_host<E>(out1, ref.size() + 1), 1), got, 0.0);  // exact
+    }
   }
 }
 
@@ -282,15 +317,19 @@ TYPED_TEST(BackboneKernels, ToFloat) {
     SCOPED_TRACE("n=" + std::to_string(c.n) + " off=" + std::to_string(c.in_off));
     auto x = rand_e<E>(rng, c.in_off + c.n);
     auto dx = to_device<E>(x);
-    auto out = poisoned<float>(c.n);
-    to_float<E>(dx.template get<E>() + c.in_off, out.template get<float>(), c.n, 0);
-    CLEF_EXPECT_CLOSE(to_host<float>(out, c.n), drop_front(x, c.in_off), 0.0);
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(to_float_variant(path));
+      auto out = poisoned<float>(c.n);
+      to_float<E>(dx.template get<E>() + c.in_off, out.template get<float>(), c.n, path, 0);
+      CLEF_EXPECT_CLOSE(to_host<float>(out, c.n), drop_front(x, c.in_off), 0.0);
+    }
   }
 }
 
 // Chunked (GPU) vs the exact sequential recurrence (CPU, double): lengths around chunk boundaries,
 // GQA ratios 2 and 3, head dims below and at 128, and a strongly decaying case (g down to -40) that
-// would overflow if exp(-gamma) were ever formed.
+// would overflow if exp(-gamma) were ever formed. Both paths: Auto (bf16: the tensor-core kernels
+// where gdn::tc_supported) and Generic (the SIMT kernels).
 TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
@@ -321,18 +360,23 @@ TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
     auto beta = randu(rng, size_t(c.T) * c.Hv, 0.0f, 1.0f);
     auto dq = to_device<float>(q), dk = to_device<float>(k), dv = to_device<float>(v),
          dg = to_device<float>(g), db = to_device<float>(beta);
-    DeviceBuffer ws(gdn_workspace_bytes(c.T, c.Hv, c.dk, c.dv));
-    CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
     const size_t no = size_t(c.T) * c.Hv * c.dv;
-    auto o = poisoned<E>(no);
-    gdn_chunked<E>(dq.template get<float>(), dk.template get<float>(), dv.template get<float>(),
-                   dg.template get<float>(), db.template get<float>(), c.T, c.Hk, c.Hv, c.dk, c.dv,
-                   o.template get<E>(), ws.get(), 0);
     std::vector<float> ref(no);
-    ref::gated_delta_rule(q.data(), k.data(), v.data(), g.data(), beta.data(), c.T, c.Hk, c.Hv,
-                          c.dk, c.dv, ref.data());
-    CLEF_EXPECT_CLOSE(to_host<E>(o, no), ref,
-                      kBf16<E> ? 1e-2 : 2e-5);  // bf16: TF32 matmuls + bf16 output
+    ref::gated_delta_rule_ref(q.data(), k.data(), v.data(), g.data(), beta.data(), c.T, c.Hk, c.Hv,
+                              c.dk, c.dv, ref.data());
+    for (KernelPath path : kPaths) {
+      const char* variant = gdn_chunked_variant(c.dk, c.dv, kBf16<E>, path);
+      SCOPED_TRACE(variant);
+      if (path == KernelPath::Generic) EXPECT_STREQ(variant, "gdn_simt");
+      DeviceBuffer ws(gdn_workspace_bytes(c.T, c.Hv, c.dk, c.dv));
+      CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
+      auto o = poisoned<E>(no);
+      gdn_chunked<E>(dq.template get<float>(), dk.template get<float>(), dv.template get<float>(),
+                     dg.template get<float>(), db.template get<float>(), c.T, c.Hk, c.Hv, c.dk,
+                     c.dv, o.template get<E>(), ws.get(), path, 0);
+      CLEF_EXPECT_CLOSE(to_host<E>(o, no), ref,
+                        kBf16<E> ? 1e-2 : 2e-5);  // bf16: TF32 matmuls + bf16 output
+    }
   }
 }
 
@@ -365,15 +409,12 @@ TYPED_TEST(BackboneKernels, GemmMatchesDoubleReference) {
       gemm.run(p, 0);
       auto got = to_host<E>(dy, y0.size());
       std::vector<float> ref(y0);
+      ref::gemm_ref(x.data(), sh.ldx, w.data(), ref.data(), sh.ldy, sh.M, sh.N, sh.K, acc);
       std::vector<float> g2, r2;
       for (int m = 0; m < sh.M; ++m)
         for (int n = 0; n < sh.N; ++n) {
-          double s = acc ? y0[size_t(m) * sh.ldy + n] : 0.0;
-          for (int kk = 0; kk < sh.K; ++kk)
-            s += double(x[size_t(m) * sh.ldx + kk]) * w[size_t(n) * sh.K + kk];
-          ref[size_t(m) * sh.ldy + n] = float(s);
           g2.push_back(got[size_t(m) * sh.ldy + n]);
-          r2.push_back(float(s));
+          r2.push_back(ref[size_t(m) * sh.ldy + n]);
         }
       CLEF_EXPECT_CLOSE(g2, r2, kBf16<E> ? 5e-3 : 1e-5);
       // Columns past N (ld padding) are left alone.
@@ -383,6 +424,39 @@ TYPED_TEST(BackboneKernels, GemmMatchesDoubleReference) {
     }
   }
   EXPECT_GT(gemm.tuned_shapes(), 0u);
+}
+
+// The variant names the engine reports (info()) follow the path and the shapes.
+TEST(KernelVariants, NamesFollowPathAndShapes) {
+  const KernelPath A = KernelPath::Auto, G = KernelPath::Generic;
+  EXPECT_STREQ(rms_norm_1p_variant(4096, 4096, 4096, A), "rms_norm_1p_vec8");
+  EXPECT_STREQ(rms_norm_1p_variant(4096, 4096, 4096, G), "rms_norm_1p_generic");
+  EXPECT_STREQ(rms_norm_1p_variant(300, 300, 300, A), "rms_norm_1p_generic");
+  EXPECT_STREQ(gated_rms_norm_variant(12352, 128, A), "gated_rms_norm_vec8");
+  EXPECT_STREQ(gated_rms_norm_variant(12352, 128, G), "gated_rms_norm_generic");
+  EXPECT_STREQ(gated_rms_norm_variant(12353, 128, A), "gated_rms_norm_generic");
+  const GdnPrepArgs gp{361, 12352, 16, 32, 128, 128, 4, 12288, 12320};
+  EXPECT_STREQ(gdn_conv_prep_variant(gp, A), "gdn_conv_prep_vec8");
+  EXPECT_STREQ(gdn_conv_prep_variant(gp, G), "gdn_conv_prep_generic");
+  const AttnPrepArgs ap{361, 10240, 16, 4, 256, 64, 1e-6f, nullptr};
+  EXPECT_STREQ(attn_prep_variant(ap, A), "attn_prep_vec8");
+  EXPECT_STREQ(attn_prep_variant(ap, G), "attn_prep_generic");
+  EXPECT_STREQ(attn_output_gate_variant(10240, 256, A), "attn_output_gate_vec8");
+  EXPECT_STREQ(attn_output_gate_variant(10243, 256, A), "attn_output_gate_generic");
+  EXPECT_STREQ(attn_output_gate_variant(10240, 256, G), "attn_output_gate_generic");
+  EXPECT_STREQ(embed_gather_variant(4096, true, A), "embed_gather_vec8");
+  EXPECT_STREQ(embed_gather_variant(130, true, A), "embed_gather_generic");
+  EXPECT_STREQ(embed_gather_variant(4096, true, G), "embed_gather_generic");
+  EXPECT_STREQ(swiglu_variant(12288, A), "swiglu_vec8");
+  EXPECT_STREQ(swiglu_variant(100, A), "swiglu_generic");
+  EXPECT_STREQ(swiglu_variant(12288, G), "swiglu_generic");
+  EXPECT_STREQ(to_float_variant(A), "to_float_vec8");
+  EXPECT_STREQ(to_float_variant(G), "to_float_generic");
+  EXPECT_STREQ(gdn_chunked_variant(128, 128, false, A), "gdn_simt");
+  EXPECT_STREQ(gdn_chunked_variant(128, 128, true, G), "gdn_simt");
+  CLEF_REQUIRE_GPU();  // tc_supported asks the device
+  EXPECT_STREQ(gdn_chunked_variant(128, 128, true, A),
+               gdn::tc_supported(128, 128) ? "gdn_tensor_core" : "gdn_simt");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Tile copies shared by the chunked-GDN kernels (gdn_chunked.cu, gdn_tc.cu): 64-row fp32 tiles from
-// global memory into padded shared arrays, every load of a thread in flight at once (one memory
-// latency per tile, not one per row). Rows at or past `valid` read as zero, which is what makes the
-// padded tail of the last chunk inert.
+// Tile copies shared by the chunked-GDN kernels (gdn/simt.cu, gdn/tensor_core.cu): 64-row fp32
+// tiles from global memory into padded shared arrays, every load of a thread in flight at once (one
+// memory latency per tile, not one per row). Rows at or past `valid` read as zero, which is what
+// makes the padded tail of the last chunk inert.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,0 +1,180 @@
+// Workbench: the chunked gated delta rule (engine/cuda/gdn/gdn.h). Checks the tensor-core path
+// (bf16, KernelPath::Auto, where gdn::tc_supported) and the SIMT path (KernelPath::Generic, and
+// the float32 parity engine) against the exact sequential recurrence of clef_engine_ref, then
+// times each at the Clef-flash shape (Hk 16, Hv 32, dk = dv = 128), split into the parallel prep,
+// the sequential scan and the rest (the tensor-core output kernel; nothing for SIMT).
+// CLEF_BENCH_T=<T> CLEF_BENCH_SKIP_CHECK=1 (scripts/device/ncu_gdn.sh): one length, no checks,
+// the tensor-core path first with 2 warm-up runs of 3 kernels each.
+#include <cstdio>
+#include <string>
+
+#include "common.h"
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn/tensor_core.h"
+#include "engine/cuda/kernel_path.h"
+#include "support/ref/backbone_ref.h"
+
+using namespace clef::engine::cuda;
+using namespace clef::dev;
+namespace ref = clef::engine::ref;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+struct Variant {
+  bool bf16;  // output storage: bf16 (production) or float (parity engine)
+  KernelPath path;
+  std::string name() const {
+    return std::string(gdn_chunked_variant(kGdnD, kGdnD, bf16, path)) + (bf16 ? "" : " (fp32 out)");
+  }
+};
+// Auto bf16 = production (tensor cores where supported), Generic bf16 = SIMT, float = parity.
+constexpr Variant kVariants[] = {
+    {true, KernelPath::Auto}, {true, KernelPath::Generic}, {false, KernelPath::Auto}};
+
+struct Inputs {
+  int T, Hk, Hv, dk, dv;
+  std::vector<float> q, k, v, g, beta;
+  Buf dq, dk_, dv_, dg, db, ws;
+};
+Inputs make_inputs(std::mt19937_64& rng, int T, int Hk, int Hv, int dk, int dv, float g_min) {
+  Inputs in{T, Hk, Hv, dk, dv, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  in.q = unit_rows(rng, size_t(T) * Hk, dk, 1.0f / std::sqrt(float(dk)));
+  in.k = unit_rows(rng, size_t(T) * Hk, dk, 1.0f);
+  in.v = randn(rng, size_t(T) * Hv * dv);
+  in.g = randu(rng, size_t(T) * Hv, g_min, 0.0f);
+  in.beta = randu(rng, size_t(T) * Hv, 0.0f, 1.0f);
+  in.dq = to_device<float>(in.q);
+  in.dk_ = to_device<float>(in.k);
+  in.dv_ = to_device<float>(in.v);
+  in.dg = to_device<float>(in.g);
+  in.db = to_device<float>(in.beta);
+  in.ws = Buf(gdn_workspace_bytes(T, Hv, dk, dv));
+  return in;
+}
+
+template <typename E>
+void run(const Inputs& in, int T, E* o, KernelPath path, cudaEvent_t between = nullptr,
+         cudaEvent_t after_scan = nullptr) {
+  gdn_chunked<E>(in.dq.get<float>(), in.dk_.get<float>(), in.dv_.get<float>(), in.dg.get<float>(),
+                 in.db.get<float>(), T, in.Hk, in.Hv, in.dk, in.dv, o, in.ws.get(), path, 0,
+                 between, after_scan);
+}
+
+bool check_shape(std::mt19937_64& rng, int T, int Hk, int Hv, int dk, int dv, float g_min) {
+  const Inputs in = make_inputs(rng, T, Hk, Hv, dk, dv, g_min);
+  const size_t no = size_t(T) * Hv * dv;
+  std::vector<float> want(no);
+  ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
+                            Hk, Hv, dk, dv, want.data());
+  bool ok = true;
+  for (const Variant& var : kVariants) {
+    const std::string name = std::string(gdn_chunked_variant(dk, dv, var.bf16, var.path)) +
+                             (var.bf16 ? "" : " (fp32 out)");
+    if (var.bf16) {
+      auto o = poisoned<bf16>(no);
+      run<bf16>(in, T, o.get<bf16>(), var.path);
+      ok &= check(name, "o", to_host<bf16>(o, no), want, 1e-2);  // TF32 matmuls + bf16 output
+    } else {
+      auto o = poisoned<float>(no);
+      run<float>(in, T, o.get<float>(), var.path);
+      ok &= check(name, "o", to_host<float>(o, no), want, 2e-5);
+    }
+  }
+  return ok;
+}
+
+// Nominal FLOPs of the chunked algorithm per (chunk of C, value head): K K^T and Q K^T (lower
+// triangles, C^2 dk each), the triangular inverse (C^3 / 3), W = Tm K and U = Tm V (C^2 dk, C^2
+// dv), W S and Q S (2 C dk dv each), P Vn (C^2 dv), the state update K^T Vn (2 C dk dv). 3xTF32
+// issues three tensor-core products per nominal one, so its ceiling is a third of the TF32 peak.
+double nominal_flops(int T, int Hv, int dk, int dv) {
+  const double C = kGdnChunk, chunks = (T + kGdnChunk - 1) / kGdnChunk;
+  const double per = C * C * (3.0 * dk + 2.0 * dv) + C * C * C / 3.0 + 6.0 * C * dk * dv;
+  return per * chunks * Hv;
+}
+
+}  // namespace
+
+int main() {
+  print_device();
+  std::printf("tensor-core GDN supported here: %s\n",
+              gdn::tc_supported(kGdnD, kGdnD) ? "yes" : "no (Auto runs SIMT too)");
+  auto rng = make_rng();
+  const std::vector<int> tokens = bench_tokens();
+  if (!skip_check()) {
+    bool ok = true;
+    ok &= check_shape(rng, 200, kGdnHk, kGdnHv, kGdnD, kGdnD, -2.0f);  // flash dims, 4 chunks
+    ok &= check_shape(rng, 130, 2, 6, 32, 48, -2.0f);                  // GQA 3, small heads
+    ok &= check_shape(rng, 150, 2, 4, 64, 64, -40.0f);                 // strong decay
+    if (!ok) {
+      std::printf("gdn: MISMATCH, nothing timed\n");
+      return 1;
+    }
+  }
+
+  const int Tmax = *std::max_element(tokens.begin(), tokens.end());
+  const Inputs in = make_inputs(rng, Tmax, kGdnHk, kGdnHv, kGdnD, kGdnD, -2.0f);
+  auto o = poisoned<float>(size_t(Tmax) * kGdnHv * kGdnD);  // big enough for either type
+  cudaEvent_t e0, e1, e2, e3;
+  for (cudaEvent_t* e : {&e0, &e1, &e2, &e3}) DEV_CUDA_CHECK(cudaEventCreate(e));
+  Timer timer;
+  print_header(timer);
+  std::vector<std::string> splits;
+  for (int T : tokens) {
+    for (const Variant& var : kVariants) {
+      auto launch = [&](cudaEvent_t between, cudaEvent_t after) {
+        if (var.bf16)
+          run<bf16>(in, T, o.get<bf16>(), var.path, between, after);
+        else
+          run<float>(in, T, o.get<float>(), var.path, between, after);
+      };
+      const double us = timer.median_us([&] { launch(nullptr, nullptr); }, 2);
+      const bool tc =
+          std::string(gdn_chunked_variant(kGdnD, kGdnD, var.bf16, var.path)) == "gdn_tensor_core";
+      print_row("gdn", var.name(), T, us, nominal_flops(T, kGdnHv, kGdnD, kGdnD),
+                tc ? kTf32Tensor : kFp32Simt);
+      // The phase split, from events recorded inside gdn_chunked (median of 10).
+      std::vector<float> prep, scan, rest;
+      for (int rep = 0; rep < 10; ++rep) {
+        DEV_CUDA_CHECK(cudaEventRecord(e0, 0));
+        launch(e1, e2);
+        DEV_CUDA_CHECK(cudaEventRecord(e3, 0));
+        DEV_CUDA_CHECK(cudaEventSynchronize(e3));
+        float a = 0, b = 0, c = 0;
+        DEV_CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
+        DEV_CUDA_CHECK(cudaEventElapsedTime(&b, e1, e2));
+        DEV_CUDA_CHECK(cudaEventElapsedTime(&c, e2, e3));
+        prep.push_back(a), scan.push_back(b), rest.push_back(c);
+      }
+      auto med = [](std::vector<float>& x) {
+        std::sort(x.begin(), x.end());
+        return x[x.size() / 2];
+      };
+      const float mp = med(prep), ms = med(scan), mr = med(rest);
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "[gdn split] %-28s T %5d: prep %.1f us, scan %.1f us (%.2f us per chunk "
+                    "step), output %.1f us, x24 layers %.2f ms",
+                    var.name().c_str(), T, 1e3 * mp, 1e3 * ms, 1e3 * ms / ((T + 63) / 64), 1e3 * mr,
+                    24 * (mp + ms + mr));
+      splits.push_back(line);
+    }
+  }
+  std::printf("\n");
+  for (const auto& s : splits) std::printf("%s\n", s.c_str());
+#ifdef CLEF_GDN_PHASE_CLOCKS
+  // Diagnostic build: mean cycles per phase of the tensor-core kernels over every run above.
+  const auto pc = gdn::phase_cycles();
+  std::printf(
+      "[gdn phases] prep (cycles/block): load %.0f gamma %.0f kkt %.0f diag %.0f offdiag+scale "
+      "%.0f W %.0f U %.0f | output: load %.0f P %.0f Qsplit %.0f QS %.0f PVn %.0f\n",
+      pc[0], pc[1], pc[2], pc[3], pc[4], pc[5], pc[6], pc[8], pc[9], pc[10], pc[11], pc[12]);
+  std::printf(
+      "[gdn phases] scan (cycles per chunk step): value: tail %.0f waitTop %.0f half1 %.0f "
+      "waitBottom %.0f half2 %.0f | state: tail %.0f waitVn %.0f upd0 %.0f pub0 %.0f upd1 %.0f\n",
+      pc[16], pc[17], pc[18], pc[19], pc[20], pc[21], pc[22], pc[23], pc[24], pc[25]);
+#endif
+  for (cudaEvent_t e : {e0, e1, e2, e3}) cudaEventDestroy(e);
+  return 0;
+}

@@ -1,0 +1,120 @@
+// Workbench: GDN input preparation (engine/cuda/kernels/gdn_prep.h): causal conv + SiLU over the
+// qkv columns of the linear layer's fused projection, q/k L2 norms, beta and g. Checks both
+// variants against clef_engine_ref, then times vec8 (KernelPath::Auto) and generic
+// (KernelPath::Generic) at the Clef-flash shape; bf16 storage, fp32 outputs like the engine.
+#include <cstdio>
+
+#include "common.h"
+#include "engine/cuda/kernel_path.h"
+#include "engine/cuda/kernels/gdn_prep.h"
+#include "support/ref/backbone_ref.h"
+
+using namespace clef::engine::cuda;
+using namespace clef::dev;
+namespace ref = clef::engine::ref;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+constexpr KernelPath kPaths[] = {KernelPath::Auto, KernelPath::Generic};
+constexpr double kTol = 4e-3;
+
+struct Inputs {
+  GdnPrepArgs a;
+  std::vector<float> proj, conv, A_log, dtb;
+  Buf dp, dc, da, db;
+};
+
+// The linear layer's proj [T, ld] = [qkv | z | b | a] with `extra` unused columns.
+Inputs make_inputs(std::mt19937_64& rng, int T, int Hk, int Hv, int dk, int dv, int extra) {
+  Inputs in;
+  const int cqkv = 2 * Hk * dk + Hv * dv;
+  const int ld = cqkv + Hv * dv + 2 * Hv + extra;
+  in.a = GdnPrepArgs{T, ld, Hk, Hv, dk, dv, kConvK, cqkv + Hv * dv, cqkv + Hv * dv + Hv};
+  in.proj = rand_e<bf16>(rng, size_t(T) * ld, 1.0f);
+  in.conv = rand_e<bf16>(rng, size_t(cqkv) * kConvK, 0.5f);
+  in.A_log = randu(rng, Hv, 0.0f, 2.7f);
+  in.dtb = randn(rng, Hv, 1.0f, 1.0f);
+  round_all_bf16(in.A_log);
+  round_all_bf16(in.dtb);
+  in.dp = to_device<bf16>(in.proj);
+  in.dc = to_device<bf16>(in.conv);
+  in.da = to_device<float>(in.A_log);
+  in.db = to_device<float>(in.dtb);
+  return in;
+}
+
+struct Outputs {
+  Buf q, k, v, g, beta;
+};
+Outputs make_outputs(const GdnPrepArgs& a) {
+  const size_t nq = size_t(a.T) * a.Hk * a.dk, nv = size_t(a.T) * a.Hv * a.dv,
+               ng = size_t(a.T) * a.Hv;
+  return {poisoned<float>(nq), poisoned<float>(nq), poisoned<float>(nv), poisoned<float>(ng),
+          poisoned<float>(ng)};
+}
+
+void run(const Inputs& in, const GdnPrepArgs& a, Outputs& out, KernelPath path) {
+  gdn_conv_prep<bf16>(in.dp.get<bf16>(), in.dc.get<bf16>(), in.da.get<float>(), in.db.get<float>(),
+                      a, out.q.get<float>(), out.k.get<float>(), out.v.get<float>(),
+                      out.g.get<float>(), out.beta.get<float>(), path, 0);
+}
+
+bool check_shape(std::mt19937_64& rng, int T, int Hk, int Hv, int dk, int dv, int extra) {
+  const Inputs in = make_inputs(rng, T, Hk, Hv, dk, dv, extra);
+  const GdnPrepArgs& a = in.a;
+  const size_t nq = size_t(T) * Hk * dk, nv = size_t(T) * Hv * dv, ng = size_t(T) * Hv;
+  std::vector<float> rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
+  ref::gdn_conv_prep_ref(in.proj.data(), T, a.ld, Hk, Hv, dk, dv, kConvK, a.b_offset, a.a_offset,
+                         in.conv.data(), in.A_log.data(), in.dtb.data(), true, rq.data(), rk.data(),
+                         rv.data(), rg.data(), rb.data());
+  bool ok = true;
+  for (KernelPath path : kPaths) {
+    Outputs out = make_outputs(a);
+    run(in, a, out, path);
+    const std::string name = gdn_conv_prep_variant(a, path);
+    ok &= check(name, "q", to_host<float>(out.q, nq), rq, kTol);
+    ok &= check(name, "k", to_host<float>(out.k, nq), rk, kTol);
+    ok &= check(name, "v", to_host<float>(out.v, nv), rv, kTol);
+    ok &= check(name, "g", to_host<float>(out.g, ng), rg, 1e-5);
+    ok &= check(name, "beta", to_host<float>(out.beta, ng), rb, kTol);
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  print_device();
+  auto rng = make_rng();
+  const std::vector<int> tokens = bench_tokens();
+  if (!skip_check()) {
+    bool ok = true;
+    ok &= check_shape(rng, 100, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);  // flash dims
+    ok &= check_shape(rng, 70, 2, 4, 16, 16, 3);                   // odd ld: generic under Auto
+    if (!ok) {
+      std::printf("gdn_prep: MISMATCH, nothing timed\n");
+      return 1;
+    }
+  }
+
+  const int Tmax = *std::max_element(tokens.begin(), tokens.end());
+  const Inputs in = make_inputs(rng, Tmax, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);
+  Outputs out = make_outputs(in.a);
+  Timer timer;
+  print_header(timer);
+  for (int T : tokens) {
+    GdnPrepArgs a = in.a;
+    a.T = T;
+    for (KernelPath path : kPaths) {
+      const double us = timer.median_us([&] { run(in, a, out, path); });
+      // Read: the qkv, b and a columns (bf16) and the taps; written: q, k, v, g, beta (fp32). The
+      // vec8 variant's halo re-reads (3 rows per 16-token block, mostly L2 hits) are not counted.
+      const double bytes = double(T) * (kGdnCqkv + 2 * kGdnHv) * sizeof(bf16) +
+                           double(kGdnCqkv) * kConvK * sizeof(bf16) +
+                           double(T) * (kGdnCqkv + 2 * kGdnHv) * sizeof(float);
+      print_row("gdn_prep", gdn_conv_prep_variant(a, path), T, us, bytes, kHbm);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,64 @@
+// gdn_chunked(): checks the shapes and picks the tensor-core (gdn/tensor_core.h) or the SIMT
+// (gdn/simt.h) path of the chunked gated delta rule (see gdn/gdn.h).
+#include <algorithm>
+#include <stdexcept>
+#include <type_traits>
+
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn/simt.h"
+#include "engine/cuda/gdn/tensor_core.h"
+#include "engine/cuda/gdn/tiles.cuh"
+
+namespace clef::engine::cuda {
+namespace {
+
+constexpr int C = kGdnChunk;
+static_assert(C == gdn::kChunk, "one chunk size");
+
+// The tensor-core path for these head dims (bf16 only, Auto only, where the device allows it).
+bool use_tc(int dk, int dv, bool bf16, KernelPath path) {
+  return bf16 && path == KernelPath::Auto && gdn::tc_supported(dk, dv);
+}
+
+}  // namespace
+
+size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv) {
+  const int Tc = (std::max(T, 1) + C - 1) / C * C;
+  const size_t simt = gdn::simt_workspace_floats(Tc, Hv, dk, dv);
+  const size_t tc = gdn::tc_supported(dk, dv) ? gdn::tc_workspace_floats(Tc, Hv, dk, dv) : 0;
+  return sizeof(float) * std::max(simt, tc);
+}
+
+const char* gdn_chunked_variant(int dk, int dv, bool bf16, KernelPath path) {
+  return use_tc(dk, dv, bf16, path) ? "gdn_tensor_core" : "gdn_simt";
+}
+
+template <typename E>
+void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                 int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, KernelPath path,
+                 cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan) {
+  if (T <= 0) return;
+  if (dk > gdn::kMaxHeadDim || dv > gdn::kMaxHeadDim || dk < 1 || dv < 1)
+    throw std::invalid_argument("gdn_chunked: head dims must be in [1, 128]");
+  if (dk % 4 != 0 || dv % 4 != 0)
+    throw std::invalid_argument("gdn_chunked: head dims must be multiples of 4");
+  if (Hk <= 0 || Hv % Hk != 0)
+    throw std::invalid_argument("gdn_chunked: Hv must be a multiple of Hk");
+  float* ws = static_cast<float*>(workspace);
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    if (use_tc(dk, dv, true, path)) {
+      gdn::chunked_tc(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan);
+      return;
+    }
+  }
+  gdn::chunked_simt<E>(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan);
+}
+
+template void gdn_chunked<float>(const float*, const float*, const float*, const float*,
+                                 const float*, int, int, int, int, int, float*, void*, KernelPath,
+                                 cudaStream_t, cudaEvent_t, cudaEvent_t);
+template void gdn_chunked<__nv_bfloat16>(const float*, const float*, const float*, const float*,
+                                         const float*, int, int, int, int, int, __nv_bfloat16*,
+                                         void*, KernelPath, cudaStream_t, cudaEvent_t, cudaEvent_t);
+
+}  // namespace clef::engine::cuda

@@ -1,0 +1,237 @@
+// Attention input preparation and output gate (see attn_prep.h); generic and vec8 variants as in
+// kernels/common.cuh.
+#include "engine/cuda/kernels/attn_prep.h"
+
+#include <cmath>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernels/common.cuh"
+
+namespace clef::engine::cuda {
+namespace {
+
+// Where head item hy of token t lives. Items are ordered [q heads | k heads | v heads]; a proj
+// row holds the q heads (each followed by its output gate, 2*hd per head), then k, then v.
+// Offsets rather than pointers, so the kernels keep their __restrict__ (read-only) loads.
+struct AttnPrepHead {
+  enum Kind { Q, K, V } kind;
+  size_t src;  // into proj
+  size_t dst;  // into q, k or v
+};
+__device__ __forceinline__ AttnPrepHead attn_prep_head(const AttnPrepArgs& a, int t, int hy) {
+  const size_t row = static_cast<size_t>(t) * a.ld;
+  if (hy < a.nh)
+    return {AttnPrepHead::Q, row + hy * 2 * a.hd, (static_cast<size_t>(t) * a.nh + hy) * a.hd};
+  const int h = hy < a.nh + a.nkv ? hy - a.nh : hy - a.nh - a.nkv;
+  const size_t dst = (static_cast<size_t>(t) * a.nkv + h) * a.hd;
+  if (hy < a.nh + a.nkv) return {AttnPrepHead::K, row + a.nh * 2 * a.hd + h * a.hd, dst};
+  return {AttnPrepHead::V, row + a.nh * 2 * a.hd + a.nkv * a.hd + h * a.hd, dst};
+}
+
+// grid (T, nh + 2*nkv)
+template <typename E>
+__global__ void attn_prep_generic_kernel(const E* __restrict__ proj, const float* __restrict__ qw,
+                                         const float* __restrict__ kw, AttnPrepArgs a,
+                                         E* __restrict__ q, E* __restrict__ k, E* __restrict__ v) {
+  extern __shared__ float sm[];  // hd normalised values
+  __shared__ float scratch[32];
+  const int t = blockIdx.x;
+  const AttnPrepHead at = attn_prep_head(a, t, blockIdx.y);
+  const E* src = proj + at.src;
+  if (at.kind == AttnPrepHead::V) {  // plain copy
+    E* dst = v + at.dst;
+    for (int i = threadIdx.x; i < a.hd; i += blockDim.x) dst[i] = src[i];
+    return;
+  }
+  const bool is_q = at.kind == AttnPrepHead::Q;
+  const float* w = is_q ? qw : kw;
+  E* dst = (is_q ? q : k) + at.dst;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
+    const float x = to_f(src[i]);
+    ss += x * x;
+  }
+  const float rs = rsqrtf(block_sum(ss, scratch) / static_cast<float>(a.hd) + a.eps);
+  for (int i = threadIdx.x; i < a.hd; i += blockDim.x)
+    sm[i] = rnd<E>((to_f(src[i]) * rs) * (1.0f + w[i]));
+  __syncthreads();
+  const int half = a.rd / 2;
+  for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
+    if (i >= a.rd) {
+      dst[i] = from_f<E>(sm[i]);
+      continue;
+    }
+    const int fi = i < half ? i : i - half;
+    const float ang = static_cast<float>(t) * a.inv_freq[fi];
+    const float c = rnd<E>(cosf(ang)), s = rnd<E>(sinf(ang));
+    const float rh = i < half ? -sm[i + half] : sm[i - half];
+    dst[i] = from_f<E>(rnd<E>(sm[i] * c) + rnd<E>(rh * s));
+  }
+}
+
+template <typename E>
+__global__ void attn_output_gate_generic_kernel(E* __restrict__ attn, const E* __restrict__ proj,
+                                                int ld, int nh, int hd) {
+  const size_t t = blockIdx.x;
+  const int e0 = blockIdx.y * kSlice + threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < kSlice / kSliceThreads; ++r) {
+    const int e = e0 + r * kSliceThreads;
+    if (e >= nh * hd) break;
+    const int h = e / hd, i = e % hd;
+    const float gate = rnd<E>(sigmoid_f(to_f(proj[t * ld + h * 2 * hd + hd + i])));
+    attn[t * nh * hd + e] = from_f<E>(to_f(attn[t * nh * hd + e]) * gate);
+  }
+}
+
+// One warp per (token, head) item, items ordered (t, [q heads | k heads | v heads]); lane l holds
+// elements [8l, 8l + 8) of the head (hd <= 256). Rotate-half partner chunks (rd/2 a multiple of 8)
+// come from lane l +- rd/16 by shuffles.
+template <typename E>
+__global__ void attn_prep_vec8_kernel(const E* __restrict__ proj, const float* __restrict__ qw,
+                                      const float* __restrict__ kw, AttnPrepArgs a,
+                                      E* __restrict__ q, E* __restrict__ k, E* __restrict__ v) {
+  const int lane = threadIdx.x & 31;
+  const int nhy = a.nh + 2 * a.nkv;
+  const size_t item = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (item >= static_cast<size_t>(a.T) * nhy) return;  // warp-uniform
+  const int t = static_cast<int>(item / nhy), hy = static_cast<int>(item % nhy);
+  const bool act = lane < a.hd / 8;
+  const int i0 = 8 * lane;
+  const AttnPrepHead at = attn_prep_head(a, t, hy);
+  const E* src = proj + at.src;
+  if (at.kind == AttnPrepHead::V) {  // plain copy
+    if (act) st8(v + at.dst + i0, ld8(src + i0));
+    return;
+  }
+  const bool is_q = at.kind == AttnPrepHead::Q;
+  const float* w = is_q ? qw : kw;
+  E* dst = (is_q ? q : k) + at.dst;
+  float x[8];
+  unpack8(act ? ld8(src + i0) : Vec8<E>{}, x);
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) ss += x[j] * x[j];
+  const float rs = rsqrtf(warp_sum(ss) / static_cast<float>(a.hd) + a.eps);
+  float n[8];
+  if (act) {
+    float wv[8];
+    load8f(w + i0, wv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) n[j] = rnd<E>((x[j] * rs) * (1.0f + wv[j]));
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) n[j] = 0.0f;
+  }
+  const int half = a.rd / 2;
+  const int src_lane = i0 < half ? lane + half / 8 : (i0 < a.rd ? lane - half / 8 : lane);
+  float p[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) p[j] = __shfl_sync(0xffffffffu, n[j], src_lane);
+  if (!act) return;
+  float res[8];
+  if (i0 >= a.rd) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) res[j] = n[j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int i = i0 + j;
+      const int fi = i < half ? i : i - half;
+      const float ang = static_cast<float>(t) * a.inv_freq[fi];
+      const float c = rnd<E>(cosf(ang)), s = rnd<E>(sinf(ang));
+      const float rh = i < half ? -p[j] : p[j];
+      res[j] = rnd<E>(n[j] * c) + rnd<E>(rh * s);
+    }
+  }
+  st8(dst + i0, pack8<E>(res));
+}
+
+// grid (T, ceil(nh * hd / 8 / kVecChunks)); hd a multiple of 8, so a chunk lies in one head.
+template <typename E>
+__global__ void attn_output_gate_vec8_kernel(E* __restrict__ attn, const E* __restrict__ proj,
+                                             int ld, int nh, int hd) {
+  const size_t t = blockIdx.x;
+  const int hc = hd / 8;
+  E* arow = attn + t * nh * hd;
+  const E* prow = proj + t * ld;
+  pairwise_chunks<E>(
+      blockIdx.y * kVecChunks + threadIdx.x, nh * hc, [&](int c) { return arow + 8 * c; },
+      [&](int c) { return prow + (c / hc) * 2 * hd + hd + 8 * (c % hc); },
+      [&](int c) { return arow + 8 * c; },
+      [](float x, float gt) { return x * rnd<E>(sigmoid_f(gt)); });
+}
+
+bool attn_prep_vec8_shape(const AttnPrepArgs& a) {
+  return a.hd % 8 == 0 && a.hd <= 256 && a.rd % 16 == 0 && a.rd <= a.hd && a.ld % 8 == 0;
+}
+bool attn_output_gate_vec8_shape(int ld, int hd) {
+  return hd % 8 == 0 && ld % 8 == 0;
+}
+
+}  // namespace
+
+const char* attn_prep_variant(const AttnPrepArgs& a, KernelPath path) {
+  return path == KernelPath::Auto && attn_prep_vec8_shape(a) ? "attn_prep_vec8"
+                                                             : "attn_prep_generic";
+}
+
+const char* attn_output_gate_variant(int ld, int hd, KernelPath path) {
+  return path == KernelPath::Auto && attn_output_gate_vec8_shape(ld, hd)
+             ? "attn_output_gate_vec8"
+             : "attn_output_gate_generic";
+}
+
+template <typename E>
+void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, const AttnPrepArgs& a,
+               E* q, E* k, E* v, KernelPath path, cudaStream_t s) {
+  if (a.T <= 0) return;
+  if (path == KernelPath::Auto && attn_prep_vec8_shape(a) && aligned16(proj) &&
+      aligned16(q_norm_w) && aligned16(k_norm_w) && aligned16(q) && aligned16(k) && aligned16(v)) {
+    const size_t warps = static_cast<size_t>(a.T) * (a.nh + 2 * a.nkv);
+    attn_prep_vec8_kernel<E><<<static_cast<unsigned>((warps + 7) / 8), 256, 0, s>>>(
+        proj, q_norm_w, k_norm_w, a, q, k, v);
+    CLEF_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  dim3 grid(a.T, a.nh + 2 * a.nkv);
+  attn_prep_generic_kernel<E>
+      <<<grid, 128, a.hd * sizeof(float), s>>>(proj, q_norm_w, k_norm_w, a, q, k, v);
+  CLEF_CUDA_LAUNCH_CHECK();
+}
+
+template <typename E>
+void attn_output_gate(E* attn, const E* proj, int ld, int T, int nh, int hd, KernelPath path,
+                      cudaStream_t s) {
+  if (T <= 0) return;
+  if (path == KernelPath::Auto && attn_output_gate_vec8_shape(ld, hd) && aligned16(attn) &&
+      aligned16(proj)) {
+    const int nc = nh * hd / 8;
+    attn_output_gate_vec8_kernel<E>
+        <<<dim3(T, (nc + kVecChunks - 1) / kVecChunks), kVecThreads, 0, s>>>(attn, proj, ld, nh,
+                                                                             hd);
+    CLEF_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  attn_output_gate_generic_kernel<E>
+      <<<dim3(T, (nh * hd + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(attn, proj, ld, nh, hd);
+  CLEF_CUDA_LAUNCH_CHECK();
+}
+
+std::vector<float> rope_inv_freq(int rd, double theta) {
+  std::vector<float> f(rd / 2);
+  for (int i = 0; i < rd / 2; ++i)
+    f[i] = 1.0f /
+           std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rd));
+  return f;
+}
+
+#define CLEF_INSTANTIATE(E)                                                                     \
+  template void attn_prep<E>(const E*, const float*, const float*, const AttnPrepArgs&, E*, E*, \
+                             E*, KernelPath, cudaStream_t);                                     \
+  template void attn_output_gate<E>(E*, const E*, int, int, int, int, KernelPath, cudaStream_t);
+CLEF_INSTANTIATE(float)
+CLEF_INSTANTIATE(__nv_bfloat16)
+#undef CLEF_INSTANTIATE
+
+}  // namespace clef::engine::cuda

@@ -1,0 +1,41 @@
+// Full-attention input preparation and output gate (docs/spec/model.md §3), storage type E as in
+// norm.h; generic and vec8 variants picked by `path` (kernel_path.h), <op>_variant names the one
+// that runs for given shapes (16-byte aligned pointers assumed).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "engine/cuda/kernel_path.h"
+
+namespace clef::engine::cuda {
+
+// Full-attention input preparation from proj [T, ld] = [q/gate interleaved per head | k | v]:
+// q, k = RMSNorm1p per head (q_norm / k_norm weights), partial rotate-half RoPE on the first rd
+// dims at position t (bf16 cos/sin in bf16 mode), v copied. Outputs contiguous q [T, nh, hd], k, v
+// [T, nkv, hd].
+struct AttnPrepArgs {
+  int T, ld, nh, nkv, hd, rd;
+  float eps;
+  const float* inv_freq;  // device, rd/2 values (fp32 like transformers, see rope_inv_freq)
+};
+template <typename E>
+void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, const AttnPrepArgs& a,
+               E* q, E* k, E* v, KernelPath path, cudaStream_t s);
+// "attn_prep_vec8" or "attn_prep_generic".
+const char* attn_prep_variant(const AttnPrepArgs& a, KernelPath path);
+
+// attn[t, h, :] *= sigmoid(gate[t, h, :]), gate at proj[t, h*2*hd + hd + i] (row stride ld).
+template <typename E>
+void attn_output_gate(E* attn, const E* proj, int ld, int T, int nh, int hd, KernelPath path,
+                      cudaStream_t s);
+// "attn_output_gate_vec8" or "attn_output_gate_generic".
+const char* attn_output_gate_variant(int ld, int hd, KernelPath path);
+
+// inv_freq[i] = 1 / theta^(2i / rd) in fp32, i < rd/2 (as transformers computes it): the host table
+// behind AttnPrepArgs::inv_freq.
+std::vector<float> rope_inv_freq(int rd, double theta);
+
+}  // namespace clef::engine::cuda

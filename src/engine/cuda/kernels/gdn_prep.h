@@ -1,0 +1,28 @@
+// Gated DeltaNet input preparation (docs/spec/model.md §3), storage type E as in norm.h; generic
+// and vec8 variants picked by `path` (kernel_path.h).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "engine/cuda/kernel_path.h"
+
+namespace clef::engine::cuda {
+
+// Gated DeltaNet input preparation from the fused projection proj [T, ld] = [qkv | z | b | a]:
+// causal depthwise conv (kernel K, zero history) + SiLU over the qkv columns (rounded to E twice
+// like the bf16 reference), q/k L2-normalised per head in fp32 (q also scaled by 1/sqrt(dk)), beta
+// = sigmoid(b) (rounded to E), g = -exp(A_log) * softplus(a + dt_bias) in fp32. Outputs are fp32:
+// q, k [T, Hk, dk], v [T, Hv, dv], g, beta [T, Hv].
+struct GdnPrepArgs {
+  int T, ld, Hk, Hv, dk, dv, K;
+  int b_offset, a_offset;  // column offsets of b and a inside proj
+};
+template <typename E>
+void gdn_conv_prep(const E* proj, const E* conv_w, const float* A_log, const float* dt_bias,
+                   const GdnPrepArgs& a, float* q, float* k, float* v, float* g, float* beta,
+                   KernelPath path, cudaStream_t s);
+// "gdn_conv_prep_vec8" or "gdn_conv_prep_generic" for these shapes (16-byte aligned pointers).
+const char* gdn_conv_prep_variant(const GdnPrepArgs& a, KernelPath path);
+
+}  // namespace clef::engine::cuda
