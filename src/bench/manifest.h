@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "bench/json.h"
 #include "encoding/request.h"
 
 namespace clef::bench {

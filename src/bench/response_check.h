@@ -6,7 +6,8 @@
 
 #include <string>
 
-#include "bench/json.h"
+#include <nlohmann/json.hpp>
+
 #include "bench/manifest.h"
 
 namespace clef::bench {
@@ -15,7 +16,7 @@ inline constexpr double kProbabilitySumTolerance = 2e-3;
 
 struct CheckedResponse {
   long long input_tokens = -1;
-  Json answers;  // the response's "answers" object
+  nlohmann::ordered_json answers;  // the response's "answers" object
 };
 
 // Empty string when the body is valid (and `out` filled), else the first reason it is not.

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/json.h"
+#include <nlohmann/json.hpp>
+
 #include "bench/manifest.h"
 #include "bench/target.h"
 
@@ -26,7 +27,7 @@ struct RequestRecord {
   Outcome outcome = Outcome::Transport;
   std::string error;            // why it failed (empty when ok)
   long long input_tokens = -1;  // usage.input_tokens of a valid answer
-  Json answers;                 // the valid answer's "answers" object, else null
+  nlohmann::ordered_json answers;                 // the valid answer's "answers" object, else null
   // The server's own times from its Server-Timing header (ms): absent when it sent no header or the
   // header lacks that metric. latency_ms - server_total_ms is what the path outside the server's
   // clock (network, HTTP, the bench's JSON checks) costs.

@@ -18,6 +18,8 @@
 namespace clef::bench {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 using namespace clef::bench::testing;
 
 constexpr const char* kAnswer =
