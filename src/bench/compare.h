@@ -32,7 +32,8 @@ struct CompareResult {
 };
 
 // Throws std::runtime_error when a report is not a bench report.
-CompareResult compare_reports(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const CompareGates& gates);
+CompareResult compare_reports(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b,
+                              const CompareGates& gates);
 std::string compare_summary(const CompareResult& r, const CompareGates& gates);
 
 }  // namespace clef::bench

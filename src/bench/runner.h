@@ -25,9 +25,9 @@ struct RequestRecord {
   double latency_ms = 0.0;
   int http_status = 0;  // 0 when no response arrived
   Outcome outcome = Outcome::Transport;
-  std::string error;            // why it failed (empty when ok)
-  long long input_tokens = -1;  // usage.input_tokens of a valid answer
-  nlohmann::ordered_json answers;                 // the valid answer's "answers" object, else null
+  std::string error;               // why it failed (empty when ok)
+  long long input_tokens = -1;     // usage.input_tokens of a valid answer
+  nlohmann::ordered_json answers;  // the valid answer's "answers" object, else null
   // The server's own times from its Server-Timing header (ms): absent when it sent no header or the
   // header lacks that metric. latency_ms - server_total_ms is what the path outside the server's
   // clock (network, HTTP, the bench's JSON checks) costs.

@@ -51,8 +51,8 @@ TEST(TokenBuckets, EveryLengthFitsItsBucketAndBucketsAreFixedPoints) {
 }
 
 // The padding bound: mean padding <= 3% of a request's tokens over public231-shape (manifests/, a
-// copy of the spec's manifest) with Clef's tokenizer family (tests/golden/tokenizers/qwen3, the real
-// Qwen3 tokenizer.json; see tests/golden/PROVENANCE.md).
+// copy of the spec's manifest) with Clef's tokenizer family (tests/golden/tokenizers/qwen3, the
+// real Qwen3 tokenizer.json; see tests/golden/PROVENANCE.md).
 TEST(TokenBuckets, MeanPaddingOverPublic231ShapeIsAtMostThreePercent) {
   const auto tok = tokenizer::Tokenizer::load(std::string(CLEF_SOURCE_DIR) +
                                               "/tests/golden/tokenizers/qwen3/tokenizer.json");
