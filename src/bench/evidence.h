@@ -1,4 +1,4 @@
-// The evidence a report needs to be trusted and compared (spec/benchmark.md): tool version and
+// The evidence a report needs to be trusted and compared (docs/spec/benchmark.md): tool version and
 // commit, the server's /health body, GPU name, driver, CUDA and cuBLASLt versions. What cannot be
 // found is stated as "unknown" (never omitted) and listed in `missing`.
 #pragma once

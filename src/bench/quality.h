@@ -1,6 +1,6 @@
-// Quality scoring of spec/benchmark.md against a manifest's expected values: choice_acc, noul_acc
-// (yes when p(true) > 0.5), score_acc (argmax level) and score_mae (|sum i*p_i - expected|), ties
-// going to the first label in the item's tie order (JevBench `labels`).
+// Quality scoring of docs/spec/benchmark.md against a manifest's expected values: choice_acc,
+// noul_acc (yes when p(true) > 0.5), score_acc (argmax level) and score_mae (|sum i*p_i -
+// expected|), ties going to the first label in the item's tie order (JevBench `labels`).
 #pragma once
 
 #include <map>

@@ -1,5 +1,5 @@
-// The campaign report (spec/benchmark.md): report.json with every number, the evidence and every
-// request; report.md, a short Markdown table; latency.svg.
+// The campaign report (docs/spec/benchmark.md): report.json with every number, the evidence and
+// every request; report.md, a short Markdown table; latency.svg.
 #pragma once
 
 #include <optional>

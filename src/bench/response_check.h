@@ -1,7 +1,7 @@
-// The System One response schema check that is part of the bench's clock (spec/benchmark.md): the
-// body parses as JSON, echoes the model, answers exactly the request's questions in order with the
-// right types and option keys, and every probability is finite, in [0, 1], summing to 1 within 2e-3
-// per question.
+// The System One response schema check that is part of the bench's clock (docs/spec/benchmark.md):
+// the body parses as JSON, echoes the model, answers exactly the request's questions in order with
+// the right types and option keys, and every probability is finite, in [0, 1], summing to 1 within
+// 2e-3 per question.
 #pragma once
 
 #include <string>

@@ -1,7 +1,7 @@
-// The closed-loop campaign (spec/benchmark.md): `concurrency` workers, each with its own keep-alive
-// connection, send the next request only when their previous answer arrived; first `warmup`
-// requests (not counted), then `traversals` passes over every item. Each request is clocked from
-// just before the POST until its body was received, parsed and schema-checked.
+// The closed-loop campaign (docs/spec/benchmark.md): `concurrency` workers, each with its own
+// keep-alive connection, send the next request only when their previous answer arrived; first
+// `warmup` requests (not counted), then `traversals` passes over every item. Each request is
+// clocked from just before the POST until its body was received, parsed and schema-checked.
 #pragma once
 
 #include <cstdio>

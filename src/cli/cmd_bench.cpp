@@ -1,5 +1,5 @@
 // `clefserve bench`: the Public231-style campaign against a running (or --spawn'ed) server, and
-// `clefserve bench compare` for answer drift between two runs (spec/benchmark.md).
+// `clefserve bench compare` for answer drift between two runs (docs/spec/benchmark.md).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

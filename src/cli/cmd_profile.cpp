@@ -1,4 +1,4 @@
-// `clefserve profile` (spec/benchmark.md, "The engine profile"): per input length, the median
+// `clefserve profile` (docs/spec/benchmark.md, "The engine profile"): per input length, the median
 // in-process end-to-end latency (encode + backbone + head + answer) after warm-up, the GEMM floor
 // measured in the same process (CUDA engine: every backbone linear layer at that T, as the engine
 // fuses them, best cuBLASLt algorithm, CUDA graph), their ratio and a per-stage breakdown.

@@ -1,11 +1,11 @@
-// `clefserve serve`: the HTTP service (spec/protocol.md). Start-up order: bind the port (a port in
-// use fails at once, before any loading) -> load (progress on stderr) -> verify -> prepare (every
-// token bucket's GEMM choices, graphs and head scratch, so no request pays one-time work; GEMM
-// choices persist in the tuning cache) -> one warm-up forward -> accept ("listening"). Connections
-// made before that wait in the kernel's backlog, so /health never answers before the warm-up. Any
-// failure exits 1 with one clear `startup_failed` line. SIGTERM/SIGINT: stop accepting, drain
-// in-flight requests (bounded by --shutdown-timeout), exit 0; connections still open at the
-// timeout: `shutdown_forced`, exit 1.
+// `clefserve serve`: the HTTP service (docs/spec/protocol.md). Start-up order: bind the port (a
+// port in use fails at once, before any loading) -> load (progress on stderr) -> verify -> prepare
+// (every token bucket's GEMM choices, graphs and head scratch, so no request pays one-time work;
+// GEMM choices persist in the tuning cache) -> one warm-up forward -> accept ("listening").
+// Connections made before that wait in the kernel's backlog, so /health never answers before the
+// warm-up. Any failure exits 1 with one clear `startup_failed` line. SIGTERM/SIGINT: stop
+// accepting, drain in-flight requests (bounded by --shutdown-timeout), exit 0; connections still
+// open at the timeout: `shutdown_forced`, exit 1.
 #include <signal.h>
 
 #include <atomic>
@@ -238,7 +238,8 @@ int run_serve(const ServeArgs& a) {
 
 void add_serve(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ServeArgs>();
-  auto* cmd = app.add_subcommand("serve", "Serve the System One API over HTTP (spec/protocol.md)");
+  auto* cmd =
+      app.add_subcommand("serve", "Serve the System One API over HTTP (docs/spec/protocol.md)");
   cmd->add_option("--model", args->model_dir,
                   "Clef release folder (default: the built-in demo model, random weights)");
   cmd->add_option("--host", args->host, "Address to bind")->capture_default_str();

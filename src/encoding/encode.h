@@ -1,4 +1,5 @@
-// Request -> token ids + spans, exactly as the reference's encode_record (spec/encoding.md §3-4).
+// Request -> token ids + spans, exactly as the reference's encode_record (docs/spec/encoding.md
+// §3-4).
 #pragma once
 
 #include <cstdint>

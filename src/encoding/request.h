@@ -1,4 +1,4 @@
-// Validated System One request (spec/encoding.md §2, §5; spec/protocol.md "Request").
+// Validated System One request (docs/spec/encoding.md §2, §5; docs/spec/protocol.md "Request").
 // validate_request performs the reference's checks in the reference's order plus this project's
 // limits, and throws RequestError naming the field (FastAPI-style loc) on the first failure.
 #pragma once

@@ -1,9 +1,9 @@
-// The HTTP front-end (spec/protocol.md): POST /v1/systemone, GET /health, /v1/models, /metrics,
-// /openapi.json over an event-driven Boost.Beast (Asio) HTTP/1.1 server. One event-loop thread owns
-// every connection (reads, deadlines, limits, writes), so an idle or slow client costs only memory;
-// a small worker pool parses, validates and encodes bodies and hands encoded requests to the
-// InferenceQueue's single engine worker; answers are formatted by service::Decider::finish, the
-// same code `clefserve decide` uses.
+// The HTTP front-end (docs/spec/protocol.md): POST /v1/systemone, GET /health, /v1/models,
+// /metrics, /openapi.json over an event-driven Boost.Beast (Asio) HTTP/1.1 server. One event-loop
+// thread owns every connection (reads, deadlines, limits, writes), so an idle or slow client costs
+// only memory; a small worker pool parses, validates and encodes bodies and hands encoded requests
+// to the InferenceQueue's single engine worker; answers are formatted by service::Decider::finish,
+// the same code `clefserve decide` uses.
 #pragma once
 
 #include <chrono>

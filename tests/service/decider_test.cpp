@@ -41,7 +41,7 @@ void check_model(const std::string& model, int threads = 0) {
       EXPECT_THROW(strict.decide(r.request), encoding::RequestError);
     }
     // The rounded response as the reference printed it, except a value on a rounding boundary
-    // (fixtures/README.md, "What matches means"); |dp| <= 1e-4 is CpuEngineGolden's check.
+    // (tests/golden/README.md, "What matches means"); |dp| <= 1e-4 is CpuEngineGolden's check.
     std::vector<std::string> accepted;
     const auto mismatches = testsupport::rounded_response_mismatches(response, r, &accepted);
     EXPECT_TRUE(mismatches.empty()) << testsupport::mismatch_lines(mismatches);
