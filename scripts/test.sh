@@ -22,14 +22,14 @@ python3 tests/server/soak.py build/clefserve
 
 echo "== sanitizer build (ASan+UBSan) ==" >&2
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLEF_CUDA=OFF -DCLEF_SANITIZE=ON \
-  -DCLEF_BENCHMARKS=OFF >/dev/null
+  -DCLEF_MICROBENCH=OFF >/dev/null
 cmake --build build-asan -j "$JOBS"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest -LE gpu --output-on-failure -j "$JOBS")
 
 echo "== fuzzing (${FUZZ_SECONDS}s per target) ==" >&2
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLEF_CUDA=OFF \
-  -DCLEF_FUZZ=ON -DCLEF_TESTS=OFF -DCLEF_BENCHMARKS=OFF >/dev/null
+  -DCLEF_FUZZ=ON -DCLEF_TESTS=OFF -DCLEF_MICROBENCH=OFF >/dev/null
 cmake --build build-fuzz -j "$JOBS"
 for f in build-fuzz/fuzz/fuzz_*; do
   [ -x "$f" ] || continue

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HF check (issue 3 item 5) and backbone parity (issue 6 item 5) on the device:
+"""HF check and backbone parity on the device:
 loads the release folder with transformers' Qwen3_5ForConditionalGeneration (bf16, GPU), runs the text
 backbone on the given ids and compares its last_hidden_state with ours (float32 dump from
 `clefserve profile --dump-hidden`): relative L2 error, bf16 vs bf16.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One full device call (issue 6): GPU tests, flash-preset release (make-model, or the Python fallback),
+# One full device call: GPU tests, flash-preset release (make-model, or the Python fallback),
 # HF load check + backbone parity vs transformers, CUDA bf16 vs CPU fp32 probabilities, the profile table,
 # and (STEPS containing "bench") a C1 bench run. Logs under $OUT; the short table comes last.
 # Usage (from the repo root on the device): STEPS="tests model parity probs profile bench" scripts/device/run_flash.sh
@@ -54,7 +54,7 @@ if has bench; then
   clefserve serve --model $M --device cuda --port 8731 --max-length 16384 >> "$L/misc.log" 2>&1 &
   SP=$!
   for i in $(seq 1 120); do curl -sf http://127.0.0.1:8731/health > /dev/null && break; sleep 1; done
-  timeout 150 clefserve bench --url http://127.0.0.1:8731 --manifest .devcarry/public231-shape.jsonl --concurrency 1 \
+  timeout 150 clefserve bench --url http://127.0.0.1:8731 --manifest manifests/public231-shape.jsonl --concurrency 1 \
     --warmup 5 --traversals "${TRAV:-3}" --out /tmp/bench > "$L/bench.log" 2>&1
   summary+=("bench rc $?")
   cp /tmp/bench/*.md "$L/bench_report.md" 2>/dev/null

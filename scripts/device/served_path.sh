@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for issue 11 (the served path): GPU tests, the flash-preset release, `serve` cold
+# One device call for the served path: GPU tests, the flash-preset release, `serve` cold
 # (no tuning cache) and warm (cache from the cold start) with their start-up times, the C1 bench over
 # public231-shape (5 warm-up, 3 traversals) with Server-Timing overhead per traversal, a Python
 # http.client keep-alive check, and the in-process profile at 400 and 4925 tokens. Logs under $OUT
@@ -50,7 +50,7 @@ if has cold; then
   rm -rf $TC
   serve cold $TC
   if has bench; then
-    timeout 300 clefserve bench --url http://127.0.0.1:$PORT --manifest bench/public231-shape.jsonl \
+    timeout 300 clefserve bench --url http://127.0.0.1:$PORT --manifest manifests/public231-shape.jsonl \
       --concurrency 1 --warmup 5 --traversals 3 --out /tmp/bench > "$L/bench.log" 2>&1
     summary+=("bench rc $?")
     cp /tmp/bench/report.md "$L/bench_report.md" 2>/dev/null

@@ -1,4 +1,4 @@
-// Option logits -> System One answer JSON (spec/encoding.md §6).
+// Option logits -> System One answer JSON (docs/spec/encoding.md §6).
 #include "answer/answer.h"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// Option logits -> System One answer JSON (spec/encoding.md §6): float32 softmax per question,
+// Option logits -> System One answer JSON (docs/spec/encoding.md §6): float32 softmax per question,
 // Python round(x, 4), choice ties to the earliest key in request order, score = sum i*p_i in
 // double.
 #pragma once

@@ -7,6 +7,8 @@
 
 namespace clef::bench {
 
+using Json = nlohmann::ordered_json;
+
 namespace {
 
 // id -> every valid answers object of the run.

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/json.h"
+#include <nlohmann/json.hpp>
 
 namespace clef::bench {
 
@@ -32,7 +32,8 @@ struct CompareResult {
 };
 
 // Throws std::runtime_error when a report is not a bench report.
-CompareResult compare_reports(const Json& a, const Json& b, const CompareGates& gates);
+CompareResult compare_reports(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b,
+                              const CompareGates& gates);
 std::string compare_summary(const CompareResult& r, const CompareGates& gates);
 
 }  // namespace clef::bench

@@ -5,6 +5,8 @@
 
 namespace clef::bench {
 
+using Json = nlohmann::ordered_json;
+
 namespace {
 
 std::string run_capture(const char* cmd) {

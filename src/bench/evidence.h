@@ -1,4 +1,4 @@
-// The evidence a report needs to be trusted and compared (spec/benchmark.md): tool version and
+// The evidence a report needs to be trusted and compared (docs/spec/benchmark.md): tool version and
 // commit, the server's /health body, GPU name, driver, CUDA and cuBLASLt versions. What cannot be
 // found is stated as "unknown" (never omitted) and listed in `missing`.
 #pragma once
@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/json.h"
+#include <nlohmann/json.hpp>
+
 #include "bench/target.h"
 
 namespace clef::bench {
@@ -21,7 +22,7 @@ struct GpuInfo {
 };
 
 struct ServerEvidence {
-  Json health;  // the /health body, or the string "unknown"
+  nlohmann::ordered_json health;  // the /health body, or the string "unknown"
   std::string health_error;
   GpuInfo gpu;
 };
@@ -37,6 +38,6 @@ ServerEvidence gather_server_evidence(const Target& t, const ClientOptions& opts
 GpuInfo local_nvidia_smi();
 
 // Evidence paths whose value is "unknown" (the report is incomplete when this is non-empty).
-std::vector<std::string> missing_evidence(const Json& evidence);
+std::vector<std::string> missing_evidence(const nlohmann::ordered_json& evidence);
 
 }  // namespace clef::bench

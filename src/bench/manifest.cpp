@@ -5,9 +5,15 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "model/pinning.h"
 
 namespace clef::bench {
+
+// ordered_json keeps member order, so a manifest's request is sent with its keys in the order the
+// file wrote them (question and option order carry meaning).
+using Json = nlohmann::ordered_json;
 
 bool Item::has_expected() const {
   for (const auto& q : questions) {

@@ -1,5 +1,5 @@
-// Benchmark manifests (spec/benchmark.md): JevBench records ({"id", "state", "question", "labels",
-// "expected", "split", ...}, one question each) or System1-Omni lines ({"id", "request",
+// Benchmark manifests (docs/spec/benchmark.md): JevBench records ({"id", "state", "question",
+// "labels", "expected", "split", ...}, one question each) or System1-Omni lines ({"id", "request",
 // "expected"}). Each line becomes one request body plus what the bench needs to check and score its
 // answer.
 #pragma once
@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "bench/json.h"
 #include "encoding/request.h"
 
 namespace clef::bench {

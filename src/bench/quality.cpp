@@ -4,6 +4,8 @@
 
 namespace clef::bench {
 
+using Json = nlohmann::ordered_json;
+
 namespace {
 
 // Highest probability; ties go to the earliest key in `order`.

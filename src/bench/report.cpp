@@ -11,6 +11,8 @@
 
 namespace clef::bench {
 
+using Json = nlohmann::ordered_json;
+
 namespace {
 
 Json opt(const std::optional<double>& v) {

@@ -1,12 +1,13 @@
-// The campaign report (spec/benchmark.md): report.json with every number, the evidence and every
-// request; report.md, a short Markdown table; latency.svg.
+// The campaign report (docs/spec/benchmark.md): report.json with every number, the evidence and
+// every request; report.md, a short Markdown table; latency.svg.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "bench/evidence.h"
-#include "bench/json.h"
 #include "bench/manifest.h"
 #include "bench/runner.h"
 
@@ -25,12 +26,12 @@ struct ReportInputs {
   std::string spawn_command;
 };
 
-Json build_report(const ReportInputs& in);
-std::string report_markdown(const Json& report);
-std::string report_svg(const Json& report);
+nlohmann::ordered_json build_report(const ReportInputs& in);
+std::string report_markdown(const nlohmann::ordered_json& report);
+std::string report_svg(const nlohmann::ordered_json& report);
 
 // Writes DIR/report.json, DIR/report.md and DIR/latency.svg (creating DIR). Throws
 // std::runtime_error.
-void write_report_files(const Json& report, const std::string& dir);
+void write_report_files(const nlohmann::ordered_json& report, const std::string& dir);
 
 }  // namespace clef::bench

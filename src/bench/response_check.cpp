@@ -5,6 +5,8 @@
 
 namespace clef::bench {
 
+using Json = nlohmann::ordered_json;
+
 namespace {
 
 bool is_probability(const Json& v) {

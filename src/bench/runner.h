@@ -1,7 +1,7 @@
-// The closed-loop campaign (spec/benchmark.md): `concurrency` workers, each with its own keep-alive
-// connection, send the next request only when their previous answer arrived; first `warmup`
-// requests (not counted), then `traversals` passes over every item. Each request is clocked from
-// just before the POST until its body was received, parsed and schema-checked.
+// The closed-loop campaign (docs/spec/benchmark.md): `concurrency` workers, each with its own
+// keep-alive connection, send the next request only when their previous answer arrived; first
+// `warmup` requests (not counted), then `traversals` passes over every item. Each request is
+// clocked from just before the POST until its body was received, parsed and schema-checked.
 #pragma once
 
 #include <cstdio>
@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/json.h"
+#include <nlohmann/json.hpp>
+
 #include "bench/manifest.h"
 #include "bench/target.h"
 
@@ -24,9 +25,9 @@ struct RequestRecord {
   double latency_ms = 0.0;
   int http_status = 0;  // 0 when no response arrived
   Outcome outcome = Outcome::Transport;
-  std::string error;            // why it failed (empty when ok)
-  long long input_tokens = -1;  // usage.input_tokens of a valid answer
-  Json answers;                 // the valid answer's "answers" object, else null
+  std::string error;               // why it failed (empty when ok)
+  long long input_tokens = -1;     // usage.input_tokens of a valid answer
+  nlohmann::ordered_json answers;  // the valid answer's "answers" object, else null
   // The server's own times from its Server-Timing header (ms): absent when it sent no header or the
   // header lacks that metric. latency_ms - server_total_ms is what the path outside the server's
   // clock (network, HTTP, the bench's JSON checks) costs.

@@ -1,5 +1,5 @@
-// Latency statistics of spec/benchmark.md: nearest-rank percentiles, mean and max over successful
-// requests.
+// Latency statistics of docs/spec/benchmark.md: nearest-rank percentiles, mean and max over
+// successful requests.
 #pragma once
 
 #include <optional>

@@ -1,5 +1,5 @@
 // DIR/latency.svg: a latency CDF and latency against input tokens, side by side, with axes, ticks,
-// units and labels, so a report can be read at a glance (spec/benchmark.md).
+// units and labels, so a report can be read at a glance (docs/spec/benchmark.md).
 #pragma once
 
 #include <string>

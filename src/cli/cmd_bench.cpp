@@ -1,5 +1,5 @@
 // `clefserve bench`: the Public231-style campaign against a running (or --spawn'ed) server, and
-// `clefserve bench compare` for answer drift between two runs (spec/benchmark.md).
+// `clefserve bench compare` for answer drift between two runs (docs/spec/benchmark.md).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,14 +31,14 @@ struct CompareArgs {
   bench::CompareGates gates;
 };
 
-bench::Json read_json_file(const std::string& path) {
+nlohmann::ordered_json read_json_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(path + ": cannot open");
   std::ostringstream buf;
   buf << f.rdbuf();
   try {
-    return bench::Json::parse(buf.str());
-  } catch (const bench::Json::exception& e) {
+    return nlohmann::ordered_json::parse(buf.str());
+  } catch (const nlohmann::ordered_json::exception& e) {
     throw std::runtime_error(path + ": not JSON (" + e.what() + ")");
   }
 }
@@ -107,7 +107,7 @@ int run_bench(const BenchArgs& a) {
   in.run = run;
   in.cold_start_ms = cold_start_ms;
   in.spawn_command = a.spawn;
-  const bench::Json report = bench::build_report(in);
+  const nlohmann::ordered_json report = bench::build_report(in);
   bench::write_report_files(report, a.out);
   const std::string md = bench::report_markdown(report);
   std::fwrite(md.data(), 1, md.size(), stdout);

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "encoding/encode.h"
 #include "encoding/request.h"
 #include "engine/engine.h"
 #include "json/value.h"
@@ -21,11 +23,8 @@ namespace {
 
 struct DecideArgs {
   std::string model_dir;
-  std::string device = "cpu";
-  std::string dtype;
-  std::string kernels = "auto";
-  int threads = 0;
-  int max_length = 16384;
+  engine::EngineOptions engine_options;
+  int max_length = encoding::kDefaultMaxLength;
   std::string truncation = "error";
   bool raw = false;
   std::string verify;
@@ -45,12 +44,7 @@ int run_decide(const DecideArgs& a) {
     lo.verify_file = a.verify;
     lo.revision = a.revision;
     release = model::Release::load(a.model_dir, lo);
-    engine::EngineOptions eo;
-    eo.device = a.device;
-    eo.dtype = a.dtype;
-    eo.kernels = a.kernels;
-    eo.threads = a.threads;
-    engine = engine::create_engine(release, eo);
+    engine = engine::create_engine(release, a.engine_options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clefserve decide: %s\n", e.what());
     return 1;
@@ -89,11 +83,7 @@ void add_decide(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<DecideArgs>();
   auto* cmd = app.add_subcommand("decide", "Answer one System One request read from stdin");
   cmd->add_option("--model", args->model_dir, "Clef release folder")->required();
-  cmd->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--dtype", args->dtype, "float32 (cpu); bfloat16 or float32 (cuda)");
-  cmd->add_option("--kernels", args->kernels, "cuda kernels: auto, generic, hopper");
-  cmd->add_option("--threads", args->threads, "cpu threads (0 = all cores)")
-      ->check(CLI::NonNegativeNumber);
+  add_engine_options(cmd, args->engine_options);
   cmd->add_option("--max-length", args->max_length, "maximum input tokens")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--truncation", args->truncation,

@@ -19,7 +19,7 @@ namespace {
 
 struct EncodeArgs {
   std::string model_dir;
-  int max_length = 16384;
+  int max_length = encoding::kDefaultMaxLength;
   std::string truncation = "error";
 };
 

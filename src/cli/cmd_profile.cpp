@@ -1,4 +1,4 @@
-// `clefserve profile` (spec/benchmark.md, "The engine profile"): per input length, the median
+// `clefserve profile` (docs/spec/benchmark.md, "The engine profile"): per input length, the median
 // in-process end-to-end latency (encode + backbone + head + answer) after warm-up, the GEMM floor
 // measured in the same process (CUDA engine: every backbone linear layer at that T, as the engine
 // fuses them, best cuBLASLt algorithm, CUDA graph), their ratio and a per-stage breakdown.
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "encoding/request.h"
 #include "engine/engine.h"
 #include "json/value.h"
@@ -29,7 +30,8 @@ namespace clef::cli {
 namespace {
 
 struct ProfileArgs {
-  std::string model_dir, device = "cuda", dtype, kernels = "auto", lengths = "361,961,2761,5661";
+  std::string model_dir, lengths = "361,961,2761,5661";
+  engine::EngineOptions engine_options{.device = engine::Device::Cuda};
   int runs = 10, warmup = 3;
   std::string json_out, dump_hidden, ids_file;
 };
@@ -119,11 +121,7 @@ int run_profile(const ProfileArgs& a) {
   model::LoadOptions lo;
   lo.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   auto release = model::Release::load(a.model_dir, lo);
-  engine::EngineOptions eo;
-  eo.device = a.device;
-  eo.dtype = a.dtype;
-  eo.kernels = a.kernels;
-  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, eo);
+  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, a.engine_options);
   if (!a.dump_hidden.empty()) return dump_hidden(a, *eng, release->text.hidden_size);
   const std::vector<int> lengths = parse_lengths(a.lengths);
   service::DeciderOptions dopts;
@@ -253,9 +251,7 @@ void add_profile(CLI::App& app, int& exit_code) {
   auto* cmd =
       app.add_subcommand("profile", "In-process latency per input length vs the GEMM floor");
   cmd->add_option("--model", args->model_dir, "release folder")->required();
-  cmd->add_option("--device", args->device, "cuda | cpu")->capture_default_str();
-  cmd->add_option("--dtype", args->dtype, "bfloat16 (cuda default) | float32");
-  cmd->add_option("--kernels", args->kernels, "auto | generic | hopper")->capture_default_str();
+  add_engine_options(cmd, args->engine_options);
   cmd->add_option("--lengths", args->lengths, "comma-separated input token counts")
       ->capture_default_str();
   cmd->add_option("--runs", args->runs, "timed runs per length")->capture_default_str();

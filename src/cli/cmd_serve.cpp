@@ -1,11 +1,11 @@
-// `clefserve serve`: the HTTP service (spec/protocol.md). Start-up order: bind the port (a port in
-// use fails at once, before any loading) -> load (progress on stderr) -> verify -> prepare (every
-// token bucket's GEMM choices, graphs and head scratch, so no request pays one-time work; GEMM
-// choices persist in the tuning cache) -> one warm-up forward -> accept ("listening"). Connections
-// made before that wait in the kernel's backlog, so /health never answers before the warm-up. Any
-// failure exits 1 with one clear `startup_failed` line. SIGTERM/SIGINT: stop accepting, drain
-// in-flight requests (bounded by --shutdown-timeout), exit 0; connections still open at the
-// timeout: `shutdown_forced`, exit 1.
+// `clefserve serve`: the HTTP service (docs/spec/protocol.md). Start-up order: bind the port (a
+// port in use fails at once, before any loading) -> load (progress on stderr) -> verify -> prepare
+// (every token bucket's GEMM choices, graphs and head scratch, so no request pays one-time work;
+// GEMM choices persist in the tuning cache) -> one warm-up forward -> accept ("listening").
+// Connections made before that wait in the kernel's backlog, so /health never answers before the
+// warm-up. Any failure exits 1 with one clear `startup_failed` line. SIGTERM/SIGINT: stop
+// accepting, drain in-flight requests (bounded by --shutdown-timeout), exit 0; connections still
+// open at the timeout: `shutdown_forced`, exit 1.
 #include <signal.h>
 
 #include <atomic>
@@ -20,16 +20,17 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "encoding/encode.h"
 #include "encoding/request.h"
 #include "engine/engine.h"
+#include "model/demo_model.h"
 #include "model/release.h"
-#include "server/demo_model.h"
-#include "server/gpu_memory.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/signal_pipe.h"
-#include "server/warm_up.h"
 #include "service/decider.h"
+#include "service/warm_up.h"
 
 namespace clef::cli {
 
@@ -39,11 +40,8 @@ struct ServeArgs {
   std::string model_dir;
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::string device = "cpu";
-  std::string dtype;
-  std::string kernels = "auto";
-  int threads = 0;
-  int max_length = 16384;
+  engine::EngineOptions engine_options;
+  int max_length = encoding::kDefaultMaxLength;
   std::string truncation = "error";
   size_t max_queue = 64;
   size_t max_batch_tokens = 0;  // 0 = --max-length
@@ -131,7 +129,7 @@ int run_serve(const ServeArgs& a) {
     std::string dir = a.model_dir;
     bool demo = dir.empty();
     if (demo) {
-      dir = server::ensure_demo_model(CLEF_VERSION, progress);
+      dir = model::ensure_demo_model(CLEF_VERSION, progress);
       log.warn("demo_model", {{"dir", dir},
                               {"note",
                                "no --model given: serving the built-in DEMO model with "
@@ -143,12 +141,7 @@ int run_serve(const ServeArgs& a) {
     lo.progress = progress;
     auto t0 = Clock::now();
     std::shared_ptr<const model::Release> release = model::Release::load(dir, lo);
-    engine::EngineOptions eo;
-    eo.device = a.device;
-    eo.dtype = a.dtype;
-    eo.kernels = a.kernels;
-    eo.threads = a.threads;
-    std::shared_ptr<engine::Engine> engine = engine::create_engine(release, eo);
+    std::shared_ptr<engine::Engine> engine = engine::create_engine(release, a.engine_options);
     engine::EngineInfo info = engine->info();
     log.info("loaded", {{"model", release->dir},
                         {"revision", release->revision},
@@ -162,6 +155,7 @@ int run_serve(const ServeArgs& a) {
     dopts.encode.max_length = a.max_length;
     dopts.encode.truncation =
         a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
+    dopts.served_model_names = a.served_model_names;
     auto decider = std::make_shared<service::Decider>(release, engine, dopts);
 
     const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -186,7 +180,7 @@ int run_serve(const ServeArgs& a) {
                             {"tuning_cache", prepared.cache_status}});
 
     auto t1 = Clock::now();
-    server::warm_up(*decider);
+    service::warm_up(*decider);
     const double warm_up_s = std::chrono::duration<double>(Clock::now() - t1).count();
     log.info("warm_up", {{"seconds", warm_up_s}});
 
@@ -204,11 +198,9 @@ int run_serve(const ServeArgs& a) {
     so.idle_timeout_s = a.keep_alive_timeout;
     so.max_connections = a.max_connections;
     so.cors_origins = a.cors_origins;
-    so.model_name = demo ? server::kDemoModelName : release->name;
-    so.served_model_names = a.served_model_names;
+    so.model_name = demo ? model::kDemoModelName : release->name;
     so.demo = demo;
     so.version = version;
-    if (info.backend == "cuda") so.gpu_memory_used = server::cuda_memory_used_bytes;
     so.load_s = load_s;
     so.warm_up_s = warm_up_s;
     so.prepared = prepared;
@@ -246,22 +238,15 @@ int run_serve(const ServeArgs& a) {
 
 void add_serve(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ServeArgs>();
-  auto* cmd = app.add_subcommand("serve", "Serve the System One API over HTTP (spec/protocol.md)");
+  auto* cmd =
+      app.add_subcommand("serve", "Serve the System One API over HTTP (docs/spec/protocol.md)");
   cmd->add_option("--model", args->model_dir,
                   "Clef release folder (default: the built-in demo model, random weights)");
   cmd->add_option("--host", args->host, "Address to bind")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0 = any free port, printed at start-up)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--device", args->device, "cpu | cuda")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--dtype", args->dtype, "Engine dtype (default: backend default)");
-  cmd->add_option("--kernels", args->kernels, "CUDA kernels: auto | generic | hopper")
-      ->capture_default_str();
-  cmd->add_option("--threads", args->threads, "CPU engine threads (0 = all cores)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  add_engine_options(cmd, args->engine_options);
   cmd->add_option("--max-length", args->max_length, "Context length in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));

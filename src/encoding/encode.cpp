@@ -1,5 +1,5 @@
-// Piecewise tokenization of a validated request (spec/encoding.md §3-4): every piece is tokenized
-// on its own so that no BPE merge crosses a piece boundary, exactly as the reference's
+// Piecewise tokenization of a validated request (docs/spec/encoding.md §3-4): every piece is
+// tokenized on its own so that no BPE merge crosses a piece boundary, exactly as the reference's
 // encode_record.
 #include "encoding/encode.h"
 

@@ -1,4 +1,5 @@
-// Request -> token ids + spans, exactly as the reference's encode_record (spec/encoding.md §3-4).
+// Request -> token ids + spans, exactly as the reference's encode_record (docs/spec/encoding.md
+// §3-4).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +31,12 @@ struct EncodedRequest {
   int32_t truncated_state_tokens = 0;      // state tokens cut (truncation "allow")
 };
 
+// Input tokens a request may have unless the front-end says otherwise (--max-length); also the
+// server's default tokens per batched forward pass and the length engines prepare for.
+inline constexpr int32_t kDefaultMaxLength = 16384;
+
 struct EncodeOptions {
-  int32_t max_length = 16384;
+  int32_t max_length = kDefaultMaxLength;
   Truncation truncation = Truncation::Error;  // default when the request does not say
 };
 

@@ -1,4 +1,5 @@
-// Text rendering of request values, exactly as the reference's render() (spec/encoding.md §1, §3).
+// Text rendering of request values, exactly as the reference's render() (docs/spec/encoding.md §1,
+// §3).
 #pragma once
 
 #include <string>

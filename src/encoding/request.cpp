@@ -1,5 +1,5 @@
-// Request validation: the reference's checks in its order (spec/encoding.md §5), the project's
-// tightenings (§2) and limits (spec/protocol.md). The first failure is reported.
+// Request validation: the reference's checks in its order (docs/spec/encoding.md §5), the project's
+// tightenings (§2) and limits (docs/spec/protocol.md). The first failure is reported.
 #include "encoding/request.h"
 
 #include <algorithm>
@@ -57,7 +57,7 @@ void check_request_options(const json::Value& body) {
       refuse({"body", "thinking", "enabled"},
              "thinking is not supported: Clef models answer without thinking", "value_error");
   }
-  // spec/protocol.md: absent, null or [] is a text request; anything else is a media request,
+  // docs/spec/protocol.md: absent, null or [] is a text request; anything else is a media request,
   // which this server refuses (422), never ignores: "", 0, false and {} included.
   for (const char* media : {"images", "videos"}) {
     const json::Value* m = body.find(media);
@@ -73,8 +73,9 @@ void check_request_options(const json::Value& body) {
   }
 }
 
-// spec/encoding.md §1: a number that overflows a double (1e400) is infinity in Python and would
-// render as `Infinity`; refused (422) where it would be rendered, naming the field and the path.
+// docs/spec/encoding.md §1: a number that overflows a double (1e400) is infinity in Python and
+// would render as `Infinity`; refused (422) where it would be rendered, naming the field and the
+// path.
 void refuse_non_finite(const json::Value& v, std::vector<std::string> loc,
                        const std::string& what) {
   if (auto path = json::find_non_finite(v))

@@ -1,4 +1,4 @@
-// Validated System One request (spec/encoding.md §2, §5; spec/protocol.md "Request").
+// Validated System One request (docs/spec/encoding.md §2, §5; docs/spec/protocol.md "Request").
 // validate_request performs the reference's checks in the reference's order plus this project's
 // limits, and throws RequestError naming the field (FastAPI-style loc) on the first failure.
 #pragma once
@@ -24,7 +24,7 @@ class RequestError : public std::runtime_error {
   explicit RequestError(FieldError e, int http_status = 422)
       : std::runtime_error(e.msg), error(std::move(e)), status(http_status) {}
   FieldError error;
-  int status;  // 422 validation; 400 body not an object
+  int status;  // 422 validation; 400 body not an object; 404 model not served
 };
 
 enum class QuestionType { Noul = 0, Choice = 1, Score = 2 };

@@ -2,10 +2,12 @@
 // question option logits (model order) out. Answers must not depend on the batch's other members.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "encoding/encode.h"
@@ -27,7 +29,7 @@ struct EngineInfo {
 // What an engine prepares before it serves: everything a request of up to max_tokens tokens needs,
 // so no request pays one-time work (GEMM algorithm choice, graph capture, scratch growth).
 struct PrepareOptions {
-  int max_tokens = 16384;
+  int max_tokens = encoding::kDefaultMaxLength;
   int max_questions = 64;    // the request limits: the head's scratch is sized for the largest
   int max_options = 2048;    // request they admit
   std::string tuning_cache;  // folder for persisted GEMM choices; "" = none
@@ -57,13 +59,50 @@ class Engine {
   virtual EngineInfo info() const = 0;
   // Called once before serving; the CPU engine has nothing to prepare.
   virtual PrepareReport prepare(const PrepareOptions&) { return {}; }
+  // Bytes in use on the engine's device (for /metrics), -1 when not known (the CPU engine).
+  virtual int64_t memory_used_bytes() const { return -1; }
 };
 
+enum class Device { Cpu, Cuda };
+// Default: the backend's own (cpu: Float32, the only one it runs; cuda: BFloat16).
+enum class DType { Default, Float32, BFloat16 };
+// cuda: Auto picks the fastest kernels the device supports, Generic forces the generic ones.
+enum class Kernels { Auto, Generic };
+
+// The names used on the command line, in messages and in JSON ("cpu", "bfloat16", "generic", ...);
+// each table lists every value a user can choose (DType::Default has no name there: it is the
+// absence of --dtype).
+inline constexpr std::pair<const char*, Device> kDeviceNames[] = {{"cpu", Device::Cpu},
+                                                                  {"cuda", Device::Cuda}};
+inline constexpr std::pair<const char*, DType> kDTypeNames[] = {{"float32", DType::Float32},
+                                                                {"bfloat16", DType::BFloat16}};
+inline constexpr std::pair<const char*, Kernels> kKernelsNames[] = {{"auto", Kernels::Auto},
+                                                                    {"generic", Kernels::Generic}};
+
+namespace detail {
+template <typename E, size_t N>
+constexpr const char* name_in(const std::pair<const char*, E> (&names)[N], E value) {
+  for (const auto& [n, v] : names)
+    if (v == value) return n;
+  return "unknown";
+}
+}  // namespace detail
+
+constexpr const char* name(Device d) {
+  return detail::name_in(kDeviceNames, d);
+}
+constexpr const char* name(DType t) {
+  return t == DType::Default ? "default" : detail::name_in(kDTypeNames, t);
+}
+constexpr const char* name(Kernels k) {
+  return detail::name_in(kKernelsNames, k);
+}
+
 struct EngineOptions {
-  std::string device = "cpu";    // "cpu" | "cuda"
-  std::string dtype;             // "" = backend default (cpu: float32, cuda: bfloat16)
-  std::string kernels = "auto";  // cuda: "auto" | "generic" | "hopper"
-  int threads = 0;               // cpu: 0 = all cores
+  Device device = Device::Cpu;
+  DType dtype = DType::Default;
+  Kernels kernels = Kernels::Auto;  // cuda only
+  int threads = 0;                  // cpu: 0 = all cores
 };
 
 // Throws std::runtime_error with one clear line when the device is unavailable.

@@ -1,4 +1,4 @@
-// config.json / joint_head_config.json parsing (spec/model.md §2, §4): accepts a nested
+// config.json / joint_head_config.json parsing (docs/spec/model.md §2, §4): accepts a nested
 // `text_config` or a flat text config, `layer_types` or `full_attention_interval`, rope in
 // `rope_parameters` or the older flat keys; refuses (LoadError naming the file and key) anything
 // the engines do not implement.

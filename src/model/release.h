@@ -1,4 +1,4 @@
-// A Clef release folder loaded for inference (spec/model.md §1-2): configs, memory-mapped
+// A Clef release folder loaded for inference (docs/spec/model.md §1-2): configs, memory-mapped
 // safetensors (single or sharded), the joint head, the tokenizer. Every tensor's shape is checked
 // against the config at load time; any problem throws LoadError naming the file and the tensor.
 #pragma once

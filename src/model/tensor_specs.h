@@ -1,4 +1,4 @@
-// The tensors a config implies (spec/model.md §2, §4): canonical names and shapes. The loader
+// The tensors a config implies (docs/spec/model.md §2, §4): canonical names and shapes. The loader
 // checks files against these lists and make-model writes exactly these.
 #pragma once
 

@@ -73,7 +73,8 @@ struct Core {
   bool refusing = false;                        // last accept was over --max-connections
 
   std::string display_name() const {
-    return opts.served_model_names.empty() ? opts.model_name : opts.served_model_names.front();
+    const auto& names = decider->options().served_model_names;
+    return names.empty() ? opts.model_name : names.front();
   }
   bool origin_allowed(const std::string& origin) const {
     if (origin.empty()) return false;

@@ -24,9 +24,14 @@
 
 namespace clef::server {
 
+// Tokens per forward pass unless --max-batch-tokens says otherwise: the default request length, so
+// the longest default request fits one pass.
+inline constexpr size_t kDefaultMaxBatchTokens = encoding::kDefaultMaxLength;
+
 struct QueueOptions {
-  size_t max_queue = 64;            // waiting requests; beyond -> submit() refuses (HTTP 429)
-  size_t max_batch_tokens = 16384;  // tokens per forward pass (a longer request runs alone)
+  size_t max_queue = 64;  // waiting requests; beyond -> submit() refuses (HTTP 429)
+  // Tokens per forward pass (a longer request runs alone).
+  size_t max_batch_tokens = kDefaultMaxBatchTokens;
 };
 
 // The error a job's `done` gets when it was dropped before its batch because its client had gone

@@ -1,5 +1,5 @@
-// The OpenAPI 3.1 description of every endpoint the server answers (spec/protocol.md), served at
-// GET /openapi.json.
+// The OpenAPI 3.1 description of every endpoint the server answers (docs/spec/protocol.md), served
+// at GET /openapi.json.
 #pragma once
 
 #include <string>

@@ -64,8 +64,9 @@ Reply models(const Core& core) {
                          {"created", core.started_unix},
                          {"owned_by", "clefserve"}});
   };
-  if (core.opts.served_model_names.empty()) add(core.opts.model_name);
-  for (const auto& n : core.opts.served_model_names) add(n);
+  const auto& names = core.decider->options().served_model_names;
+  if (names.empty()) add(core.opts.model_name);
+  for (const auto& n : names) add(n);
   return json_reply(200, dump(ojson{{"object", "list"}, {"data", data}}));
 }
 
@@ -74,7 +75,7 @@ Reply metrics_text(const Core& core) {
   g.queue_depth = core.queue.depth();
   g.queue_capacity = core.queue.capacity();
   g.in_flight = core.in_flight.load();
-  g.gpu_memory_used_bytes = core.opts.gpu_memory_used ? core.opts.gpu_memory_used() : -1;
+  g.gpu_memory_used_bytes = core.decider->engine().memory_used_bytes();
   Reply r;
   r.body = core.metrics.render(g);
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -1,18 +1,18 @@
-// The HTTP front-end (spec/protocol.md): POST /v1/systemone, GET /health, /v1/models, /metrics,
-// /openapi.json over an event-driven Boost.Beast (Asio) HTTP/1.1 server. One event-loop thread owns
-// every connection (reads, deadlines, limits, writes), so an idle or slow client costs only memory;
-// a small worker pool parses, validates and encodes bodies and hands encoded requests to the
-// InferenceQueue's single engine worker; answers are formatted by service::Decider::finish, the
-// same code `clefserve decide` uses.
+// The HTTP front-end (docs/spec/protocol.md): POST /v1/systemone, GET /health, /v1/models,
+// /metrics, /openapi.json over an event-driven Boost.Beast (Asio) HTTP/1.1 server. One event-loop
+// thread owns every connection (reads, deadlines, limits, writes), so an idle or slow client costs
+// only memory; a small worker pool parses, validates and encodes bodies and hands encoded requests
+// to the InferenceQueue's single engine worker; answers are formatted by service::Decider::finish,
+// the same code `clefserve decide` uses.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "server/inference_queue.h"
 #include "server/log.h"
 #include "service/decider.h"
 
@@ -22,7 +22,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0 = any free port (bind() returns it)
   size_t max_queue = 64;
-  size_t max_batch_tokens = 16384;
+  size_t max_batch_tokens = kDefaultMaxBatchTokens;  // see QueueOptions
   size_t max_body_bytes = 8u << 20;     // counted as it arrives, chunked included -> 413
   size_t max_header_bytes = 16u << 10;  // request line + header fields -> 431
   double header_timeout_s = 10;         // first byte of a request -> its header complete, else 408
@@ -31,13 +31,11 @@ struct ServerOptions {
   size_t max_connections = 1024;        // open connections; beyond -> 503 + Connection: close
   int worker_threads = 0;               // parse/validate/encode/answer pool (0 = 2..8 by cores)
   std::vector<std::string> cors_origins;  // allowed Origin values ("*" = any); empty = CORS off
-  std::string api_key;     // non-empty: Authorization: Bearer KEY on everything but /health
-  std::string model_name;  // reported in /health; listed by /v1/models when no served names
-  std::vector<std::string> served_model_names;  // non-empty: only these `model` values accepted
+  std::string api_key;  // non-empty: Authorization: Bearer KEY on everything but /health
+  // Reported in /health; listed by /v1/models when the decider has no served_model_names.
+  std::string model_name;
   bool demo = false;    // the built-in random-weights demo model (reported in /health)
   std::string version;  // clefserve version for /health and /openapi.json
-  // GPU memory in use, bytes; null or < 0 on the CPU backend.
-  std::function<int64_t()> gpu_memory_used;
   // Start-up, reported in /health: seconds to load the weights, what prepare() did, the warm-up.
   double load_s = 0, warm_up_s = 0;
   engine::PrepareReport prepared;

@@ -1,7 +1,5 @@
 #include "server/systemone.h"
 
-#include <algorithm>
-
 #include "encoding/encode.h"
 #include "encoding/request.h"
 #include "json/value.h"
@@ -9,7 +7,8 @@
 
 namespace clef::server::detail {
 
-// Worker pool: the body was read completely by the event loop; parse, validate, encode, queue.
+// Worker pool: the body was read completely by the event loop; parse, then the decider validates,
+// checks the model name and encodes, then the queue.
 // No shutting-down check: a request that got this far is in flight and is finished in the drain.
 void handle_systemone(Core& core, const std::shared_ptr<SystemOneJob>& job) {
   const auto handler_start = Clock::now();
@@ -22,22 +21,8 @@ void handle_systemone(Core& core, const std::shared_ptr<SystemOneJob>& job) {
   if (!body) return done(detail_reply(400, "Malformed JSON: " + perr.message));
   std::string().swap(job->body);
 
-  const auto& dopts = core.decider->options();
-  auto& prepared = job->prepared;
   try {
-    prepared.request = encoding::validate_request(*body, dopts.limits);
-  } catch (const encoding::RequestError& e) {
-    if (e.status == 422) return done(validation_reply(e.error));
-    return done(detail_reply(e.status, e.error.msg));
-  }
-  const auto& names = core.opts.served_model_names;
-  if (!names.empty() &&
-      std::find(names.begin(), names.end(), prepared.request.model) == names.end()) {
-    return done(detail_reply(404, "The model '" + prepared.request.model + "' is not served here"));
-  }
-  try {
-    prepared.encoded = encoding::encode_request(prepared.request,
-                                                *core.decider->release().tokenizer, dopts.encode);
+    job->prepared = core.decider->prepare(*body);
   } catch (const encoding::RequestError& e) {
     if (e.status == 422) return done(validation_reply(e.error));
     return done(detail_reply(e.status, e.error.msg));
@@ -46,7 +31,7 @@ void handle_systemone(Core& core, const std::shared_ptr<SystemOneJob>& job) {
   // The engine worker calls back; the answer is formatted on the pool again, not on the engine's
   // thread.
   const bool queued = core.queue.submit(
-      prepared.encoded,
+      job->prepared.encoded,
       [&core, job](QueueResult* r, std::exception_ptr err) {
         if (r) job->result = std::move(*r);
         job->error = err;

@@ -1,5 +1,6 @@
 #include "service/decider.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -17,6 +18,12 @@ Decider::Decider(std::shared_ptr<const model::Release> release,
 Prepared Decider::prepare(const json::Value& body) const {
   Prepared p;
   p.request = encoding::validate_request(body, opts_.limits);
+  const auto& names = opts_.served_model_names;
+  if (!names.empty() && std::find(names.begin(), names.end(), p.request.model) == names.end()) {
+    throw encoding::RequestError(
+        {{"body", "model"}, "The model '" + p.request.model + "' is not served here", "not_found"},
+        404);
+  }
   p.encoded = encoding::encode_request(p.request, *release_->tokenizer, opts_.encode);
   return p;
 }

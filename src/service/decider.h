@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "encoding/encode.h"
 #include "encoding/request.h"
@@ -15,6 +17,8 @@ namespace clef::service {
 struct DeciderOptions {
   encoding::Limits limits;
   encoding::EncodeOptions encode;  // max_length, default truncation policy
+  // Non-empty: only requests whose `model` is one of these are accepted (else RequestError 404).
+  std::vector<std::string> served_model_names;
 };
 
 struct Prepared {
@@ -27,7 +31,8 @@ class Decider {
   Decider(std::shared_ptr<const model::Release> release, std::shared_ptr<engine::Engine> engine,
           DeciderOptions opts);
 
-  // Validate + encode. Throws encoding::RequestError.
+  // Validate, check the model name against served_model_names, encode. Throws
+  // encoding::RequestError (422 invalid, 400 not an object, 404 model not served).
   Prepared prepare(const json::Value& body) const;
   // Logits -> response JSON (adds usage.truncated_state_tokens when the state was cut).
   json::Value finish(const Prepared& p, const engine::ForwardOutput& out, bool raw = false) const;

@@ -1,4 +1,4 @@
-// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (spec/model.md §5): NFC
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (docs/spec/model.md §5): NFC
 // normalizer, Split(regex, Isolated) + ByteLevel pre-tokenizer, BPE merges, added tokens matched
 // first in raw text. Nothing model-specific is hard-coded: everything comes from the file.
 #pragma once

@@ -13,7 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "bench/json.h"
+#include <nlohmann/json.hpp>
+
 #include "bench/spawn.h"
 #include "bench/target.h"
 
@@ -82,8 +83,8 @@ inline int run_cli(const std::string& args, const std::string& log_prefix) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
-inline Json read_json(const std::string& path) {
-  return Json::parse(read_file(path));
+inline nlohmann::ordered_json read_json(const std::string& path) {
+  return nlohmann::ordered_json::parse(read_file(path));
 }
 
 }  // namespace clef::bench::testing

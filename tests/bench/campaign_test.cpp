@@ -14,6 +14,8 @@
 namespace clef::bench {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 using namespace clef::bench::testing;
 
 // Expected values taken from the reference implementation's own responses (reference_fp32): noul
@@ -353,13 +355,15 @@ TEST(BenchCli, SpawnedServerThatDiesIsAClearError) {
 
 TEST(BenchCli, UsageErrors) {
   const std::string dir = temp_dir("usage");
-  EXPECT_EQ(run_cli("bench --manifest " + source_path("bench/public231-shape.jsonl"), dir + "/u1"),
-            2);
+  EXPECT_EQ(
+      run_cli("bench --manifest " + source_path("manifests/public231-shape.jsonl"), dir + "/u1"),
+      2);
   EXPECT_NE(read_file(dir + "/u1.err").find("--url and --manifest are required"),
             std::string::npos);
-  EXPECT_EQ(run_cli("bench --url ftp://x --manifest " + source_path("bench/public231-shape.jsonl"),
-                    dir + "/u2"),
-            2);
+  EXPECT_EQ(
+      run_cli("bench --url ftp://x --manifest " + source_path("manifests/public231-shape.jsonl"),
+              dir + "/u2"),
+      2);
   EXPECT_NE(read_file(dir + "/u2.err").find("scheme must be http or https"), std::string::npos);
   write_file(dir + "/bad.jsonl", "{\"id\": 1}\n");
   EXPECT_EQ(

@@ -6,6 +6,8 @@
 namespace clef::bench {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 Json report() {
   return Json::parse(R"({"requests": [
     {"id": "a", "outcome": "ok", "answer": {"q": {"type": "choice", "choice": "x", "confidence": 0.6,

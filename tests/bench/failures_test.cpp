@@ -14,6 +14,8 @@
 namespace clef::bench {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 using namespace clef::bench::testing;
 
 TEST(BenchFailures, ServerKilledMidRunGivesCountedFailures) {

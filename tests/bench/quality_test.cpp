@@ -8,6 +8,8 @@
 namespace clef::bench {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 Item item(const std::string& line) {
   return parse_manifest(line, "m", {}).items[0];
 }

@@ -7,6 +7,8 @@
 namespace clef::bench {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 Item three_question_item() {
   const char* line =
       R"({"id": "x", "request": {"model": "m", "state": "s", "questions": {)"

@@ -1,4 +1,4 @@
-// The served path (issue 11): the bench's client sets TCP_NODELAY, reads the server's Server-Timing
+// The served path: the bench's client sets TCP_NODELAY, reads the server's Server-Timing
 // header, and the report gives client - server overhead and per-traversal latency; the evidence
 // takes the GPU's driver, CUDA runtime and cuBLASLt versions from /health's "gpu" object. Report
 // numbers come from synthetic records whose expected values are worked out by hand below.
@@ -17,6 +17,8 @@
 
 namespace clef::bench {
 namespace {
+
+using Json = nlohmann::ordered_json;
 
 using namespace clef::bench::testing;
 

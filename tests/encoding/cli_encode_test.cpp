@@ -1,4 +1,4 @@
-// `clefserve encode` end to end (the CLI contract of issue 2): raw stdin bytes in, fixture-format
+// `clefserve encode` end to end (its CLI contract): raw stdin bytes in, fixture-format
 // JSON out; refusals print {"error": ...} and exit 2.
 #include <gtest/gtest.h>
 

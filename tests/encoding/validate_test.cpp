@@ -1,4 +1,4 @@
-// validate_request: the reference's checks in its order (spec/encoding.md §5), the project's
+// validate_request: the reference's checks in its order (docs/spec/encoding.md §5), the project's
 // tightenings (§2) and limits (protocol.md). No tokenizer needed.
 #include <gtest/gtest.h>
 
@@ -265,7 +265,7 @@ TEST(Validate, Limits) {
   EXPECT_EQ(refusal(questions(2, noul), tight).error.type, "too_many_questions");
 }
 
-// spec/protocol.md: images/videos absent, null or [] → a text request (the edge fixture sends
+// docs/spec/protocol.md: images/videos absent, null or [] → a text request (the edge fixture sends
 // "images":[],"videos":null); any other type or value → 422, never silently ignored. Media is not
 // supported by this server, so every non-empty list is refused too.
 TEST(Validate, MediaOtherThanAbsentNullOrEmptyListIsRefused) {
@@ -289,8 +289,8 @@ TEST(Validate, MediaOtherThanAbsentNullOrEmptyListIsRefused) {
             "not_supported");
 }
 
-// spec/encoding.md §1: 1e400 is infinity in Python and would render "Infinity": refused with 422
-// naming the field, for every place a value is rendered; a field that must be a string or a
+// docs/spec/encoding.md §1: 1e400 is infinity in Python and would render "Infinity": refused with
+// 422 naming the field, for every place a value is rendered; a field that must be a string or a
 // literal gets its usual type refusal; an ignored key stays ignored (the reference never renders
 // it).
 TEST(Validate, NumbersThatOverflowADoubleAreRefusedWhereRendered) {

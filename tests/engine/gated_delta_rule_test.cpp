@@ -1,5 +1,5 @@
-// The sequential gated delta rule vs a direct double-precision transcription of spec/model.md §3's
-// recurrence on random inputs, with GQA-style ratio 3 (value head h reads key head h / 3).
+// The sequential gated delta rule vs a direct double-precision transcription of docs/spec/model.md
+// §3's recurrence on random inputs, with GQA-style ratio 3 (value head h reads key head h / 3).
 #include <gtest/gtest.h>
 
 #include <cmath>

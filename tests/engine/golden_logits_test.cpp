@@ -15,7 +15,7 @@ namespace {
 void check_model(const std::string& name) {
   auto release = testing::load_golden_model(name);
   engine::EngineOptions eo;
-  eo.device = "cpu";
+  eo.device = engine::Device::Cpu;
   auto eng = engine::create_engine(release, eo);
   const auto records = testing::load_golden(name);
   ASSERT_FALSE(records.empty());
@@ -66,10 +66,10 @@ TEST(CpuEngineGolden, InfoSaysFloat32Cpu) {
 TEST(CpuEngineGolden, RefusesOtherDtypesAndUnknownDevices) {
   auto release = testing::load_golden_model("tiny-r2");
   engine::EngineOptions eo;
-  eo.dtype = "bfloat16";
+  eo.dtype = engine::DType::BFloat16;
   EXPECT_THROW(engine::create_engine(release, eo), std::runtime_error);
-  eo.dtype = "";
-  eo.device = "tpu";
+  eo.dtype = engine::DType::Default;
+  eo.device = static_cast<engine::Device>(7);  // no such device
   EXPECT_THROW(engine::create_engine(release, eo), std::runtime_error);
 }
 

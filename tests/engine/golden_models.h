@@ -1,6 +1,6 @@
 // Shared by tests/engine and tests/service: the golden tiny models and their reference_fp32 records
 // (tests/golden/models/<m>.expected.jsonl, produced by Cloudflare's reference; see
-// fixtures/README.md).
+// tests/golden/README.md).
 #pragma once
 
 #include <fstream>

@@ -50,15 +50,15 @@ TEST(TokenBuckets, EveryLengthFitsItsBucketAndBucketsAreFixedPoints) {
   EXPECT_EQ(all_buckets(1000).back(), 1024);
 }
 
-// The issue's bound: mean padding <= 3% of a request's tokens over public231-shape (bench/, a copy
-// of the spec's manifest) with Clef's tokenizer family (tests/golden/tokenizers/qwen3, the real
-// Qwen3 tokenizer.json; see tests/golden/PROVENANCE.md).
+// The padding bound: mean padding <= 3% of a request's tokens over public231-shape (manifests/, a
+// copy of the spec's manifest) with Clef's tokenizer family (tests/golden/tokenizers/qwen3, the
+// real Qwen3 tokenizer.json; see tests/golden/PROVENANCE.md).
 TEST(TokenBuckets, MeanPaddingOverPublic231ShapeIsAtMostThreePercent) {
   const auto tok = tokenizer::Tokenizer::load(std::string(CLEF_SOURCE_DIR) +
                                               "/tests/golden/tokenizers/qwen3/tokenizer.json");
   bench::ManifestOptions mo;
   const bench::Manifest m =
-      bench::load_manifest(std::string(CLEF_SOURCE_DIR) + "/bench/public231-shape.jsonl", mo);
+      bench::load_manifest(std::string(CLEF_SOURCE_DIR) + "/manifests/public231-shape.jsonl", mo);
   ASSERT_EQ(m.items.size(), 231u);
   double sum = 0;
   int longest = 0;
@@ -75,7 +75,7 @@ TEST(TokenBuckets, MeanPaddingOverPublic231ShapeIsAtMostThreePercent) {
     sum += static_cast<double>(bucket_tokens(T) - T) / T;
   }
   std::sort(lengths.begin(), lengths.end());
-  // The manifest's shape as the issue measured it: p50 400, p95 4925 tokens.
+  // The manifest's measured shape: p50 400, p95 4925 tokens.
   EXPECT_EQ(lengths[115], 400);   // ceil(0.5 * 231) = 116
   EXPECT_EQ(lengths[219], 4925);  // nearest rank: ceil(0.95 * 231) = 220
   const double mean = sum / static_cast<double>(m.items.size());

@@ -1,4 +1,4 @@
-// The parser's memory and time are bounded by the body size (issue 12): an 8 MiB body of small
+// The parser's memory and time are bounded by the body size: an 8 MiB body of small
 // values must not cost gigabytes before its refusal. This binary replaces the global operator new
 // to count the bytes the parser holds at its peak (malloc_usable_size: what malloc really handed
 // out, rounding included).
@@ -165,7 +165,7 @@ TEST(JsonMemory, InvalidDocumentsAreRefusedCheaply) {
 }
 
 TEST(JsonMemory, TimeIsLinear) {
-  // 8 MiB of small values parses in well under a second (7 s were seen in issue 12); a quadratic
+  // 8 MiB of small values parses in well under a second (an earlier parser took 7 s); a quadratic
   // step would show as a large ratio between 1 MiB and 8 MiB.
   auto seconds = [](const std::string& doc) {
     const auto t0 = std::chrono::steady_clock::now();

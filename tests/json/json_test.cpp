@@ -1,6 +1,6 @@
-// The JSON layer against the rules of spec/encoding.md §1. Expected strings come from CPython 3.11
-// (json.loads / json.dumps(..., ensure_ascii=False, separators=(",", ":"), sort_keys=True), repr,
-// round), written down by hand, never from this code's own output.
+// The JSON layer against the rules of docs/spec/encoding.md §1. Expected strings come from
+// CPython 3.11 (json.loads / json.dumps(..., ensure_ascii=False, separators=(",", ":"),
+// sort_keys=True), repr, round), written down by hand, never from this code's own output.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,7 +98,8 @@ TEST(JsonRender, FloatVersusInt) {
 
 TEST(JsonParse, OverflowingNumbersAreInfinityLikePython) {
   // Python: json.loads("1e400") == float("inf"), json.loads("[-1e400]") == [float("-inf")]: the
-  // document is well-formed; validation refuses the value where it matters (spec/encoding.md §1).
+  // document is well-formed; validation refuses the value where it matters (docs/spec/encoding.md
+  // §1).
   const Value big = parse_ok("1e400");
   ASSERT_EQ(big.kind(), Kind::Float);
   EXPECT_TRUE(std::isinf(big.as_double()) && big.as_double() > 0);

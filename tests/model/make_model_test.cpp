@@ -40,7 +40,7 @@ Stats stats(const Tensor& t) {
 }
 
 TEST(MakeModel, PresetsHaveTheSpecDimensions) {
-  // spec/model.md §2 (Clef-flash / Clef columns) and §1 (head).
+  // docs/spec/model.md §2 (Clef-flash / Clef columns) and §1 (head).
   ModelPreset f = make_model_preset("flash");
   EXPECT_EQ(f.text.hidden_size, 4096);
   EXPECT_EQ(f.text.num_hidden_layers, 32);

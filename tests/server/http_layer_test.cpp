@@ -1,4 +1,4 @@
-// The HTTP layer under hostile and careless clients (issue 12): limits on every framing (chunked
+// The HTTP layer under hostile and careless clients: limits on every framing (chunked
 // bodies counted as they arrive, Content-Encoding refused, the key checked before any body byte),
 // HTTP/1.1 framing (duplicate/invalid Content-Length, 411, pipelining, Range ignored), deadlines
 // (408), methods (405/501), slowloris, the connection cap, CORS and Connection: close in the drain.

@@ -1,4 +1,4 @@
-// The served path (issue 11): a keep-alive round trip of a tiny request costs only the server's own
+// The served path: a keep-alive round trip of a tiny request costs only the server's own
 // handler time. With Nagle on the server's sockets, the response's second write waited for the
 // client's delayed ACK (>= 40 ms on Linux) on every request; the bench client's own separate
 // header/body writes stalled the same way on the way in (the server then waits for the body: its

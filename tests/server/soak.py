@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mixed-abuse soak of `clefserve serve` (issue 12 item 7). Python 3 standard library only.
+"""Mixed-abuse soak of `clefserve serve`. Python 3 standard library only.
 
 Starts `clefserve serve` on the built-in demo model (no --model; XDG_CACHE_HOME is a fresh temporary
 folder) and measures ONE normal client (valid POST /v1/systemone requests on one keep-alive
@@ -15,7 +15,7 @@ process runs, all at once:
   pipelined   valid requests followed by garbage on one connection (answers, then 400 and close)
 
 Passes when: the normal client saw 0 failures (every answer a 200 with the expected shape, no
-connection error); its loaded p99 < 2 x its unloaded p99 (the issue's bound; 300 unloaded requests
+connection error); its loaded p99 < 2 x its unloaded p99 (the soak's bound; 300 unloaded requests
 so that the baseline p99 is not one lucky sample); the server's VmRSS (sampled every second from /proc/<pid>/status) stayed
 under 1 GiB; the server was still healthy at the end and exited 0 on SIGTERM.
 

@@ -41,7 +41,7 @@ void check_model(const std::string& model, int threads = 0) {
       EXPECT_THROW(strict.decide(r.request), encoding::RequestError);
     }
     // The rounded response as the reference printed it, except a value on a rounding boundary
-    // (fixtures/README.md, "What matches means"); |dp| <= 1e-4 is CpuEngineGolden's check.
+    // (tests/golden/README.md, "What matches means"); |dp| <= 1e-4 is CpuEngineGolden's check.
     std::vector<std::string> accepted;
     const auto mismatches = testsupport::rounded_response_mismatches(response, r, &accepted);
     EXPECT_TRUE(mismatches.empty()) << testsupport::mismatch_lines(mismatches);
@@ -105,6 +105,33 @@ TEST(Decider, SchemaTooLongIsRefusedEvenWithTruncationAllowed) {
   auto body = json::parse(R"({"model":"m","state":"x","questions":{"q":{"type":"noul"}}})", &err);
   ASSERT_TRUE(body);
   EXPECT_THROW(decider.decide(*body), encoding::RequestError);
+}
+
+TEST(Decider, ServedModelNamesRefuseOtherModelsWith404BeforeEncoding) {
+  auto release = testing::load_golden_model("tiny-r2");
+  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, {});
+  service::DeciderOptions opts;
+  opts.served_model_names = {"clef-flash", "@cf/cloudflare/clef-flash"};
+  opts.encode.max_length = 20;  // too short for any request: encoding would refuse with 422
+  service::Decider decider(release, eng, opts);
+  json::ParseError err;
+  auto body =
+      json::parse(R"({"model":"gpt-4","state":"x","questions":{"q":{"type":"noul"}}})", &err);
+  ASSERT_TRUE(body);
+  try {
+    decider.prepare(*body);
+    ADD_FAILURE() << "an unserved model name was accepted";
+  } catch (const encoding::RequestError& e) {
+    EXPECT_EQ(e.status, 404);
+    EXPECT_STREQ(e.what(), "The model 'gpt-4' is not served here");
+  }
+  body->set("model", json::Value::string("@cf/cloudflare/clef-flash"));
+  try {
+    decider.prepare(*body);
+    ADD_FAILURE() << "expected the encoder's refusal";
+  } catch (const encoding::RequestError& e) {
+    EXPECT_EQ(e.status, 422);  // the name passed; the encoder refused the length
+  }
 }
 
 }  // namespace

@@ -1,10 +1,9 @@
-// Our rounded systemone() response vs the reference's, as fixtures/README.md ("What matches means")
-// defines it for the CPU float32 engine: the same response except where a value sits on a rounding
-// boundary. The engine's float32 sums run in an order that depends on the machine and the thread
-// count (OpenBLAS kernels), which moves the unrounded values by up to ~1e-5 here (the contract
-// allows |dp| <= 1e-4), so a value near a 4-decimal boundary may round either way; only that case
-// may differ, and only by one unit of the 4th decimal.
-// Header-only, like cli_runner.h.
+// Our rounded systemone() response vs the reference's, as tests/golden/README.md ("What matches
+// means") defines it for the CPU float32 engine: the same response except where a value sits on a
+// rounding boundary. The engine's float32 sums run in an order that depends on the machine and the
+// thread count (OpenBLAS kernels), which moves the unrounded values by up to ~1e-5 here (the
+// contract allows |dp| <= 1e-4), so a value near a 4-decimal boundary may round either way; only
+// that case may differ, and only by one unit of the 4th decimal. Header-only, like cli_runner.h.
 #pragma once
 
 #include <algorithm>

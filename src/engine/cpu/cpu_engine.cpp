@@ -57,8 +57,9 @@ EngineInfo CpuEngine::info() const {
 
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const model::Release> release,
                                         const EngineOptions& opts) {
-  if (!opts.dtype.empty() && opts.dtype != "float32" && opts.dtype != "fp32")
-    throw std::runtime_error("the cpu backend runs float32 only (got --dtype " + opts.dtype + ")");
+  if (opts.dtype != DType::Default && opts.dtype != DType::Float32)
+    throw std::runtime_error(std::string("the cpu backend runs float32 only (got --dtype ") +
+                             name(opts.dtype) + ")");
   if (opts.threads < 0) throw std::runtime_error("cpu engine: threads must be >= 0");
   return std::make_unique<CpuEngine>(std::move(release), opts.threads);
 }

@@ -24,7 +24,8 @@ class CpuEngine : public Engine {
   int threads_;
 };
 
-// dtype "" or "float32" only; anything else is refused with a clear message.
+// DType::Default or Float32 only; anything else is refused with a clear message. kernels is
+// ignored (the CPU engine has one set).
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const model::Release> release,
                                         const EngineOptions& opts);
 

@@ -1,5 +1,5 @@
-// The gated full-attention mixer (spec/model.md §3): q/k RMSNorm1p per head, partial rotate-half
-// RoPE, causal GQA softmax attention, sigmoid output gate.
+// The gated full-attention mixer (docs/spec/model.md §3): q/k RMSNorm1p per head, partial
+// rotate-half RoPE, causal GQA softmax attention, sigmoid output gate.
 #pragma once
 
 #include <vector>

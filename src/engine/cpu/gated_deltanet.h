@@ -1,4 +1,4 @@
-// The Gated DeltaNet mixer of the linear-attention layers (spec/model.md §3), with the exact
+// The Gated DeltaNet mixer of the linear-attention layers (docs/spec/model.md §3), with the exact
 // sequential recurrence and an fp32 state.
 #pragma once
 

@@ -1,5 +1,5 @@
-// The joint schema head (spec/model.md §4) in float32 on the CPU: final hidden states + spans ->
-// one logit per option. Exposed on its own so the GPU head can be checked against it.
+// The joint schema head (docs/spec/model.md §4) in float32 on the CPU: final hidden states + spans
+// -> one logit per option. Exposed on its own so the GPU head can be checked against it.
 #pragma once
 
 #include <vector>

@@ -28,6 +28,7 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
     : rel_(std::move(release)), cfg_(rel_->text), config_(config), graphs_(kGraphsWithoutPrepare) {
   int dev = 0;
   CLEF_CUDA_CHECK(cudaGetDevice(&dev));
+  device_index_ = dev;
   cudaDeviceProp prop{};
   CLEF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   cc_ = prop.major * 10 + prop.minor;
@@ -188,6 +189,17 @@ std::vector<float> CudaEngineImpl::hidden_host(int T) {
   return out;
 }
 
+int64_t CudaEngineImpl::memory_used_bytes() const {
+  // The caller's thread (the server's event loop) may have another device current.
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) return -1;
+  if (prev != device_index_ && cudaSetDevice(device_index_) != cudaSuccess) return -1;
+  size_t free_b = 0, total_b = 0;
+  const bool ok = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+  if (prev != device_index_) cudaSetDevice(prev);
+  return ok ? static_cast<int64_t>(total_b - free_b) : -1;
+}
+
 ForwardOutput CudaEngineImpl::run_head(const encoding::EncodedRequest& req,
                                        std::function<void(const char*)> marks) {
   ForwardOutput o;
@@ -205,18 +217,27 @@ std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const model::Release> r
     throw std::runtime_error(std::string("no usable CUDA device (") +
                              (e != cudaSuccess ? cudaGetErrorString(e) : "none found") + ")");
   CudaEngineConfig c;
-  if (opts.dtype.empty() || opts.dtype == "bfloat16") {
-    c.activations = c.weights = DataType::BF16;
-  } else if (opts.dtype == "float32") {
-    c.activations = c.weights = DataType::F32;
-  } else {
-    throw std::runtime_error("cuda engine: --dtype must be bfloat16 or float32 (got '" +
-                             opts.dtype + "')");
+  switch (opts.dtype) {
+    case DType::Default:
+    case DType::BFloat16:
+      c.activations = c.weights = DataType::BF16;
+      break;
+    case DType::Float32:
+      c.activations = c.weights = DataType::F32;
+      break;
+    default:
+      throw std::runtime_error("cuda engine: --dtype must be bfloat16 or float32");
   }
-  if (opts.kernels == "generic")
-    c.kernels = KernelPath::Generic;
-  else if (opts.kernels != "auto")
-    throw std::runtime_error("--kernels must be auto or generic (got '" + opts.kernels + "')");
+  switch (opts.kernels) {
+    case Kernels::Auto:
+      c.kernels = KernelPath::Auto;
+      break;
+    case Kernels::Generic:
+      c.kernels = KernelPath::Generic;
+      break;
+    default:
+      throw std::runtime_error("cuda engine: --kernels must be auto or generic");
+  }
   return std::make_unique<CudaEngineImpl>(std::move(release), c);
 }
 

@@ -1,4 +1,4 @@
-// The CUDA backend (issue 6): bf16 production path and a float32 parity path behind the Engine
+// The CUDA backend: bf16 production path and a float32 parity path behind the Engine
 // interface. Plain C++ header (no CUDA types) so create_engine.cpp and the CLI can include it
 // without nvcc.
 #pragma once

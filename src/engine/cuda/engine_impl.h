@@ -45,6 +45,7 @@ class CudaEngineImpl final : public CudaEngine {
       const std::vector<const encoding::EncodedRequest*>& batch) override;
   EngineInfo info() const override;
   PrepareReport prepare(const PrepareOptions& o) override;
+  int64_t memory_used_bytes() const override;
 
   ColdWork cold_work() const override;
   StageTimes forward_profiled(const encoding::EncodedRequest& req) override;
@@ -73,7 +74,7 @@ class CudaEngineImpl final : public CudaEngine {
   std::shared_ptr<const model::Release> rel_;
   const model::TextConfig& cfg_;
   CudaEngineConfig config_;
-  int cc_ = 0, sm_count_ = 0;
+  int cc_ = 0, sm_count_ = 0, device_index_ = 0;
   std::string device_, device_name_;
   std::map<std::string, std::string> versions_;  // driver and libraries, read once
   cudaStream_t stream_ = nullptr;

@@ -1,4 +1,4 @@
-// The joint head's small kernels (spec/model.md §4): LayerNorm, bias/GELU, span means, the LM-head
+// The joint head's small kernels (docs/spec/model.md §4): LayerNorm, bias/GELU, span means, the LM-head
 // row gather, softmax, the option-attention summary and the scorer. All arithmetic is fp32 (the
 // final scoring dots in fp64); GEMMs go through gemm/gemm.h.
 #pragma once

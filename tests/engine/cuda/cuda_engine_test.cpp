@@ -20,12 +20,24 @@
 namespace clef {
 namespace {
 
+// Test options by name (an unknown name becomes an out-of-range value the engine must refuse).
+engine::DType dtype_of(const std::string& s) {
+  return s == "float32"    ? engine::DType::Float32
+         : s == "bfloat16" ? engine::DType::BFloat16
+                           : static_cast<engine::DType>(99);
+}
+engine::Kernels kernels_of(const std::string& s) {
+  return s == "auto"      ? engine::Kernels::Auto
+         : s == "generic" ? engine::Kernels::Generic
+                          : static_cast<engine::Kernels>(99);
+}
+
 std::unique_ptr<engine::Engine> make(const std::string& model, const std::string& dtype,
                                      const std::string& kernels = "auto") {
   engine::EngineOptions eo;
-  eo.device = "cuda";
-  eo.dtype = dtype;
-  eo.kernels = kernels;
+  eo.device = engine::Device::Cuda;
+  eo.dtype = dtype_of(dtype);
+  eo.kernels = kernels_of(kernels);
   return engine::create_engine(testing::load_golden_model(model), eo);
 }
 

@@ -122,7 +122,7 @@ void check_model(const std::string& name) {
   EXPECT_EQ(checked, 3);
   std::printf("[head vs fixture] %s cpu fp32: max |dlogit| %.3g, max |dp| %.3g\n", name.c_str(),
               cpu_w.logit, cpu_w.prob);
-  // Fixture bounds (fixtures/README.md) for float32 engines: |dlogit| <= 1e-3, |dp| <= 1e-4.
+  // Fixture bounds (tests/golden/README.md) for float32 engines: |dlogit| <= 1e-3, |dp| <= 1e-4.
   EXPECT_LE(cpu_w.logit, 1e-3);
   EXPECT_LE(cpu_w.prob, 1e-4);
   if (!gpu) GTEST_SKIP() << "no CUDA device (CPU head checked)";

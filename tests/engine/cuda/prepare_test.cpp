@@ -24,8 +24,8 @@ constexpr int kMaxTokens = 700;
 
 std::unique_ptr<engine::Engine> make(const std::string& dtype) {
   engine::EngineOptions eo;
-  eo.device = "cuda";
-  eo.dtype = dtype;
+  eo.device = engine::Device::Cuda;
+  eo.dtype = dtype == "float32" ? engine::DType::Float32 : engine::DType::BFloat16;
   return engine::create_engine(testing::load_golden_model("tiny-r2"), eo);
 }
 

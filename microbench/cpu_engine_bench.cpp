@@ -1,7 +1,7 @@
 // CPU float32 engine latency. Model from $CLEF_BENCH_MODEL (a release folder; default: the tiny-r2
 // fixture), e.g. for the ~0.5B preset:
 //   clefserve make-model --preset small --out /tmp/small
-//   CLEF_BENCH_MODEL=/tmp/small build/benchmarks/bench_cpu_engine --benchmark_filter=Forward/1024
+//   CLEF_BENCH_MODEL=/tmp/small build/microbench/bench_cpu_engine --benchmark_filter=Forward/1024
 // The GDN recurrence micro-benchmark uses Clef-flash head sizes and needs no model.
 #include <benchmark/benchmark.h>
 

@@ -1,4 +1,4 @@
-// Encoding a 64-question System One request with the Qwen3 tokenizer (issue 2, item 7):
+// Encoding a 64-question System One request with the Qwen3 tokenizer:
 // validate + piecewise tokenization + spans, from an already parsed body; plus the same from raw
 // bytes (parse included), and with a cold tokenizer word cache.
 #include <benchmark/benchmark.h>

@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-namespace clef::server {
+namespace clef::model {
 
 inline constexpr const char* kDemoModelName = "clef-demo";
 
@@ -20,4 +20,4 @@ std::string demo_model_dir(const std::string& version);
 std::string ensure_demo_model(const std::string& version,
                               const std::function<void(const std::string&)>& progress);
 
-}  // namespace clef::server
+}  // namespace clef::model

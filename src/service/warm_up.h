@@ -4,10 +4,10 @@
 
 #include "service/decider.h"
 
-namespace clef::server {
+namespace clef::service {
 
 // Runs one small fixed request through `decider`. Throws (std::exception) on any failure, including
 // a non-finite probability.
-void warm_up(service::Decider& decider);
+void warm_up(Decider& decider);
 
-}  // namespace clef::server
+}  // namespace clef::service

@@ -1,4 +1,4 @@
-// Tokenizer speed (issue 2 item 7): a ~16k-token English state with the Qwen3 tokenizer, one
+// Tokenizer speed: a ~16k-token English state with the Qwen3 tokenizer, one
 // thread, with a cold merge cache (cleared before every run) and a warm one; plus the
 // tokenizer.json load.
 #include <cctype>

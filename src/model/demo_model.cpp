@@ -1,4 +1,4 @@
-#include "server/demo_model.h"
+#include "model/demo_model.h"
 
 #include <signal.h>
 
@@ -12,7 +12,7 @@
 
 #include "model/make_model.h"
 
-namespace clef::server {
+namespace clef::model {
 
 std::string demo_model_dir(const std::string& version) {
   namespace fs = std::filesystem;
@@ -91,4 +91,4 @@ std::string ensure_demo_model(const std::string& version,
   return dir;
 }
 
-}  // namespace clef::server
+}  // namespace clef::model

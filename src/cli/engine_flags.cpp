@@ -1,0 +1,48 @@
+#include "cli/engine_flags.h"
+
+#include <map>
+#include <string>
+
+namespace clef::cli {
+
+namespace {
+
+// One enum flag: CLI11 maps the name to the value (CheckedTransformer); --help shows the set of
+// names, like CLI::IsMember would, and the current value as the default.
+template <typename E, size_t N>
+CLI::Option* add_enum(CLI::App* cmd, const std::string& flag, E& value,
+                      const std::pair<const char*, E> (&names)[N], const std::string& help,
+                      bool show_default) {
+  std::map<std::string, E> map;
+  std::string set = "{";
+  for (const auto& [n, v] : names) {
+    map.emplace(n, v);
+    if (set.size() > 1) set += ',';
+    set += n;
+  }
+  set += '}';
+  CLI::Option* opt = cmd->add_option(flag, value, help)
+                         ->transform(CLI::CheckedTransformer(map).description(set))
+                         ->type_name("TEXT");
+  if (show_default) opt->default_str(engine::name(value));
+  return opt;
+}
+
+}  // namespace
+
+void add_engine_options(CLI::App* cmd, engine::EngineOptions& opts) {
+  add_enum(cmd, "--device", opts.device, engine::kDeviceNames, "Engine device", true);
+  add_enum(cmd, "--dtype", opts.dtype, engine::kDTypeNames,
+           "Engine dtype (default: the backend's, float32 on cpu, bfloat16 on cuda; cpu runs "
+           "float32 only)",
+           opts.dtype != engine::DType::Default);
+  add_enum(cmd, "--kernels", opts.kernels, engine::kKernelsNames,
+           "CUDA kernels: auto (the fastest the device supports) or generic (force the generic "
+           "kernels)",
+           true);
+  cmd->add_option("--threads", opts.threads, "CPU engine threads (0 = all cores)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace clef::cli
