@@ -4,9 +4,9 @@
 # the profile of both binaries alternated (B A B A) at the default lengths, hidden-state dumps of
 # both in bf16 and fp32 on the same 777 random ids (bitwise compared), and decide on two requests
 # (answers compared). Binaries: bin/ (after) and before/ (before) inside .devcarry/pkg.tar.xz.
-# Usage (repo root on the device): STEPS="tests model profile hidden decide" scripts/device/reshape_check.sh
+# Usage (repo root on the device): STEPS="tests model profile hidden decide generic workbench" scripts/device/reshape_check.sh
 set -uo pipefail
-STEPS="${STEPS:-tests model profile hidden decide}"
+STEPS="${STEPS:-tests model profile hidden decide workbench}"
 source scripts/device/setup.sh
 M=/tmp/flash
 L=$OUT
@@ -64,6 +64,17 @@ for i, l in enumerate(sys.stdin):
     summary+=("decide request $i (flash, bf16): $(python3 -c "
 import json; a = json.load(open('/tmp/before$i.json'))['raw']; b = json.load(open('/tmp/after$i.json'))['raw']; print('IDENTICAL raw probabilities' if a == b else 'DIFFER')")")
   done
+fi
+
+if has generic; then
+  timeout 200 clefserve profile --model $M --device cuda --kernels generic --lengths 961 --runs 5 > /tmp/prof_generic.txt 2>>"$L/misc.log"
+  summary+=("profile --kernels generic rc $?: $(grep -E '^\| 961' /tmp/prof_generic.txt)")
+  grep -E "kernels\.(elementwise|linear_attention|mode)" /tmp/prof_generic.txt >> "$L/misc.log"
+fi
+
+if has workbench; then
+  OUT=/tmp/wb bash scripts/device/workbench.sh > "$L/workbench.log" 2>&1
+  while read -r l; do summary+=("$l"); done < <(grep "^workbench_" "$L/workbench.log")
 fi
 
 echo "================ SUMMARY ================"
