@@ -31,8 +31,8 @@ struct ServerOptions {
   size_t max_connections = 1024;        // open connections; beyond -> 503 + Connection: close
   int worker_threads = 0;               // parse/validate/encode/answer pool (0 = 2..8 by cores)
   std::vector<std::string> cors_origins;  // allowed Origin values ("*" = any); empty = CORS off
-  std::string api_key;  // non-empty: Authorization: Bearer KEY on all but /health and the playground
-  bool ui = true;       // the playground page at / (and /ui/*); false (--no-ui): 404
+  std::string api_key;     // non-empty: Bearer KEY on all but /health and the playground
+  bool ui = true;          // the playground page at / (and /ui/*); false (--no-ui): 404
   std::string model_name;  // reported in /health; listed by /v1/models when no served names
   std::vector<std::string> served_model_names;  // non-empty: only these `model` values accepted
   bool demo = false;    // the built-in random-weights demo model (reported in /health)

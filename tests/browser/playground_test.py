@@ -42,9 +42,9 @@ def in_ci():
 
 def missing_tools(chromium, driver):
     missing = []
-    if not chromium:
+    if not chromium or not os.access(chromium, os.X_OK):
         missing.append("chromium (apt-get install chromium)")
-    if not driver:
+    if not driver or not os.access(driver, os.X_OK):
         missing.append("chromedriver (apt-get install chromium-driver)")
     try:
         import selenium  # noqa: F401
@@ -174,7 +174,7 @@ def main():
         opts = webdriver.ChromeOptions()
         opts.binary_location = a.chromium
         for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                    "--window-size=1280,1500", "--hide-scrollbars", "--force-device-scale-factor=1",
+                    "--window-size=1280,1000", "--hide-scrollbars", "--force-device-scale-factor=1",
                     "--no-first-run", "--disable-extensions", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync", "--disable-default-apps",
                     "--metrics-recording-only", "--no-default-browser-check",
@@ -302,8 +302,10 @@ def main():
               and "total" in phases and "forward" in phases,
               f"the Server-Timing breakdown is shown ({phases})")
         check(driver.find_element(By.ID, "sum-id").text not in ("", "—"), "the request id is shown")
-        shot = os.path.join(a.out, "playground-answer.png")
-        driver.save_screenshot(shot)
+        # The answered two-question page, from the top (the answer panel stays in view on a wide screen).
+        driver.execute_script("window.scrollTo(0, 0); document.activeElement.blur();")
+        time.sleep(0.2)
+        driver.save_screenshot(os.path.join(a.out, "playground-answer.png"))
         if a.docs_screenshot:
             driver.save_screenshot(a.docs_screenshot)
             print(f"wrote {a.docs_screenshot}")
@@ -321,8 +323,14 @@ def main():
         if shutil.which("curl") and shutil.which("bash"):
             out = subprocess.run(["bash", "-c", curl], capture_output=True, text=True,
                                  env={**os.environ, "CLEF_API_KEY": API_KEY}, timeout=60)
-            resp = out.stdout.split("\r\n\r\n", 1)[-1]
-            check(out.returncode == 0 and json.loads(resp) == api, "the copied curl command gives the same answer")
+            resp = out.stdout.replace("\r\n", "\n").split("\n\n", 1)[-1]
+            try:
+                same = json.loads(resp) == api
+            except ValueError:
+                same = False
+            check(out.returncode == 0 and same,
+                  f"the copied curl command gives the same answer ({out.returncode} {out.stdout[:300]!r} "
+                  f"{out.stderr[:300]!r}; command {curl!r})")
 
         # Keyboard: Ctrl+Enter from the state field sends.
         n = exchanges()
@@ -356,6 +364,27 @@ def main():
         check(serr.is_displayed() and "JSON" in serr.text and exchanges() == n,
               f"invalid JSON state is shown by the state field, nothing sent ({serr.text!r})")
 
+        # A score question (levels from the editor's defaults) next to the noul.
+        driver.find_element(By.CSS_SELECTOR, "input[name=state-mode][value=text]").click()
+        card(1).find_element(By.CSS_SELECTOR, "[data-role=remove]").click()
+        driver.find_element(By.CSS_SELECTOR, "[data-add=score]").click()
+        typed(card(1).find_element(By.CSS_SELECTOR, "[data-role=qid]"), "urgency")
+        send()
+        sent = json.loads(driver.execute_script("return document.getElementById('raw-request').textContent"))
+        check(sent["questions"].get("urgency") == {"type": "score", "criteria": ["low", "medium", "high"]},
+              f"a score question is sent with its levels ({sent['questions'].get('urgency')})")
+        s2, _, b2 = http(origin + "/v1/systemone", json.dumps(sent).encode(),
+                         {"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+        score = json.loads(b2)["answers"]["urgency"] if s2 == 200 else {}
+        sbars = driver.execute_script("""
+          return Array.from(document.querySelectorAll('#answers li.bar[data-question=urgency]')).map(b =>
+            [b.dataset.option, Number(b.dataset.value), b.classList.contains('chosen')]);""")
+        probs = score.get("probabilities", {})
+        best = max(probs, key=probs.get) if probs else None
+        check([(o, v) for o, v, _ in sbars] == list(probs.items())
+              and [o for o, _, c in sbars if c] == [best],
+              f"score bars = API probabilities {probs}, most likely level {best} highlighted ({sbars})")
+
         # Only this origin, no CSP violation, no script error.
         names = driver.execute_script(
             "return performance.getEntriesByType('resource').map(e => e.name).concat([location.href])")
@@ -372,6 +401,12 @@ def main():
         overflow = driver.execute_script(
             "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         check(overflow <= 0, f"at 390 px wide nothing overflows sideways ({overflow} px)")
+        send()  # one column: the answer is scrolled into view
+        top = driver.execute_script("return document.getElementById('answer').getBoundingClientRect().top")
+        check(abs(top) < 5, f"on a phone the answer is brought into view after Send (top {top})")
+        overflow = driver.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        check(overflow <= 0, f"the answer fits 390 px too ({overflow} px)")
         driver.save_screenshot(os.path.join(a.out, "playground-phone.png"))
         print(f"screenshots in {a.out}; browser round trip {browser_s:.2f} s")
     except Exception as e:  # noqa: BLE001 -- any failure is reported with the server log

@@ -114,7 +114,8 @@ TEST(ServerPlayground, PageAndFilesWithCspContentTypesAndCaching) {
   // Other paths stay 404; other methods 405.
   for (const char* p : {"/ui/", "/ui/nope.js", "/index.html", "//", "/ui/app.js/"})
     EXPECT_EQ(http(shared_port(), "GET", p).status, 404) << p;
-  HttpResponse post = http(shared_port(), "POST", "/", "{}", {{"Content-Type", "application/json"}});
+  HttpResponse post =
+      http(shared_port(), "POST", "/", "{}", {{"Content-Type", "application/json"}});
   EXPECT_EQ(post.status, 405);
   EXPECT_EQ(post.header("allow"), "GET, HEAD");
 }

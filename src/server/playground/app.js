@@ -437,6 +437,8 @@
       renderExchange(x);
       if (res.ok) {
         $('status').textContent = `Answered in ${latencyMs.toFixed(1)} ms.`;
+        // One column (a phone): the answer is below the form; bring it into view.
+        if (window.matchMedia('(max-width: 900px)').matches) $('answer').scrollIntoView({ block: 'start' });
       } else {
         $('status').textContent = `The server answered ${res.status}.`;
         showServerError(res.status, body);
@@ -490,7 +492,7 @@
       ta.remove();
     }
     $('status').textContent = ok ? 'curl command copied to the clipboard.'
-      : 'Could not reach the clipboard: the command is under “Raw request / response JSON”.';
+      : 'Could not reach the clipboard: the curl command is under “Raw request / response JSON”.';
     if (!ok) $('raw').open = true;
   }
   $('copy-curl').addEventListener('click', copyCurl);
