@@ -389,6 +389,9 @@ def main():
         names = driver.execute_script(
             "return performance.getEntriesByType('resource').map(e => e.name).concat([location.href])")
         check(all(u.startswith(origin + "/") for u in names), f"every request went to {origin} ({names})")
+        stored = driver.execute_script(
+            "return [localStorage.length, sessionStorage.length, document.cookie]")
+        check(stored == [0, 0, ""], f"nothing stored: no localStorage, sessionStorage or cookie ({stored})")
         violations = driver.execute_script("return window.clefPlayground.cspViolations")
         check(violations == [], f"no CSP violation ({violations})")
         logs = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"

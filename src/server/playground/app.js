@@ -509,6 +509,10 @@
   fetch('/health', { credentials: 'omit', cache: 'no-store' })
     .then((r) => r.json())
     .then((h) => {
+      if (h.status !== 'ok') {
+        $('server-info').textContent = `Server: ${typeof h.detail === 'string' ? h.detail : 'not ready'}`;
+        return;
+      }
       if (!$('model').value && typeof h.model === 'string') $('model').value = h.model;
       const bits = [`model ${h.model}`, `${h.backend} (${h.device})`, `max ${h.max_length} tokens`, `clefserve ${h.version}`];
       if (h.demo) bits.push('DEMO model: random weights, meaningless answers');
