@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command (README, .ci/run): unit + golden + HTTP tests on the release build,
+# The project's test command (README, .ci/run): unit + golden + HTTP tests on the release build
+# (with the playground's headless-chromium test, ctest label browser: it fails under CI=true when
+# chromium, chromium-driver or python3-selenium is missing, and is skipped elsewhere),
 # a 60 s mixed-abuse soak of the server (tests/server/soak.py, SOAK_SECONDS), the same tests under
 # ASan+UBSan, then time-boxed libFuzzer runs. GPU tests (label gpu) run on the device only.
 # CLEF_TEST_QUICK=1 runs only the release-build tests (for development).

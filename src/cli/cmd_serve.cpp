@@ -57,6 +57,7 @@ struct ServeArgs {
   double header_timeout = 10, body_timeout = 30, keep_alive_timeout = 60;
   size_t max_connections = 1024;
   std::vector<std::string> cors_origins;
+  bool no_ui = false;
 };
 
 // --tuning-cache default: $CLEF_CACHE_DIR, else $XDG_CACHE_HOME/clefserve, else ~/.cache/clefserve.
@@ -198,6 +199,7 @@ int run_serve(const ServeArgs& a) {
     so.idle_timeout_s = a.keep_alive_timeout;
     so.max_connections = a.max_connections;
     so.cors_origins = a.cors_origins;
+    so.ui = !a.no_ui;
     so.model_name = demo ? model::kDemoModelName : release->name;
     so.demo = demo;
     so.version = version;
@@ -305,6 +307,8 @@ void add_serve(CLI::App& app, int& exit_code) {
       "--cors-origin", args->cors_origins,
       "Allowed browser Origin (repeatable; '*' = any): answers CORS preflights and adds "
       "Access-Control-Allow-Origin (default: CORS off)");
+  cmd->add_flag("--no-ui", args->no_ui,
+                "Do not serve the playground page at / (and its files under /ui/): 404");
   cmd->add_option("--log-format", args->log_format, "text | json")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));

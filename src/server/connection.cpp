@@ -19,6 +19,8 @@ void Connection::on_header() {
   ctx_.start = Clock::now();
   ctx_.method = std::string(req.method_string());
   ctx_.route = route_of(req.target());
+  if (!core_.opts.ui && (ctx_.route == Route::Ui || ctx_.route == Route::UiAsset))
+    ctx_.route = Route::Unknown;  // --no-ui
   ctx_.head = req.method() == http::verb::head;
   ctx_.keep_alive = req.keep_alive();
   ctx_.origin = std::string(req[http::field::origin]);
@@ -84,7 +86,10 @@ void Connection::on_header() {
     r.headers.emplace_back("Allow", route_allow(route));
     return reply(std::move(r));
   }
-  if (route != Route::Health && !core_.opts.api_key.empty() &&
+  // The key guards the API; the playground's static files hold nothing secret and a browser
+  // cannot send a bearer key when it opens a page: they are served without it, like /health.
+  const bool open_route = route == Route::Health || route == Route::Ui || route == Route::UiAsset;
+  if (!open_route && !core_.opts.api_key.empty() &&
       !core_.authorized(req[http::field::authorization])) {
     Reply r = detail_reply(401, "Not authenticated");
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -131,7 +136,7 @@ void Connection::on_body() {
   if (ctx_.route != Route::SystemOne) {
     Reply r;
     try {
-      r = handle_get(core_, ctx_.route);
+      r = handle_get(core_, ctx_.route, parser_->get().target());
     } catch (const std::exception& e) {
       core_.log.error("internal_error", {{"id", ctx_.id}, {"error", e.what()}});
       r = detail_reply(500, "Internal Server Error");

@@ -45,7 +45,7 @@ struct Core {
                  : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u))),
         queue(decider->engine(), QueueOptions{opts.max_queue, opts.max_batch_tokens}, metrics),
         started_unix(static_cast<int64_t>(std::time(nullptr))) {
-    openapi = openapi_document(opts.version, !opts.api_key.empty());
+    openapi = openapi_document(opts.version, !opts.api_key.empty(), opts.ui);
     cors_any = std::find(opts.cors_origins.begin(), opts.cors_origins.end(), "*") !=
                opts.cors_origins.end();
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "server/playground.h"
+
 namespace clef::server::detail {
 
 Route route_of(std::string_view target) {
@@ -12,6 +14,8 @@ Route route_of(std::string_view target) {
   if (path == "/v1/models") return Route::Models;
   if (path == "/metrics") return Route::Metrics;
   if (path == "/openapi.json") return Route::OpenApi;
+  if (path == "/") return Route::Ui;
+  if (is_ui_path(path)) return Route::UiAsset;
   return Route::Unknown;
 }
 
@@ -27,6 +31,10 @@ const char* route_label(Route r) {
       return "/metrics";
     case Route::OpenApi:
       return "/openapi.json";
+    case Route::Ui:
+      return "/";
+    case Route::UiAsset:
+      return "/ui/*";
     case Route::Unknown:
       break;
   }

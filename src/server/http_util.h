@@ -12,7 +12,8 @@
 
 namespace clef::server::detail {
 
-enum class Route { SystemOne, Health, Models, Metrics, OpenApi, Unknown };
+// Ui: the playground page `/`; UiAsset: its script, style sheet and icon under /ui/ (playground.h).
+enum class Route { SystemOne, Health, Models, Metrics, OpenApi, Ui, UiAsset, Unknown };
 
 Route route_of(std::string_view target);
 const char* route_label(Route r);

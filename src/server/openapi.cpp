@@ -114,6 +114,37 @@ constexpr const char* kDocument = R"json({
           "503": {"$ref": "#/components/responses/Unavailable", "description": "Over --max-connections."}
         }
       }
+    },
+    "/": {
+      "get": {
+        "operationId": "playground",
+        "summary": "The playground page (HTML; its script, style sheet and icon are under /ui/). No key required; off with --no-ui",
+        "security": [],
+        "responses": {
+          "200": {"description": "The page, with a strict Content-Security-Policy (everything from this origin only) and Cache-Control: no-cache.", "content": {"text/html": {"schema": {"type": "string"}}}},
+          "400": {"$ref": "#/components/responses/Error", "description": "Broken HTTP framing; the connection is closed."},
+          "404": {"$ref": "#/components/responses/Error", "description": "The server runs with --no-ui."},
+          "408": {"$ref": "#/components/responses/Error", "description": "The header did not arrive in time (--header-timeout)."},
+          "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
+          "503": {"$ref": "#/components/responses/Unavailable", "description": "Over --max-connections."}
+        }
+      }
+    },
+    "/ui/{asset}": {
+      "get": {
+        "operationId": "playgroundAsset",
+        "summary": "The playground's script, style sheet and icon. No key required; off with --no-ui",
+        "security": [],
+        "parameters": [{"name": "asset", "in": "path", "required": true, "schema": {"type": "string", "enum": ["app.js", "style.css", "icon.svg"]}}],
+        "responses": {
+          "200": {"description": "The file (text/javascript, text/css or image/svg+xml). Asked for with ?v=<its hash>, as the page links it: Cache-Control: public, max-age=31536000, immutable; otherwise no-cache.", "content": {"text/javascript": {"schema": {"type": "string"}}, "text/css": {"schema": {"type": "string"}}, "image/svg+xml": {"schema": {"type": "string"}}}},
+          "400": {"$ref": "#/components/responses/Error", "description": "Broken HTTP framing; the connection is closed."},
+          "404": {"$ref": "#/components/responses/Error", "description": "Another name, or the server runs with --no-ui."},
+          "408": {"$ref": "#/components/responses/Error", "description": "The header did not arrive in time (--header-timeout)."},
+          "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
+          "503": {"$ref": "#/components/responses/Unavailable", "description": "Over --max-connections."}
+        }
+      }
     }
   },
   "components": {
@@ -330,9 +361,13 @@ constexpr const char* kDocument = R"json({
 
 }  // namespace
 
-std::string openapi_document(const std::string& version, bool api_key) {
+std::string openapi_document(const std::string& version, bool api_key, bool ui) {
   auto doc = nlohmann::ordered_json::parse(kDocument);
   doc["info"]["version"] = version;
+  if (!ui) {
+    doc["paths"].erase("/");
+    doc["paths"].erase("/ui/{asset}");
+  }
   if (api_key)
     doc["security"] =
         nlohmann::ordered_json::array({{{"bearer", nlohmann::ordered_json::array()}}});

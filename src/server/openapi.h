@@ -6,7 +6,8 @@
 
 namespace clef::server {
 
-// api_key: whether the server requires a bearer key (adds the security requirement).
-std::string openapi_document(const std::string& version, bool api_key);
+// api_key: whether the server requires a bearer key (adds the security requirement); ui: whether
+// the playground (/ and /ui/{asset}) is served (without it, those paths are left out).
+std::string openapi_document(const std::string& version, bool api_key, bool ui = true);
 
 }  // namespace clef::server

@@ -1,8 +1,10 @@
 #include "server/routes.h"
 
+#include "server/playground.h"
+
 namespace clef::server::detail {
 
-Reply handle_get(const Core& core, Route route) {
+Reply handle_get(const Core& core, Route route, std::string_view target) {
   switch (route) {
     case Route::Health:
       return health(core);
@@ -12,6 +14,9 @@ Reply handle_get(const Core& core, Route route) {
       return metrics_text(core);
     case Route::OpenApi:
       return json_reply(200, core.openapi);
+    case Route::Ui:
+    case Route::UiAsset:
+      return playground_reply(target);
     default:
       return detail_reply(404, "Not Found");
   }

@@ -31,7 +31,8 @@ struct ServerOptions {
   size_t max_connections = 1024;        // open connections; beyond -> 503 + Connection: close
   int worker_threads = 0;               // parse/validate/encode/answer pool (0 = 2..8 by cores)
   std::vector<std::string> cors_origins;  // allowed Origin values ("*" = any); empty = CORS off
-  std::string api_key;  // non-empty: Authorization: Bearer KEY on everything but /health
+  std::string api_key;  // non-empty: Bearer KEY on all but /health and the playground
+  bool ui = true;       // the playground page at / (and /ui/*); false (--no-ui): 404
   // Reported in /health; listed by /v1/models when the decider has no served_model_names.
   std::string model_name;
   bool demo = false;    // the built-in random-weights demo model (reported in /health)
