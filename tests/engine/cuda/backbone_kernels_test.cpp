@@ -272,6 +272,114 @@ TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
   }
 }
 
+// Packed sequences: with each row's position in its sequence given, the conv taps of the GDN prep
+// never reach into the previous sequence and RoPE restarts at 0, i.e. a packed run equals each
+// sequence run alone (checked on the references first), the kernels match the references on both
+// paths, and explicit positions 0..T-1 give the same bits as none.
+TYPED_TEST(BackboneKernels, PackedSequencesRestartConvTapsAndRope) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  // 2 tokens (< K - 1), then across the vector kernels' 16-token blocks.
+  const std::vector<int> lens = {37, 2, 58, 19};
+  std::vector<int32_t> pos, iota;
+  for (int L : lens)
+    for (int i = 0; i < L; ++i) pos.push_back(i);
+  const int T = static_cast<int>(pos.size());
+  for (int t = 0; t < T; ++t) iota.push_back(t);
+  engine::cuda::DeviceBuffer dpos(pos.size() * 4), diota(iota.size() * 4);
+  CLEF_CUDA_CHECK(cudaMemcpy(dpos.get(), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+  CLEF_CUDA_CHECK(cudaMemcpy(diota.get(), iota.data(), iota.size() * 4, cudaMemcpyHostToDevice));
+
+  for (int extra : {0, 3}) {  // vec8 and scalar GDN prep
+    SCOPED_TRACE("gdn prep, extra " + std::to_string(extra));
+    const int Hk = 2, Hv = 4, dk = 16, dv = 16, K = 4, cqkv = 2 * Hk * dk + Hv * dv;
+    const int ld = cqkv + Hv * dv + 2 * Hv + extra, b_off = cqkv + Hv * dv, a_off = b_off + Hv;
+    auto proj = rand_e<E>(rng, size_t(T) * ld, 1.0f);
+    auto conv = rand_e<E>(rng, size_t(cqkv) * K, 0.5f);
+    auto A_log = randu(rng, Hv, 0.0f, 2.7f), dtb = randn(rng, Hv, 1.0f, 1.0f);
+    round_all_bf16(A_log);
+    round_all_bf16(dtb);
+    const size_t nq = size_t(T) * Hk * dk, nv = size_t(T) * Hv * dv, ng = size_t(T) * Hv;
+    std::vector<float> rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
+    ref::gdn_conv_prep_ref(proj.data(), T, ld, Hk, Hv, dk, dv, K, b_off, a_off, conv.data(),
+                           A_log.data(), dtb.data(), kBf16<E>, rq.data(), rk.data(), rv.data(),
+                           rg.data(), rb.data(), pos.data());
+    // The reference, packed, equals the reference on each sequence alone.
+    for (size_t si = 0, t0 = 0; si < lens.size(); t0 += lens[si++]) {
+      const int L = lens[si];
+      std::vector<float> q1(size_t(L) * Hk * dk), k1(q1.size()), v1(size_t(L) * Hv * dv),
+          g1(size_t(L) * Hv), b1(g1.size());
+      ref::gdn_conv_prep_ref(proj.data() + t0 * ld, L, ld, Hk, Hv, dk, dv, K, b_off, a_off,
+                             conv.data(), A_log.data(), dtb.data(), kBf16<E>, q1.data(), k1.data(),
+                             v1.data(), g1.data(), b1.data());
+      ASSERT_TRUE(std::equal(q1.begin(), q1.end(), rq.begin() + t0 * Hk * dk)) << "sequence " << si;
+      ASSERT_TRUE(std::equal(v1.begin(), v1.end(), rv.begin() + t0 * Hv * dv)) << "sequence " << si;
+    }
+    auto dp = to_device<E>(proj), dc = to_device<E>(conv);
+    auto da = to_device<float>(A_log), db = to_device<float>(dtb);
+    for (KernelPath path : kPaths) {
+      auto run = [&](const int32_t* positions) {
+        GdnPrepArgs a{T, ld, Hk, Hv, dk, dv, K, b_off, a_off, positions};
+        auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
+             g = poisoned<float>(ng), beta = poisoned<float>(ng);
+        gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
+                         db.template get<float>(), a, q.template get<float>(),
+                         k.template get<float>(), v.template get<float>(), g.template get<float>(),
+                         beta.template get<float>(), path, 0);
+        return std::vector<std::vector<float>>{to_host<float>(q, nq), to_host<float>(k, nq),
+                                               to_host<float>(v, nv), to_host<float>(beta, ng)};
+      };
+      SCOPED_TRACE(
+          gdn_conv_prep_variant(GdnPrepArgs{T, ld, Hk, Hv, dk, dv, K, b_off, a_off}, path));
+      const auto packed = run(dpos.get<int32_t>());
+      CLEF_EXPECT_CLOSE(packed[0], rq, kTol<E>);
+      CLEF_EXPECT_CLOSE(packed[1], rk, kTol<E>);
+      CLEF_EXPECT_CLOSE(packed[2], rv, kTol<E>);
+      CLEF_EXPECT_CLOSE(packed[3], rb, kTol<E>);
+      EXPECT_EQ(run(diota.get<int32_t>()), run(nullptr)) << "explicit 0..T-1 differs from none";
+    }
+  }
+
+  {
+    SCOPED_TRACE("attention prep");
+    const int nh = 4, nkv = 2, hd = 128, rd = 32, ld = nh * 2 * hd + 2 * nkv * hd;
+    auto proj = rand_e<E>(rng, size_t(T) * ld, 1.5f);
+    auto qw = randn(rng, hd, 0.3f), kw = randn(rng, hd, 0.3f);
+    round_all_bf16(qw);
+    round_all_bf16(kw);
+    const auto inv = rope_inv_freq(rd, 1e7);
+    const size_t nq = size_t(T) * nh * hd, nk = size_t(T) * nkv * hd;
+    std::vector<float> rq(nq), rk(nk), rv(nk);
+    ref::attn_prep_ref(proj.data(), T, ld, nh, nkv, hd, rd, 1e-6f, inv.data(), qw.data(), kw.data(),
+                       kBf16<E>, rq.data(), rk.data(), rv.data(), pos.data());
+    for (size_t si = 0, t0 = 0; si < lens.size(); t0 += lens[si++]) {
+      const int L = lens[si];
+      std::vector<float> q1(size_t(L) * nh * hd), k1(size_t(L) * nkv * hd), v1(k1.size());
+      ref::attn_prep_ref(proj.data() + t0 * ld, L, ld, nh, nkv, hd, rd, 1e-6f, inv.data(),
+                         qw.data(), kw.data(), kBf16<E>, q1.data(), k1.data(), v1.data());
+      ASSERT_TRUE(std::equal(q1.begin(), q1.end(), rq.begin() + t0 * nh * hd)) << "sequence " << si;
+      ASSERT_TRUE(std::equal(k1.begin(), k1.end(), rk.begin() + t0 * nkv * hd))
+          << "sequence " << si;
+    }
+    auto dp = to_device<E>(proj);
+    auto dqw = to_device<float>(qw), dkw = to_device<float>(kw), dinv = to_device<float>(inv);
+    for (KernelPath path : kPaths) {
+      auto run = [&](const int32_t* positions) {
+        AttnPrepArgs a{T, ld, nh, nkv, hd, rd, 1e-6f, dinv.template get<float>(), positions};
+        auto q = poisoned<E>(nq), k = poisoned<E>(nk), v = poisoned<E>(nk);
+        attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), a,
+                     q.template get<E>(), k.template get<E>(), v.template get<E>(), path, 0);
+        return std::vector<std::vector<float>>{to_host<E>(q, nq), to_host<E>(k, nk)};
+      };
+      const auto packed = run(dpos.get<int32_t>());
+      CLEF_EXPECT_CLOSE(packed[0], rq, kTol<E>);
+      CLEF_EXPECT_CLOSE(packed[1], rk, kTol<E>);
+      EXPECT_EQ(run(diota.get<int32_t>()), run(nullptr)) << "explicit 0..T-1 differs from none";
+    }
+  }
+}
+
 TYPED_TEST(BackboneKernels, Swiglu) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();

@@ -49,7 +49,7 @@ void rms_norm_1p_ref(const float* x, const float* w, float* out, int rows, int D
 void gdn_conv_prep_ref(const float* proj, int T, int ld, int Hk, int Hv, int dk, int dv, int K,
                        int b_off, int a_off, const float* conv_w, const float* A_log,
                        const float* dt_bias, bool bf16, float* q, float* k, float* v, float* g,
-                       float* beta) {
+                       float* beta, const int32_t* positions) {
   const int Cq = Hk * dk, Cv = Hv * dv, Ctot = 2 * Cq + Cv;
   std::vector<float> y(static_cast<size_t>(Ctot));
   for (int t = 0; t < T; ++t) {
@@ -57,7 +57,8 @@ void gdn_conv_prep_ref(const float* proj, int T, int ld, int Hk, int Hv, int dk,
       double acc = 0;
       for (int j = 0; j < K; ++j) {
         const int tt = t - (K - 1) + j;
-        if (tt >= 0) acc += double(conv_w[ch * K + j]) * proj[static_cast<size_t>(tt) * ld + ch];
+        if (K - 1 - j <= (positions ? positions[t] : t))
+          acc += double(conv_w[ch * K + j]) * proj[static_cast<size_t>(tt) * ld + ch];
       }
       y[ch] = rnd(silu(rnd(float(acc), bf16)), bf16);
     }
@@ -131,7 +132,7 @@ void gated_rms_norm_ref(const float* o, const float* z, int ldz, const float* w,
 
 void attn_prep_ref(const float* proj, int T, int ld, int nh, int nkv, int hd, int rd, float eps,
                    const float* inv_freq, const float* qw, const float* kw, bool bf16, float* q,
-                   float* k, float* v) {
+                   float* k, float* v, const int32_t* positions) {
   std::vector<float> n(hd);
   const int half = rd / 2;
   for (int t = 0; t < T; ++t) {
@@ -152,7 +153,7 @@ void attn_prep_ref(const float* proj, int T, int ld, int nh, int nkv, int hd, in
           dst[i] = n[i];
           continue;
         }
-        const float ang = float(t) * inv_freq[i < half ? i : i - half];
+        const float ang = float(positions ? positions[t] : t) * inv_freq[i < half ? i : i - half];
         const float c = rnd(std::cos(ang), bf16), s = rnd(std::sin(ang), bf16);
         const float rh = i < half ? -n[i + half] : n[i - half];
         dst[i] = rnd(rnd(n[i] * c, bf16) + rnd(rh * s, bf16), bf16);

@@ -12,11 +12,12 @@ float round_bf16(float x);  // round to nearest even bf16, returned as float
 void rms_norm_1p_ref(const float* x, const float* w, float* out, int rows, int D, float eps,
                      bool bf16);
 
-// proj [T, ld]; conv_w [C, K]; outputs as gdn_conv_prep.
+// proj [T, ld]; conv_w [C, K]; outputs as gdn_conv_prep. positions (host, [T], optional): each
+// row's position in its sequence; a tap never reaches further back than that (null: row index).
 void gdn_conv_prep_ref(const float* proj, int T, int ld, int Hk, int Hv, int dk, int dv, int K,
                        int b_off, int a_off, const float* conv_w, const float* A_log,
                        const float* dt_bias, bool bf16, float* q, float* k, float* v, float* g,
-                       float* beta);
+                       float* beta, const int32_t* positions = nullptr);
 
 // The exact sequential recurrence (docs/spec/model.md §3), double accumulation, fp32 state
 // semantics.
@@ -26,10 +27,11 @@ void gated_delta_rule_ref(const float* q, const float* k, const float* v, const 
 void gated_rms_norm_ref(const float* o, const float* z, int ldz, const float* w, float* y, int T,
                         int H, int dv, float eps, bool bf16);
 
-// inv_freq: the production rope_inv_freq (engine/cuda/kernels/attn_prep.h).
+// inv_freq: the production rope_inv_freq (engine/cuda/kernels/attn_prep.h). positions (host,
+// [T], optional): the RoPE position of each row (null: row index).
 void attn_prep_ref(const float* proj, int T, int ld, int nh, int nkv, int hd, int rd, float eps,
                    const float* inv_freq, const float* qw, const float* kw, bool bf16, float* q,
-                   float* k, float* v);
+                   float* k, float* v, const int32_t* positions = nullptr);
 
 void attn_output_gate_ref(float* attn, const float* proj, int ld, int T, int nh, int hd, bool bf16);
 

@@ -62,7 +62,7 @@ __global__ void attn_prep_generic_kernel(const E* __restrict__ proj, const float
       continue;
     }
     const int fi = i < half ? i : i - half;
-    const float ang = static_cast<float>(t) * a.inv_freq[fi];
+    const float ang = static_cast<float>(a.positions ? a.positions[t] : t) * a.inv_freq[fi];
     const float c = rnd<E>(cosf(ang)), s = rnd<E>(sinf(ang));
     const float rh = i < half ? -sm[i + half] : sm[i - half];
     dst[i] = from_f<E>(rnd<E>(sm[i] * c) + rnd<E>(rh * s));
@@ -138,7 +138,7 @@ __global__ void attn_prep_vec8_kernel(const E* __restrict__ proj, const float* _
     for (int j = 0; j < 8; ++j) {
       const int i = i0 + j;
       const int fi = i < half ? i : i - half;
-      const float ang = static_cast<float>(t) * a.inv_freq[fi];
+      const float ang = static_cast<float>(a.positions ? a.positions[t] : t) * a.inv_freq[fi];
       const float c = rnd<E>(cosf(ang)), s = rnd<E>(sinf(ang));
       const float rh = i < half ? -p[j] : p[j];
       res[j] = rnd<E>(n[j] * c) + rnd<E>(rh * s);

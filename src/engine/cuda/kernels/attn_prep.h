@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "engine/cuda/kernel_path.h"
@@ -14,12 +15,15 @@ namespace clef::engine::cuda {
 
 // Full-attention input preparation from proj [T, ld] = [q/gate interleaved per head | k | v]:
 // q, k = RMSNorm1p per head (q_norm / k_norm weights), partial rotate-half RoPE on the first rd
-// dims at position t (bf16 cos/sin in bf16 mode), v copied. Outputs contiguous q [T, nh, hd], k, v
-// [T, nkv, hd].
+// dims at row t's position (bf16 cos/sin in bf16 mode), v copied. Outputs contiguous q [T, nh, hd],
+// k, v [T, nkv, hd].
 struct AttnPrepArgs {
   int T, ld, nh, nkv, hd, rd;
   float eps;
   const float* inv_freq;  // device, rd/2 values (fp32 like transformers, see rope_inv_freq)
+  // device [T]: each row's position in its sequence (packed sequences restart at 0); null = the
+  // row index (one sequence).
+  const int32_t* positions = nullptr;
 };
 template <typename E>
 void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, const AttnPrepArgs& a,

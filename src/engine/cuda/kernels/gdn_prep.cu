@@ -38,9 +38,10 @@ __global__ void gdn_conv_prep_generic_kernel(
     if (i < hdim) {
       const int ch = base + i;
       float acc = 0.0f;
+      const int p = a.positions ? a.positions[t] : t;  // taps reach back at most p rows
       for (int j = 0; j < a.K; ++j) {
         const int tt = t - (a.K - 1) + j;
-        if (tt >= 0)
+        if (a.K - 1 - j <= p)
           acc += to_f(conv_w[static_cast<size_t>(ch) * a.K + j]) *
                  to_f(proj[static_cast<size_t>(tt) * a.ld + ch]);
       }
@@ -132,12 +133,13 @@ __global__ void __launch_bounds__(kPrepThreads)
     unpack8(r3, x[3]);
     float y[8];
     float ss = 0.0f;
+    const int p = a.positions ? a.positions[t] : t;  // taps reach back at most p rows
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
       float acc = 0.0f;
 #pragma unroll
       for (int j = 0; j < kConvK; ++j)
-        if (t - (kConvK - 1) + j >= 0) acc += cw[m][j] * x[j][m];
+        if (kConvK - 1 - j <= p) acc += cw[m][j] * x[j][m];
       y[m] = rnd<E>(silu_f(rnd<E>(acc)));
       ss += y[m] * y[m];
     }

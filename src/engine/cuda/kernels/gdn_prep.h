@@ -5,18 +5,23 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "engine/cuda/kernel_path.h"
 
 namespace clef::engine::cuda {
 
 // Gated DeltaNet input preparation from the fused projection proj [T, ld] = [qkv | z | b | a]:
-// causal depthwise conv (kernel K, zero history) + SiLU over the qkv columns (rounded to E twice
-// like the bf16 reference), q/k L2-normalised per head in fp32 (q also scaled by 1/sqrt(dk)), beta
-// = sigmoid(b) (rounded to E), g = -exp(A_log) * softplus(a + dt_bias) in fp32. Outputs are fp32:
-// q, k [T, Hk, dk], v [T, Hv, dv], g, beta [T, Hv].
+// causal depthwise conv (kernel K, zero history before each sequence's first row) + SiLU over the
+// qkv columns (rounded to E twice like the bf16 reference), q/k L2-normalised per head in fp32 (q
+// also scaled by 1/sqrt(dk)), beta = sigmoid(b) (rounded to E), g = -exp(A_log) * softplus(a +
+// dt_bias) in fp32. Outputs are fp32: q, k [T, Hk, dk], v [T, Hv, dv], g, beta [T, Hv].
 struct GdnPrepArgs {
   int T, ld, Hk, Hv, dk, dv, K;
   int b_offset, a_offset;  // column offsets of b and a inside proj
+  // device [T]: each row's position in its sequence (packed sequences restart at 0, so no tap
+  // reaches into the previous sequence); null = the row index (one sequence).
+  const int32_t* positions = nullptr;
 };
 template <typename E>
 void gdn_conv_prep(const E* proj, const E* conv_w, const float* A_log, const float* dt_bias,
