@@ -84,7 +84,7 @@ void Connection::on_header() {
     r.headers.emplace_back("Allow", route_allow(route));
     return reply(std::move(r));
   }
-  if (route != Route::Health && !core_.opts.api_key.empty() &&
+  if (route != Route::Health && route != Route::Live && !core_.opts.api_key.empty() &&
       !core_.authorized(req[http::field::authorization])) {
     Reply r = detail_reply(401, "Not authenticated");
     r.headers.emplace_back("WWW-Authenticate", "Bearer");

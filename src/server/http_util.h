@@ -12,7 +12,7 @@
 
 namespace clef::server::detail {
 
-enum class Route { SystemOne, Health, Models, Metrics, OpenApi, Unknown };
+enum class Route { SystemOne, Health, Live, Models, Metrics, OpenApi, Unknown };
 
 Route route_of(std::string_view target);
 const char* route_label(Route r);

@@ -1,5 +1,5 @@
-// The GET routes: /health, /v1/models, /metrics, /openapi.json (answered on the event loop; they
-// only read shared state). /v1/systemone is in systemone.h.
+// The GET routes: /health (readiness), /health/live (liveness), /v1/models, /metrics, /openapi.json
+// (answered on the event loop; they only read shared state). /v1/systemone is in systemone.h.
 #pragma once
 
 #include "server/core.h"
@@ -9,6 +9,7 @@ namespace clef::server::detail {
 
 Reply handle_get(const Core& core, Route route);
 Reply health(const Core& core);
+Reply live(const Core& core);
 Reply models(const Core& core);
 Reply metrics_text(const Core& core);
 
