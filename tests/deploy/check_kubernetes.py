@@ -24,7 +24,12 @@ import shutil
 import subprocess
 import sys
 
-import yaml
+try:
+    import yaml
+except ImportError:
+    print("check_kubernetes: FAIL: no yaml module for %s (Debian: python3-yaml, installed by "
+          "scripts/setup.sh)" % sys.executable, file=sys.stderr)
+    sys.exit(1)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KDIR = os.path.join(ROOT, "deploy", "kubernetes")

@@ -172,8 +172,13 @@ class HAProxy:
             return f.read().decode("utf-8", "replace")
 
     def stats(self):
-        """{(pxname, svname): row} from /stats;csv."""
-        status, body = http_get(self.stats_port, "/stats;csv")
+        """{(pxname, svname): row} from /stats;csv ({} while HAProxy is not answering yet)."""
+        if self.proc.poll() is not None:
+            fail("haproxy exited %s:\n%s" % (self.proc.returncode, self.log()))
+        try:
+            status, body = http_get(self.stats_port, "/stats;csv")
+        except OSError:
+            return {}
         if status != 200:
             fail("HAProxy /stats;csv answered %d" % status)
         text = body.decode()
@@ -182,7 +187,7 @@ class HAProxy:
         return {(r["pxname"], r["svname"]): r for r in csv.DictReader(io.StringIO(text))}
 
     def server_status(self, name):
-        return self.stats()[("replicas", name)]["status"]
+        return self.stats().get(("replicas", name), {}).get("status", "")
 
 
 def replica_metric(lb, name, metric_line_re):
