@@ -18,6 +18,7 @@ kubeconform/kubeval are not packaged, and kubectl's dry run needs a cluster).
 Usage: tests/deploy/check_kubernetes.py [path/to/clefserve]   (default build/clefserve)
 """
 
+import functools
 import os
 import re
 import shutil
@@ -175,6 +176,7 @@ def flag(args, name):
     return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else None
 
 
+@functools.lru_cache(maxsize=None)
 def serve_flags(binary):
     if not binary or not os.path.exists(binary):
         return None
@@ -280,8 +282,91 @@ def check_contract(docs, binary):
                 err(where, "%s is not a `clefserve serve` flag" % a)
 
 
+def load_docs(files):
+    docs = []
+    for name in files:
+        with open(os.path.join(KDIR, name)) as f:
+            for i, d in enumerate(yaml.safe_load_all(f)):
+                if d is not None:
+                    docs.append(("%s[%d] %s" % (name, i, d.get("kind")), d))
+    return docs
+
+
+def check_docs(docs, files, binary):
+    for where, d in docs:
+        schema = SCHEMAS.get(d.get("kind"))
+        if schema is None:
+            err(where, "kind %r is not one the recipe uses" % d.get("kind"))
+            continue
+        check(d, schema, where)
+    kust = [d for _, d in docs if d.get("kind") == "Kustomization"]
+    if kust and sorted(kust[0].get("resources", [])) != sorted(f for f in files
+                                                               if f != "kustomization.yaml"):
+        err("kustomization.yaml", "resources must list every other file: %s" % files)
+    if not errors:
+        check_contract([d for _, d in docs if d.get("kind") != "Kustomization"], binary)
+
+
+def pod(docs):
+    return next(d for _, d in docs if d["kind"] == "Deployment")["spec"]["template"]
+
+
+def container(docs):
+    return pod(docs)["spec"]["containers"][0]
+
+
+# Each must be caught (the checker's own test, run first): a typo, a wrong type, a wrong probe path,
+# a grace period shorter than the drain, two GPUs, a selector that selects nothing, a bad flag.
+MUTATIONS = {
+    "typo in a probe key": lambda ds: container(ds).__setitem__(
+        "readinesProbe", container(ds).pop("readinessProbe")),
+    "typo in the pod spec": lambda ds: pod(ds)["spec"].__setitem__(
+        "terminationGracePeriod", pod(ds)["spec"].pop("terminationGracePeriodSeconds")),
+    "string for an integer": lambda ds: pod(ds)["spec"].__setitem__(
+        "terminationGracePeriodSeconds", "45"),
+    "readiness on /health/live": lambda ds: container(ds)["readinessProbe"]["httpGet"].__setitem__(
+        "path", "/health/live"),
+    "liveness on /health": lambda ds: container(ds)["livenessProbe"]["httpGet"].__setitem__(
+        "path", "/health"),
+    "grace period too short": lambda ds: pod(ds)["spec"].__setitem__(
+        "terminationGracePeriodSeconds", 30),
+    "no preStop": lambda ds: container(ds).pop("lifecycle"),
+    "two GPUs": lambda ds: container(ds)["resources"]["limits"].__setitem__("nvidia.com/gpu", 2),
+    "service selects nothing": lambda ds: next(d for _, d in ds if d["kind"] == "Service")[
+        "spec"]["selector"].__setitem__("app.kubernetes.io/name", "other"),
+    "unknown serve flag": lambda ds: container(ds)["args"].extend(["--drain-dealy", "1"]),
+    "prometheus port mismatch": lambda ds: pod(ds)["metadata"]["annotations"].__setitem__(
+        "prometheus.io/port", "9000"),
+    "unknown kind": lambda ds: ds.append(("x.yaml[0] ConfigMap", {"apiVersion": "v1",
+                                                                 "kind": "ConfigMap"})),
+}
+
+
+def self_test(files, binary):
+    import copy
+    base = load_docs(files)
+    missed = []
+    for name, mutate in MUTATIONS.items():
+        docs = copy.deepcopy(base)
+        mutate(docs)
+        del errors[:]
+        check_docs(docs, files, binary)
+        if not errors:
+            missed.append(name)
+    del errors[:]
+    if missed:
+        err("self-test", "the checker missed: %s" % ", ".join(missed))
+    return len(MUTATIONS)
+
+
 def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "clefserve")
+    files = sorted(f for f in os.listdir(KDIR) if f.endswith(".yaml"))
+    caught = self_test(files, binary)
+    if errors:
+        for e in errors:
+            print("check_kubernetes: " + e, file=sys.stderr)
+        sys.exit(1)
     lint = shutil.which("yamllint")
     if not lint:
         err("yamllint", "not installed (scripts/setup.sh installs Debian's yamllint)")
@@ -290,32 +375,14 @@ def main():
                            capture_output=True, text=True)
         if r.returncode != 0:
             err("yamllint", r.stdout + r.stderr)
-    docs = []
-    files = sorted(f for f in os.listdir(KDIR) if f.endswith(".yaml"))
-    for name in files:
-        with open(os.path.join(KDIR, name)) as f:
-            for i, d in enumerate(yaml.safe_load_all(f)):
-                if d is None:
-                    continue
-                where = "%s[%d] %s" % (name, i, d.get("kind"))
-                schema = SCHEMAS.get(d.get("kind"))
-                if schema is None:
-                    err(where, "kind %r is not one the recipe uses" % d.get("kind"))
-                    continue
-                check(d, schema, where)
-                docs.append(d)
-    kust = [d for d in docs if d.get("kind") == "Kustomization"]
-    if kust and sorted(kust[0]["resources"]) != sorted(f for f in files
-                                                       if f != "kustomization.yaml"):
-        err("kustomization.yaml", "resources must list every other file: %s" % files)
-    if not errors:
-        check_contract([d for d in docs if d.get("kind") != "Kustomization"], binary)
+    docs = load_docs(files)
+    check_docs(docs, files, binary)
     if errors:
         for e in errors:
             print("check_kubernetes: " + e, file=sys.stderr)
         sys.exit(1)
-    print("check_kubernetes: %d files, %d objects: schema and recipe contract OK" % (
-        len(files), len(docs)))
+    print("check_kubernetes: %d files, %d objects: schema and recipe contract OK (the checker "
+          "caught all %d planted faults first)" % (len(files), len(docs), caught))
 
 
 if __name__ == "__main__":
