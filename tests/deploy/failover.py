@@ -49,8 +49,20 @@ TARGET_BENCH_S = 40  # the bench is sized from a calibration to last about this 
 ITEMS = 24
 
 
+FAILED = []
+LB_LOG = []  # the HAProxy log's path, once known: its unusual lines are printed on failure
+
+
 def fail(msg):
+    FAILED.append(msg)
     print("failover: FAIL: " + msg, file=sys.stderr)
+    if LB_LOG and os.path.exists(LB_LOG[0]):
+        with open(LB_LOG[0], errors="replace") as f:
+            odd = [l.rstrip() for l in f
+                   if "stats/<STATS>" not in l and " 200 " not in l or "/+" in l or "is DOWN" in l
+                   or "is UP" in l]
+        print("failover: HAProxy log, lines other than plain 200s:\n" + "\n".join(odd[-60:]),
+              file=sys.stderr)
     sys.exit(1)
 
 
@@ -157,6 +169,7 @@ class HAProxy:
         for i, r in enumerate(replicas, 1):
             self.env["CLEF_REPLICA%d" % i] = "127.0.0.1:%d" % r.port
         self.log_path = os.path.join(work, "haproxy.log")
+        LB_LOG.append(self.log_path)
         self.proc = None
 
     def start(self, exe):
@@ -348,9 +361,11 @@ def main():
             report = json.load(f)
         failures = report["failures"]
         if failures["total"] != 0 or report["successful"] != report["planned"]:
-            fail("bench failures: %s (planned %d, successful %d)\n%s" % (
-                json.dumps(failures), report["planned"], report["successful"],
-                "\n".join(progress["lines"])))
+            failed = [{k: r.get(k) for k in ("id", "traversal", "latency_ms", "status", "error")}
+                      for r in report["requests"] if r["outcome"] != "ok"]
+            fail("bench failures: %s (planned %d, successful %d); failed requests: %s\n%s" % (
+                json.dumps(failures), report["planned"], report["successful"], json.dumps(failed),
+                "\n".join(progress["lines"][:30])))
         mismatches = []
         for rec in report["requests"]:
             ref = direct[rec["id"]]
@@ -400,7 +415,7 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if os.environ.get("FAILOVER_KEEP"):
+        if os.environ.get("FAILOVER_KEEP") or FAILED:
             print("failover: kept " + work, file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
