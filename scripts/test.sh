@@ -2,7 +2,8 @@
 # The project's test command (README, .ci/run): unit + golden + HTTP tests on the release build
 # (with the playground's headless-chromium test, ctest label browser: it fails under CI=true when
 # chromium, chromium-driver or python3-selenium is missing, and is skipped elsewhere),
-# a 60 s mixed-abuse soak of the server (tests/server/soak.py, SOAK_SECONDS), the same tests under
+# a 60 s mixed-abuse soak of the server (tests/server/soak.py, SOAK_SECONDS), the replica failover
+# test behind HAProxy (tests/deploy/failover.py, ~40 s), the same tests under
 # ASan+UBSan, then time-boxed libFuzzer runs. GPU tests (label gpu) run on the device only.
 # CLEF_TEST_QUICK=1 runs only the release-build tests (for development).
 set -euo pipefail
@@ -21,6 +22,9 @@ cmake --build build -j "$JOBS"
 
 echo "== soak: ${SOAK_SECONDS:-60}s of mixed HTTP abuse (slowloris, oversized and malformed requests, hang-ups, pipelined garbage) vs one normal client: 0 failures, p99 bound, RSS < 1 GiB ==" >&2
 python3 tests/server/soak.py build/clefserve
+
+echo "== failover: 3 replicas behind HAProxy (deploy/haproxy.cfg), bench at concurrency 8, one replica drained (SIGTERM), one SIGKILLed and restarted: 0 failed requests, answers identical ==" >&2
+python3 tests/deploy/failover.py build/clefserve
 
 echo "== sanitizer build (ASan+UBSan) ==" >&2
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLEF_CUDA=OFF -DCLEF_SANITIZE=ON \

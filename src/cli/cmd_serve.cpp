@@ -3,9 +3,10 @@
 // (every token bucket's GEMM choices, graphs and head scratch, so no request pays one-time work;
 // GEMM choices persist in the tuning cache) -> one warm-up forward -> accept ("listening").
 // Connections made before that wait in the kernel's backlog, so /health never answers before the
-// warm-up. Any failure exits 1 with one clear `startup_failed` line. SIGTERM/SIGINT: stop
-// accepting, drain in-flight requests (bounded by --shutdown-timeout), exit 0; connections still
-// open at the timeout: `shutdown_forced`, exit 1.
+// warm-up. Any failure exits 1 with one clear `startup_failed` line. SIGTERM: /health 503 for
+// --drain-delay while still serving; then (SIGINT: at once) stop accepting, drain in-flight
+// requests (bounded by
+// --shutdown-timeout), exit 0; connections still open at the timeout: `shutdown_forced`, exit 1.
 #include <signal.h>
 
 #include <atomic>
@@ -50,6 +51,7 @@ struct ServeArgs {
   std::string verify;
   std::string revision;
   double shutdown_timeout = 30.0;
+  double drain_delay = 0.0;
   std::string log_format = "text";
   std::string tuning_cache;  // "" = the default folder; "off" = none
   size_t max_body_bytes = 8u << 20;
@@ -90,6 +92,16 @@ int run_serve(const ServeArgs& a) {
     if (!srv) {
       log.error("startup_failed", {{"error", std::string("interrupted by ") + strsignal(sig)}});
       std::_Exit(1);
+    }
+    if (sig == SIGTERM && a.drain_delay > 0) {
+      // Not ready first (/health 503) while still serving, so load balancers stop sending before
+      // the listening socket closes; a second signal cuts the delay short.
+      log.info("draining", {{"signal", strsignal(sig)},
+                            {"delay_s", a.drain_delay},
+                            {"note", "/health answers 503; requests are still accepted"}});
+      srv->stop_ready();
+      const int again = signals.wait_for(a.drain_delay);
+      if (again > 0) log.info("drain_delay_cut", {{"signal", strsignal(again)}});
     }
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(a.shutdown_timeout));
@@ -275,6 +287,12 @@ void add_serve(CLI::App& app, int& exit_code) {
          "then: exit 1)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--drain-delay", args->drain_delay,
+                  "Seconds between SIGTERM and closing the listening socket, during which /health "
+                  "answers 503 (draining) and requests are still served, so load balancers stop "
+                  "sending first (SIGINT, or a second signal, skips it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--tuning-cache", args->tuning_cache,
                   "Folder for measured GEMM choices (cuda), reused when device, driver and "
                   "libraries match; 'off' = none (default: $CLEF_CACHE_DIR, "

@@ -88,7 +88,8 @@ void Connection::on_header() {
   }
   // The key guards the API; the playground's static files hold nothing secret and a browser
   // cannot send a bearer key when it opens a page: they are served without it, like /health.
-  const bool open_route = route == Route::Health || route == Route::Ui || route == Route::UiAsset;
+  const bool open_route = route == Route::Health || route == Route::Live || route == Route::Ui ||
+                          route == Route::UiAsset;
   if (!open_route && !core_.opts.api_key.empty() &&
       !core_.authorized(req[http::field::authorization])) {
     Reply r = detail_reply(401, "Not authenticated");

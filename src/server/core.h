@@ -65,7 +65,8 @@ struct Core {
   int64_t started_unix;
   bool cors_any = false;
   std::atomic<bool> shutting_down{false};
-  bool draining = false;  // event-loop thread's view of shutting_down
+  std::atomic<bool> ready{true};  // false once a drain began (Server::stop_ready)
+  bool draining = false;          // event-loop thread's view of shutting_down
   std::atomic<size_t> in_flight{0};
   std::mutex idle_mutex;
   std::condition_variable idle_cv;

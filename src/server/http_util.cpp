@@ -11,6 +11,7 @@ Route route_of(std::string_view target) {
   std::string_view path = target.substr(0, target.find('?'));
   if (path == "/v1/systemone") return Route::SystemOne;
   if (path == "/health") return Route::Health;
+  if (path == "/health/live") return Route::Live;
   if (path == "/v1/models") return Route::Models;
   if (path == "/metrics") return Route::Metrics;
   if (path == "/openapi.json") return Route::OpenApi;
@@ -25,6 +26,8 @@ const char* route_label(Route r) {
       return "/v1/systemone";
     case Route::Health:
       return "/health";
+    case Route::Live:
+      return "/health/live";
     case Route::Models:
       return "/v1/models";
     case Route::Metrics:

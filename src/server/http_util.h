@@ -13,7 +13,7 @@
 namespace clef::server::detail {
 
 // Ui: the playground page `/`; UiAsset: its script, style sheet and icon under /ui/ (playground.h).
-enum class Route { SystemOne, Health, Models, Metrics, OpenApi, Ui, UiAsset, Unknown };
+enum class Route { SystemOne, Health, Live, Models, Metrics, OpenApi, Ui, UiAsset, Unknown };
 
 Route route_of(std::string_view target);
 const char* route_label(Route r);

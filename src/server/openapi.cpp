@@ -69,7 +69,21 @@ constexpr const char* kDocument = R"json({
           "400": {"$ref": "#/components/responses/Error", "description": "Broken HTTP framing; the connection is closed."},
           "408": {"$ref": "#/components/responses/Error", "description": "The header did not arrive in time (--header-timeout)."},
           "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
-          "503": {"$ref": "#/components/responses/Unavailable", "description": "Shutting down, or over --max-connections."}
+          "503": {"$ref": "#/components/responses/Unavailable", "description": "Not ready: a drain began (SIGTERM/SIGINT; during --drain-delay requests are still answered), body {\"status\":\"draining\",\"detail\":...}; or over --max-connections."}
+        }
+      }
+    },
+    "/health/live": {
+      "get": {
+        "operationId": "live",
+        "summary": "Liveness: the process answers, also while it drains (no key required)",
+        "security": [],
+        "responses": {
+          "200": {"description": "The event loop answers: status ok, or draining once a drain began.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Live"}}}},
+          "400": {"$ref": "#/components/responses/Error", "description": "Broken HTTP framing; the connection is closed."},
+          "408": {"$ref": "#/components/responses/Error", "description": "The header did not arrive in time (--header-timeout)."},
+          "431": {"$ref": "#/components/responses/Error", "description": "The request line and header fields are over --max-header-bytes."},
+          "503": {"$ref": "#/components/responses/Unavailable", "description": "Over --max-connections."}
         }
       }
     },
@@ -336,6 +350,11 @@ constexpr const char* kDocument = R"json({
             "properties": {"load_s": {"type": "number"}, "warm_up_s": {"type": "number"}}
           }
         }
+      },
+      "Live": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"type": "string", "enum": ["ok", "draining"]}}
       },
       "Model": {
         "type": "object",

@@ -8,6 +8,8 @@ Reply handle_get(const Core& core, Route route, std::string_view target) {
   switch (route) {
     case Route::Health:
       return health(core);
+    case Route::Live:
+      return live(core);
     case Route::Models:
       return models(core);
     case Route::Metrics:
@@ -22,8 +24,13 @@ Reply handle_get(const Core& core, Route route, std::string_view target) {
   }
 }
 
+// Readiness: 503 from the first moment of a drain (--drain-delay included, while requests are still
+// accepted and answered), so a load balancer's health check takes the replica out of rotation
+// before its listening socket closes.
 Reply health(const Core& core) {
-  if (core.shutting_down) return detail_reply(503, "The server is shutting down");
+  if (core.shutting_down || !core.ready)
+    return json_reply(
+        503, dump(ojson{{"status", "draining"}, {"detail", "The server is shutting down"}}));
   const auto& rel = core.decider->release();
   ojson kernels = ojson::object();
   for (const auto& [k, v] : core.info.kernels) kernels[k] = v;
@@ -59,6 +66,13 @@ Reply health(const Core& core) {
   }
   h["startup"] = startup;
   return json_reply(200, dump(h));
+}
+
+// Liveness: 200 whenever the event loop answers, during a drain too (a liveness probe must not
+// restart a replica that is finishing its requests).
+Reply live(const Core& core) {
+  const bool draining = core.shutting_down || !core.ready;
+  return json_reply(200, dump(ojson{{"status", draining ? "draining" : "ok"}}));
 }
 
 Reply models(const Core& core) {

@@ -1,5 +1,6 @@
-// The GET routes: /health, /v1/models, /metrics, /openapi.json, the playground (/ and /ui/*),
-// answered on the event loop; they only read shared state. /v1/systemone is in systemone.h.
+// The GET routes: /health (readiness), /health/live (liveness), /v1/models, /metrics,
+// /openapi.json, the playground (/ and /ui/*), answered on the event loop; they only read shared
+// state. /v1/systemone is in systemone.h.
 #pragma once
 
 #include <string_view>
@@ -12,6 +13,7 @@ namespace clef::server::detail {
 // target: the request target (the playground's assets are told apart by it).
 Reply handle_get(const Core& core, Route route, std::string_view target);
 Reply health(const Core& core);
+Reply live(const Core& core);
 Reply models(const Core& core);
 Reply metrics_text(const Core& core);
 

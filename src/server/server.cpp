@@ -114,8 +114,13 @@ void Server::run() {
   }
 }
 
+void Server::stop_ready() {
+  impl_->ready = false;
+}
+
 void Server::begin_shutdown() {
   Core& c = *impl_;
+  c.ready = false;
   c.shutting_down = true;
   net::post(c.ioc, [&c] { c.drain(); });
 }

@@ -1,9 +1,10 @@
-// The HTTP front-end (docs/spec/protocol.md): POST /v1/systemone, GET /health, /v1/models,
-// /metrics, /openapi.json over an event-driven Boost.Beast (Asio) HTTP/1.1 server. One event-loop
-// thread owns every connection (reads, deadlines, limits, writes), so an idle or slow client costs
-// only memory; a small worker pool parses, validates and encodes bodies and hands encoded requests
-// to the InferenceQueue's single engine worker; answers are formatted by service::Decider::finish,
-// the same code `clefserve decide` uses.
+// The HTTP front-end (docs/spec/protocol.md): POST /v1/systemone, GET /health (readiness),
+// /health/live (liveness), /v1/models, /metrics, /openapi.json, the playground (/) over an
+// event-driven Boost.Beast (Asio) HTTP/1.1 server. One event-loop thread owns every connection
+// (reads, deadlines, limits, writes), so an idle or slow client costs only memory; a small worker
+// pool parses, validates and encodes bodies and hands encoded requests to the InferenceQueue's
+// single engine worker; answers are formatted by service::Decider::finish, the same code `clefserve
+// decide` uses.
 #pragma once
 
 #include <chrono>
@@ -78,7 +79,13 @@ class Server {
   int bind();
   // Serves until begin_shutdown(); returns once every connection thread has finished.
   void run();
-  // Stops accepting (closes the listening socket); in-flight requests still complete. Thread-safe.
+  // The first step of a drain: /health answers 503 {"status":"draining"} (/health/live still 200)
+  // while connections are still accepted and every request is still answered, so that a load
+  // balancer's health check takes this replica out of rotation before begin_shutdown() closes the
+  // listening socket (`serve --drain-delay`). Thread-safe.
+  void stop_ready();
+  // Stops accepting (closes the listening socket); in-flight requests still complete. Implies
+  // stop_ready(). Thread-safe.
   void begin_shutdown();
   // Waits until no request is being handled and the queue is empty; false at the deadline.
   bool wait_idle(std::chrono::steady_clock::time_point deadline);

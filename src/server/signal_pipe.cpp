@@ -2,10 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 
 namespace clef::server {
@@ -58,6 +61,21 @@ int SignalPipe::wait() {
     if (n == 1) return b;
     if (n < 0 && errno == EINTR) continue;
     return 0;
+  }
+}
+
+int SignalPipe::wait_for(double seconds) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(seconds));
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return -1;
+    pollfd p{read_fd_, POLLIN, 0};
+    const int n = poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    if (n > 0) return wait();
+    if (n < 0 && errno != EINTR) return 0;
   }
 }
 

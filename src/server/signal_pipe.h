@@ -20,6 +20,8 @@ class SignalPipe {
 
   // Blocks until a signal arrives (returns its number) or wake() is called (returns 0).
   int wait();
+  // Like wait(), but returns -1 when `seconds` pass first.
+  int wait_for(double seconds);
   void wake();
 
  private:

@@ -180,6 +180,66 @@ TEST(ServerShutdown, SigtermDrainsInFlightRequestAndExitsZero) {
   EXPECT_EQ(http(srv.port(), "GET", "/health").status, 0);  // port closed
 }
 
+// --drain-delay: after SIGTERM the server is not ready (/health 503 "draining") but alive
+// (/health/live 200) and still serves, new connections included, for the delay; then it closes its
+// port and exits 0 as in a plain drain.
+TEST(ServerShutdown, DrainDelayAnswersNotReadyWhileStillServing) {
+  ServerProcess srv({"--model", golden_model("tiny-r2"), "--drain-delay", "3"});
+  ASSERT_TRUE(srv.started()) << srv.log();
+  HttpResponse reference = post_json(srv.port(), kSmall);
+  ASSERT_EQ(reference.status, 200) << reference.body;
+  HttpResponse live = http(srv.port(), "GET", "/health/live");
+  EXPECT_EQ(live.status, 200);
+  EXPECT_EQ(live.json()["status"], "ok") << live.body;
+
+  KeepAliveClient kept(srv.port());  // a connection opened before the signal
+  ASSERT_EQ(kept.get("/health").status, 200);
+  const auto t0 = Clock::now();
+  srv.signal(SIGTERM);
+  auto deadline = t0 + std::chrono::seconds(2);
+  while (srv.log().find("draining") == std::string::npos && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  HttpResponse health = http(srv.port(), "GET", "/health");
+  EXPECT_EQ(health.status, 503) << health.body;
+  EXPECT_EQ(health.json()["status"], "draining") << health.body;
+  EXPECT_TRUE(health.json()["detail"].is_string()) << health.body;
+  live = http(srv.port(), "GET", "/health/live");
+  EXPECT_EQ(live.status, 200);
+  EXPECT_EQ(live.json()["status"], "draining") << live.body;
+  EXPECT_EQ(post_json(srv.port(), kSmall).body, reference.body);  // a new connection, served
+  HttpResponse on_kept = kept.post("/v1/systemone", kSmall);
+  EXPECT_EQ(on_kept.body, reference.body);
+  EXPECT_EQ(on_kept.header("connection"), "") << "keep-alive goes on during the delay";
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.5)
+      << "the checks above ran past the delay; the machine is too slow for this test";
+
+  EXPECT_EQ(srv.wait_exit(30), 0) << srv.log();
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 2.9) << srv.log();
+  EXPECT_NE(srv.log().find("stopped drained=true"), std::string::npos) << srv.log();
+  EXPECT_EQ(http(srv.port(), "GET", "/health").status, 0);  // port closed
+}
+
+// SIGINT (Ctrl-C) skips --drain-delay, and so does a second SIGTERM during it.
+TEST(ServerShutdown, SigintAndASecondSigtermSkipTheDrainDelay) {
+  for (bool twice : {false, true}) {
+    SCOPED_TRACE(twice ? "SIGTERM twice" : "SIGINT");
+    ServerProcess srv({"--model", golden_model("tiny-r2"), "--drain-delay", "60"});
+    ASSERT_TRUE(srv.started()) << srv.log();
+    const auto t0 = Clock::now();
+    if (twice) {
+      srv.signal(SIGTERM);
+      auto deadline = t0 + std::chrono::seconds(10);
+      while (srv.log().find("draining") == std::string::npos && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_EQ(http(srv.port(), "GET", "/health").status, 503);
+    }
+    srv.signal(twice ? SIGTERM : SIGINT);
+    EXPECT_EQ(srv.wait_exit(30), 0) << srv.log();
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20) << srv.log();
+    EXPECT_EQ(srv.log().find("draining") != std::string::npos, twice) << srv.log();
+  }
+}
+
 TEST(ServerShutdown, SigintExitsZero) {
   ServerProcess srv({"--model", golden_model("tiny-r2")});
   ASSERT_TRUE(srv.started()) << srv.log();
@@ -201,6 +261,7 @@ TEST(ServerSecurity, ApiKeyRequiredEverywhereButHealth) {
     ASSERT_TRUE(srv.started()) << srv.log();
     int p = srv.port();
     EXPECT_EQ(http(p, "GET", "/health").status, 200);
+    EXPECT_EQ(http(p, "GET", "/health/live").status, 200);
     for (const char* path : {"/v1/models", "/metrics", "/openapi.json"}) {
       HttpResponse r = http(p, "GET", path);
       EXPECT_EQ(r.status, 401) << path;

@@ -49,11 +49,9 @@ TEST(ServerOpenApi, IsAValidOpenApi31Document) {
   EXPECT_TRUE(doc["info"]["version"].is_string());
   ASSERT_TRUE(doc["paths"].is_object());
 
-  const std::map<std::string, std::string> endpoints{{"/v1/systemone", "post"},
-                                                     {"/health", "get"},
-                                                     {"/v1/models", "get"},
-                                                     {"/metrics", "get"},
-                                                     {"/openapi.json", "get"}};
+  const std::map<std::string, std::string> endpoints{
+      {"/v1/systemone", "post"}, {"/health", "get"},  {"/health/live", "get"},
+      {"/v1/models", "get"},     {"/metrics", "get"}, {"/openapi.json", "get"}};
   const std::set<std::string> methods{"get",     "put",  "post",  "delete",
                                       "options", "head", "patch", "trace"};
   for (const auto& [path, method] : endpoints) {
@@ -81,12 +79,12 @@ TEST(ServerOpenApi, IsAValidOpenApi31Document) {
   }
   // 499 (the client closed the connection) is never sent: log and metrics only.
   EXPECT_FALSE(post["responses"].contains("499"));
-  // The transport's refusals apply to every route; only /health needs no key.
-  for (const char* path : {"/health", "/v1/models", "/metrics", "/openapi.json"}) {
+  // The transport's refusals apply to every route; only /health and /health/live need no key.
+  for (const char* path : {"/health", "/health/live", "/v1/models", "/metrics", "/openapi.json"}) {
     const json& responses = doc["paths"][path]["get"]["responses"];
     for (const char* code : {"400", "408", "431", "503"})
       EXPECT_TRUE(responses.contains(code)) << path << " " << code;
-    EXPECT_EQ(responses.contains("401"), std::string(path) != "/health") << path;
+    EXPECT_EQ(responses.contains("401"), std::string(path).rfind("/health", 0) != 0) << path;
   }
 
   // Every $ref is a local JSON pointer that resolves inside the document.
