@@ -79,15 +79,13 @@ int main() {
   print_device();
   auto rng = make_rng();
   const std::vector<int> tokens = bench_tokens();
-  if (!skip_check()) {
-    bool ok = true;
-    ok &= check_shape(rng, 300, kAttnNh, kAttnNkv, kAttnHd);  // flash heads, tiles + a tail
-    ok &= check_shape(rng, 65, 8, 2, 32);                     // smallest head dim
-    if (!ok) {
-      std::printf("attention: MISMATCH, nothing timed\n");
-      return 1;
-    }
-  }
+  if (!checks_pass("attention", [&] {
+        bool ok = true;
+        ok &= check_shape(rng, 300, kAttnNh, kAttnNkv, kAttnHd);  // flash heads, tiles + a tail
+        ok &= check_shape(rng, 65, 8, 2, 32);                     // smallest head dim
+        return ok;
+      }))
+    return 1;
 
   const int Tmax = *std::max_element(tokens.begin(), tokens.end());
   const Qkv x = random_qkv(rng, Tmax, kAttnNh, kAttnNkv, kAttnHd);

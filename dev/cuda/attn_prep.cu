@@ -59,15 +59,13 @@ int main() {
   print_device();
   auto rng = make_rng();
   const std::vector<int> tokens = bench_tokens();
-  if (!skip_check()) {
-    bool ok = true;
-    ok &= check_shape(rng, 50, kAttnNh, kAttnNkv, kAttnHd, kRotary, 0);  // flash dims
-    ok &= check_shape(rng, 20, 2, 2, 24, 6, 3);  // rd / 2 not a multiple of 8, odd ld: generic
-    if (!ok) {
-      std::printf("attn_prep: MISMATCH, nothing timed\n");
-      return 1;
-    }
-  }
+  if (!checks_pass("attn_prep", [&] {
+        bool ok = true;
+        ok &= check_shape(rng, 50, kAttnNh, kAttnNkv, kAttnHd, kRotary, 0);  // flash dims
+        ok &= check_shape(rng, 20, 2, 2, 24, 6, 3);  // rd / 2 not a multiple of 8, odd ld: generic
+        return ok;
+      }))
+    return 1;
 
   const int Tmax = *std::max_element(tokens.begin(), tokens.end());
   const int nq_cols = kAttnNh * kAttnHd, nk_cols = kAttnNkv * kAttnHd;

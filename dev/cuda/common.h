@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "support/ref/backbone_ref.h"
+#include "support/ref/random_inputs.h"
 
 namespace clef::dev {
 
@@ -69,6 +70,15 @@ inline bool skip_check() {
 
 // ---- random inputs -----------------------------------------------------------------------------
 // Seed from CLEF_SEED, else fresh; printed so that a failing check can be replayed.
+// Runs `checks` (every variant against its reference) unless CLEF_BENCH_SKIP_CHECK is set; false,
+// after saying that nothing will be timed, when any of them failed.
+template <typename F>
+bool checks_pass(const char* family, F&& checks) {
+  if (skip_check() || checks()) return true;
+  std::printf("%s: MISMATCH, nothing timed\n", family);
+  return false;
+}
+
 inline std::mt19937_64 make_rng() {
   uint64_t seed;
   if (const char* s = std::getenv("CLEF_SEED")) {
@@ -80,22 +90,9 @@ inline std::mt19937_64 make_rng() {
   std::printf("seed %llu (CLEF_SEED=<n> replays)\n", static_cast<unsigned long long>(seed));
   return std::mt19937_64(seed);
 }
-inline std::vector<float> randn(std::mt19937_64& rng, size_t n, float scale = 1.0f,
-                                float mean = 0.0f) {
-  std::normal_distribution<float> d(mean, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-inline std::vector<float> randu(std::mt19937_64& rng, size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-inline void round_all_bf16(std::vector<float>& v) {
-  for (auto& x : v) x = engine::ref::round_bf16(x);
-}
+using engine::ref::randn;
+using engine::ref::randu;
+using engine::ref::round_all_bf16;
 // Random values exactly representable in E (so the reference sees the kernel's inputs).
 template <typename E>
 std::vector<float> rand_e(std::mt19937_64& rng, size_t n, float scale = 1.0f, float mean = 0.0f) {

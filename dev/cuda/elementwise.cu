@@ -83,18 +83,16 @@ int main() {
   print_device();
   auto rng = make_rng();
   const std::vector<int> tokens = bench_tokens();
-  if (!skip_check()) {
-    bool ok = true;
-    ok &= check_embed(rng, 41, kHidden);
-    ok &= check_embed(rng, 41, 130);  // row bytes not a multiple of 16: generic under Auto
-    ok &= check_swiglu(rng, 9, kInter);
-    ok &= check_swiglu(rng, 45, 100);  // I not a multiple of 8: generic under Auto
-    ok &= check_to_float(rng, 1003);   // vec8 with a 3-element tail
-    if (!ok) {
-      std::printf("elementwise: MISMATCH, nothing timed\n");
-      return 1;
-    }
-  }
+  if (!checks_pass("elementwise", [&] {
+        bool ok = true;
+        ok &= check_embed(rng, 41, kHidden);
+        ok &= check_embed(rng, 41, 130);  // row bytes not a multiple of 16: generic under Auto
+        ok &= check_swiglu(rng, 9, kInter);
+        ok &= check_swiglu(rng, 45, 100);  // I not a multiple of 8: generic under Auto
+        ok &= check_to_float(rng, 1003);   // vec8 with a 3-element tail
+        return ok;
+      }))
+    return 1;
 
   const int Tmax = *std::max_element(tokens.begin(), tokens.end());
   auto table = to_device<bf16>(rand_e<bf16>(rng, size_t(kVocabRows) * kHidden));

@@ -102,16 +102,14 @@ int main() {
               gdn::tc_supported(kGdnD, kGdnD) ? "yes" : "no (Auto runs SIMT too)");
   auto rng = make_rng();
   const std::vector<int> tokens = bench_tokens();
-  if (!skip_check()) {
-    bool ok = true;
-    ok &= check_shape(rng, 200, kGdnHk, kGdnHv, kGdnD, kGdnD, -2.0f);  // flash dims, 4 chunks
-    ok &= check_shape(rng, 130, 2, 6, 32, 48, -2.0f);                  // GQA 3, small heads
-    ok &= check_shape(rng, 150, 2, 4, 64, 64, -40.0f);                 // strong decay
-    if (!ok) {
-      std::printf("gdn: MISMATCH, nothing timed\n");
-      return 1;
-    }
-  }
+  if (!checks_pass("gdn", [&] {
+        bool ok = true;
+        ok &= check_shape(rng, 200, kGdnHk, kGdnHv, kGdnD, kGdnD, -2.0f);  // flash dims, 4 chunks
+        ok &= check_shape(rng, 130, 2, 6, 32, 48, -2.0f);                  // GQA 3, small heads
+        ok &= check_shape(rng, 150, 2, 4, 64, 64, -40.0f);                 // strong decay
+        return ok;
+      }))
+    return 1;
 
   const int Tmax = *std::max_element(tokens.begin(), tokens.end());
   const Inputs in = make_inputs(rng, Tmax, kGdnHk, kGdnHv, kGdnD, kGdnD, -2.0f);

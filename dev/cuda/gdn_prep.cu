@@ -88,15 +88,13 @@ int main() {
   print_device();
   auto rng = make_rng();
   const std::vector<int> tokens = bench_tokens();
-  if (!skip_check()) {
-    bool ok = true;
-    ok &= check_shape(rng, 100, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);  // flash dims
-    ok &= check_shape(rng, 70, 2, 4, 16, 16, 3);                   // odd ld: generic under Auto
-    if (!ok) {
-      std::printf("gdn_prep: MISMATCH, nothing timed\n");
-      return 1;
-    }
-  }
+  if (!checks_pass("gdn_prep", [&] {
+        bool ok = true;
+        ok &= check_shape(rng, 100, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);  // flash dims
+        ok &= check_shape(rng, 70, 2, 4, 16, 16, 3);                   // odd ld: generic under Auto
+        return ok;
+      }))
+    return 1;
 
   const int Tmax = *std::max_element(tokens.begin(), tokens.end());
   const Inputs in = make_inputs(rng, Tmax, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);

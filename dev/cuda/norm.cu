@@ -69,17 +69,15 @@ int main() {
   print_device();
   auto rng = make_rng();
   const std::vector<int> tokens = bench_tokens();
-  if (!skip_check()) {
-    bool ok = true;
-    ok &= check_rms_norm(rng, 37, kHidden, kHidden);  // flash width
-    ok &= check_rms_norm(rng, 37, 300, 300);          // Auto falls back to generic
-    ok &= check_gated(rng, 29, kGdnHv, kGdnD, kGdnLd);
-    ok &= check_gated(rng, 29, 6, kGdnD, 6 * kGdnD + 41);  // odd z stride: generic under Auto
-    if (!ok) {
-      std::printf("norm: MISMATCH, nothing timed\n");
-      return 1;
-    }
-  }
+  if (!checks_pass("norm", [&] {
+        bool ok = true;
+        ok &= check_rms_norm(rng, 37, kHidden, kHidden);  // flash width
+        ok &= check_rms_norm(rng, 37, 300, 300);          // Auto falls back to generic
+        ok &= check_gated(rng, 29, kGdnHv, kGdnD, kGdnLd);
+        ok &= check_gated(rng, 29, 6, kGdnD, 6 * kGdnD + 41);  // odd z stride: generic under Auto
+        return ok;
+      }))
+    return 1;
 
   const int Tmax = *std::max_element(tokens.begin(), tokens.end());
   auto x = to_device<bf16>(rand_e<bf16>(rng, size_t(Tmax) * kHidden, 3.0f));

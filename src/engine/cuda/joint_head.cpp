@@ -70,6 +70,7 @@ CudaJointHead::CudaJointHead(const model::Release& release, HeadPrecision precis
     // the few-row linears stream it at half the bytes with the same fp32 products. The bf16 mode's
     // T-row GEMM weights get one in any case.
     const bool matrix = t.shape.size() == 2;
+    m.matrix = matrix;
     if (matrix) {
       m.rows = static_cast<int>(t.shape[0]);
       m.cols = static_cast<int>(t.shape[1]);
@@ -101,7 +102,7 @@ CudaJointHead::CudaJointHead(const model::Release& release, HeadPrecision precis
   auto lin = [&](const std::string& p, int K, bool bias) {
     HeadLinear l;
     l.weight = tensor(p + ".weight");
-    if (l.weight.cols != K || release.head_tensor(p + ".weight").shape.size() != 2)
+    if (!l.weight.matrix || l.weight.cols != K)
       throw std::runtime_error("joint head: " + p + ".weight has an unexpected shape");
     if (bias) l.bias = vec(p + ".bias");
     return l;
@@ -109,7 +110,7 @@ CudaJointHead::CudaJointHead(const model::Release& release, HeadPrecision precis
   auto attention = [&](const std::string& p) {
     HeadAttention a;
     a.in_proj.weight = tensor(p + ".in_proj_weight");
-    if (a.in_proj.weight.cols != W_ || a.in_proj.weight.rows != 3 * W_)
+    if (!a.in_proj.weight.matrix || a.in_proj.weight.cols != W_ || a.in_proj.weight.rows != 3 * W_)
       throw std::runtime_error("joint head: " + p + ".in_proj_weight has an unexpected shape");
     a.in_proj.bias = vec(p + ".in_proj_bias");
     a.out_proj = lin(p + ".out_proj", W_, true);

@@ -37,7 +37,8 @@ struct HeadMatrix {
   const float* f32 = nullptr;
   const __nv_bfloat16* bf16 = nullptr;
   bool bf16_exact = false;
-  int rows = 0, cols = 0;  // [N, K]
+  bool matrix = false;     // a 2-D tensor
+  int rows = 0, cols = 0;  // [N, K]; a vector: [n, 1]
 };
 struct HeadLayerNorm {
   const float* weight = nullptr;

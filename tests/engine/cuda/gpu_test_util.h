@@ -18,6 +18,7 @@
 #include "encoding/encode.h"
 #include "engine/cuda/cuda_check.h"
 #include "model/bf16.h"
+#include "support/ref/random_inputs.h"
 
 namespace clef::gputest {
 
@@ -69,22 +70,9 @@ inline encoding::EncodedRequest random_request(std::mt19937_64& rng, int T, int6
   return enc;
 }
 
-inline std::vector<float> randn(std::mt19937_64& rng, size_t n, float scale = 1.0f,
-                                float mean = 0.0f) {
-  std::normal_distribution<float> d(mean, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-inline std::vector<float> randu(std::mt19937_64& rng, size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-inline void round_all_bf16(std::vector<float>& v) {
-  for (auto& x : v) x = model::round_to_bf16(x);
-}
+using engine::ref::randn;
+using engine::ref::randu;
+using engine::ref::round_all_bf16;
 
 // Device copy of host floats in storage type E (bf16 values must already be bf16-exact to be
 // compared).

@@ -161,10 +161,9 @@ void Gemm::preload(const std::vector<TuningEntry>& entries) {
 std::vector<TuningEntry> Gemm::entries() const {
   std::vector<TuningEntry> out;
   for (const auto& [k, p] : plans_) {
-    if (k.v[0] != 0) continue;  // heuristic choices are not worth persisting
+    if (!p.timed) continue;  // heuristic choices are not worth persisting
     TuningEntry e;
-    // Timed keys: tuning, M, N, K, lda, ldb, ldc, a, b, c types, ..., accumulate.
-    e.shape = {k.v[1], k.v[2], k.v[3], k.v[4], k.v[6], k.v[13], k.v[7], k.v[8], k.v[9]};
+    e.shape = p.shape;
     std::memcpy(e.algo.data(), &p.algo, sizeof p.algo);
     out.push_back(e);
   }
@@ -290,7 +289,7 @@ void Gemm::choose_heuristic(const GemmProblem& p, Plan& pl) {
 
 void Gemm::drop_heuristic_plans() {
   for (auto it = plans_.begin(); it != plans_.end();) {
-    if (it->first.v[0] != 0) {
+    if (!it->second.timed) {
       destroy(it->second);
       it = plans_.erase(it);
     } else {
@@ -310,6 +309,8 @@ Gemm::Plan& Gemm::plan(const GemmProblem& p, cudaStream_t s) {
       choose_heuristic(p, pl);
     } else {
       pl.workspace = kWorkspace;
+      pl.timed = true;
+      pl.shape = tuning_shape(p);
       if (!choose_preloaded(p, pl, s)) choose_timed(p, pl, s);
     }
   } catch (...) {

@@ -88,7 +88,9 @@ class Gemm {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    size_t workspace = 0;  // the most this plan may use
+    size_t workspace = 0;      // the most this plan may use
+    bool timed = false;        // chosen by timing (persisted in the tuning cache)
+    TuningEntry::Shape shape;  // the tuning cache's name for the problem (timed plans)
   };
   static Key key_of(const GemmProblem& p);
   static TuningEntry::Shape tuning_shape(const GemmProblem& p);
