@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "encoding/request.h"
+#include "media/visual_input.h"
 #include "tokenizer/tokenizer.h"
 
 namespace clef::encoding {
@@ -29,6 +30,12 @@ struct EncodedRequest {
   std::vector<EncodedQuestion> questions;  // request order
   int32_t state_tokens = 0;                // state tokens kept
   int32_t truncated_state_tokens = 0;      // state tokens cut (truncation "allow")
+  // Images and videos (docs/spec/media.md). All empty for a text-only request, whose rotary
+  // position is its index (p, p, p) and whose token types are all 0.
+  media::VisualInput visual;
+  std::vector<uint8_t> mm_token_type_ids;  // size T when media: 1 image pad, 2 video pad, else 0
+  std::vector<int32_t> position_ids;       // 3*T when media: [3][T] (temporal, height, width)
+  bool has_media() const { return !visual.empty(); }
 };
 
 // Input tokens a request may have unless the front-end says otherwise (--max-length); also the
