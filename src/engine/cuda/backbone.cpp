@@ -84,16 +84,17 @@ void CudaBackbone::enqueue_gemms_only(const Activations& a, int Tp, cudaStream_t
     for (const GemmProblem& p : layer_gemms(L, a, Tp)) gemm_.run(p, s);
 }
 
-void CudaBackbone::enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec) const {
+void CudaBackbone::enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
+                           const PackView* pack) const {
   if (w_.activations == DataType::F32)
-    enqueue_as<float>(a, Tp, s, rec);
+    enqueue_as<float>(a, Tp, s, rec, pack);
   else
-    enqueue_as<bf16>(a, Tp, s, rec);
+    enqueue_as<bf16>(a, Tp, s, rec, pack);
 }
 
 template <typename E>
-void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s,
-                              StageRecorder* rec) const {
+void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
+                              const PackView* pack) const {
   const auto& c = cfg_;
   const int D = c.hidden_size, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -118,29 +119,47 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s,
       const int Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads,
                 dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
       const int cqkv = 2 * Hk * dk + Hv * dv;
-      GdnPrepArgs pa{
-          Tp, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, cqkv + Hv * dv, cqkv + Hv * dv + Hv};
+      GdnPrepArgs pa{Tp,
+                     n_in,
+                     Hk,
+                     Hv,
+                     dk,
+                     dv,
+                     c.linear_conv_kernel_dim,
+                     cqkv + Hv * dv,
+                     cqkv + Hv * dv + Hv,
+                     pack ? pack->positions : nullptr};
       gdn_conv_prep<E>(proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
                        a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, path_, s);
       mark("norms_elementwise");
       gdn_chunked<E>(a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, Tp, Hk, Hv, dk, dv,
-                     static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s);
+                     static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s, nullptr, nullptr,
+                     pack ? &pack->gdn : nullptr);
       mark("gdn_core");
       gated_rms_norm<E>(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w, mid, Tp,
                         Hv, dv, eps, path_, s);
       mark("norms_elementwise");
     } else {
       const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
-      AttnPrepArgs pa{Tp, n_in, nh, nkv, hd, rotary_dim_, eps, w_.rope_inv_freq};
+      AttnPrepArgs pa{Tp,
+                      n_in,
+                      nh,
+                      nkv,
+                      hd,
+                      rotary_dim_,
+                      eps,
+                      w_.rope_inv_freq,
+                      pack ? pack->positions : nullptr};
       E* q = static_cast<E*>(a.attn_q);
       E* k = static_cast<E*>(a.attn_k);
       E* v = static_cast<E*>(a.attn_v);
       attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, path_, s);
       mark("norms_elementwise");
+      const AttnSequences* as = pack ? &pack->attn : nullptr;
       if constexpr (std::is_same_v<E, float>)
-        attention_core_f32(q, k, v, mid, Tp, nh, nkv, hd, s);
+        attention_core_f32(q, k, v, mid, Tp, nh, nkv, hd, s, as);
       else
-        attention_core_bf16(q, k, v, mid, Tp, nh, nkv, hd, s);
+        attention_core_bf16(q, k, v, mid, Tp, nh, nkv, hd, s, as);
       mark("attention");
       attn_output_gate<E>(mid, proj, n_in, Tp, nh, hd, path_, s);
       mark("norms_elementwise");

@@ -14,6 +14,7 @@
 
 #include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/kernel_path.h"
+#include "engine/cuda/packing.h"
 #include "engine/cuda/weights.h"
 #include "engine/cuda/workspace.h"
 #include "model/config.h"
@@ -28,8 +29,10 @@ class CudaBackbone {
                KernelPath path);
 
   // ids (a.ids, Tp rows, already on the device) -> a.final_hidden. `rec` (optional) marks each op
-  // with its stage: "gemm", "gdn_core", "attention", "norms_elementwise".
-  void enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec = nullptr) const;
+  // with its stage: "gemm", "gdn_core", "attention", "norms_elementwise". `pack` (optional): the
+  // rows hold several sequences (packing.h); none: one sequence.
+  void enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec = nullptr,
+               const PackView* pack = nullptr) const;
   // Chooses the algorithm of every GEMM at Tp rows (timing: never inside a capture).
   void tune(const Activations& a, int Tp, cudaStream_t s) const;
   // Every linear layer of the forward at Tp rows, in order: the GEMM floor of a forward.
@@ -47,7 +50,8 @@ class CudaBackbone {
 
  private:
   template <typename E>
-  void enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec) const;
+  void enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
+                  const PackView* pack) const;
 
   const model::TextConfig& cfg_;
   const BackboneWeights& w_;

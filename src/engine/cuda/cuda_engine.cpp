@@ -71,37 +71,117 @@ void CudaEngineImpl::validate_config() const {
   if (rd % 2 != 0 || rd > c.head_dim) throw std::runtime_error("cuda engine: bad rotary dimension");
 }
 
-// The batch is enqueued whole and synchronised once: each request's backbone (its bucket's graph)
-// then its head, one after the other on the stream, so the GPU never waits for the host between
-// requests. Every request is validated before anything is enqueued.
+// The batch is enqueued whole and synchronised once. Consecutive requests are packed into one
+// backbone forward (packing.h) up to pack_tokens_ rows and kMaxPackedSequences sequences (a
+// longer request runs alone, in its own bucket's graph); each request's head then runs on its
+// rows. The GPU never waits for the host between packs, and every request is validated before
+// anything is enqueued.
 std::vector<ForwardOutput> CudaEngineImpl::forward(
     const std::vector<const encoding::EncodedRequest*>& batch) {
+  std::vector<Pack> packs;
   size_t staged = 0;
-  for (const auto* req : batch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto* req = batch[i];
     if (!req) throw std::runtime_error("cuda engine: null request");
     check_ids(req->input_ids);
-    staged += static_cast<size_t>(bucket_tokens(static_cast<int>(req->input_ids.size())));
+    const int T = static_cast<int>(req->input_ids.size());
+    if (packs.empty() || packs.back().tokens + T > pack_tokens_ ||
+        packs.back().count == kMaxPackedSequences)
+      packs.push_back({i, 0, 0, {}, {}});
+    Pack& p = packs.back();
+    p.lengths.push_back(T);
+    p.tokens += T;
+    ++p.count;
+  }
+  for (Pack& p : packs) {
+    const int Tp = bucket_tokens(p.tokens);
+    if (p.count > 1) {
+      p.tables = pack_tables(p.lengths, Tp, sequence_bucket(p.count), rows_per_tile(Tp));
+      staged += table_ints(p.tables);
+    }
+    staged += static_cast<size_t>(Tp);
   }
   head_->begin(batch, stream_);
-  // The ids of every request in pinned memory: their uploads queue behind earlier work instead
-  // of waiting for it (a pageable upload would wait for the stream).
+  // The ids (and tables) of every pack in pinned memory: their uploads queue behind earlier work
+  // instead of waiting for it (a pageable upload would wait for the stream).
   if (staged * sizeof(int32_t) > ids_pinned_.bytes()) {
     CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // an abandoned batch may still read it
     ids_pinned_.resize(staged * sizeof(int32_t));
   }
   int32_t* pinned = ids_pinned_.get<int32_t>();
-  for (const auto* req : batch) {
-    const int Tp = bucket_tokens(static_cast<int>(req->input_ids.size()));
-    std::copy(req->input_ids.begin(), req->input_ids.end(), pinned);
-    std::fill(pinned + req->input_ids.size(), pinned + Tp, 0);
-    run_backbone(pinned, Tp, nullptr);
-    head_->enqueue(workspace_->buffers().final_hidden, stream_);
-    pinned += Tp;
+  const size_t row_bytes =
+      static_cast<size_t>(cfg_.hidden_size) * data_type_bytes(config_.activations);
+  for (const Pack& p : packs) {
+    const int Tp = bucket_tokens(p.tokens);
+    int32_t* ids = pinned;
+    for (int j = 0; j < p.count; ++j) {
+      const auto& in = batch[p.first + j]->input_ids;
+      pinned = std::copy(in.begin(), in.end(), pinned);
+    }
+    std::fill(pinned, ids + Tp, 0);
+    pinned = ids + Tp;
+    if (p.count == 1) {
+      run_backbone(ids, Tp, nullptr);
+      head_->enqueue(workspace_->buffers().final_hidden, stream_);
+      continue;
+    }
+    run_packed(ids, p.tables, pinned);
+    pinned += table_ints(p.tables);
+    const char* hidden = static_cast<const char*>(workspace_->buffers().final_hidden);
+    for (int j = 0; j < p.count; ++j)
+      head_->enqueue(hidden + p.tables.begin[j] * row_bytes, stream_);
   }
   std::vector<std::vector<std::vector<float>>> logits = head_->finish(stream_);
   std::vector<ForwardOutput> out(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) out[i].logits = std::move(logits[i]);
   return out;
+}
+
+int CudaEngineImpl::rows_per_tile(int Tp) const {
+  return attention_rows_per_tile(config_.activations != DataType::F32, Tp, cfg_.num_attention_heads,
+                                 cfg_.head_dim);
+}
+
+size_t CudaEngineImpl::table_ints(const PackTables& t) {
+  return t.positions.size() + t.chunk_row0.size() + t.chunk_valid.size() + t.seq_chunk0.size() +
+         t.tiles.size();
+}
+
+void CudaEngineImpl::run_packed(const int32_t* padded_ids, const PackTables& t, int32_t* staging) {
+  const int Tp = t.rows;
+  reserve(Tp);
+  const Activations& a = workspace_->buffers();
+  CLEF_CUDA_CHECK(
+      cudaMemcpyAsync(a.ids, padded_ids, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  auto upload = [&](int32_t* dst, const std::vector<int32_t>& src) {
+    std::copy(src.begin(), src.end(), staging);
+    CLEF_CUDA_CHECK(cudaMemcpyAsync(dst, staging, src.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, stream_));
+    staging += src.size();
+  };
+  upload(a.positions, t.positions);
+  upload(a.chunk_row0, t.chunk_row0);
+  upload(a.chunk_valid, t.chunk_valid);
+  upload(a.seq_chunk0, t.seq_chunk0);
+  upload(a.tiles, t.tiles);
+  const PackView view = pack_view(t.rows, t.seq_slots);
+  const GraphKey key{Tp, t.seq_slots, config_.weights};
+  if (cudaGraphExec_t ge = graphs_.find(key)) {
+    CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
+    return;
+  }
+  backbone_->enqueue(a, Tp, stream_, nullptr, &view);  // eager: this bucket's GEMM choices
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  graphs_.capture(key, stream_, [&] { backbone_->enqueue(a, Tp, stream_, nullptr, &view); });
+}
+
+PackView CudaEngineImpl::pack_view(int Tp, int seq_slots) const {
+  const Activations& a = workspace_->buffers();
+  PackView v;
+  v.positions = a.positions;
+  v.gdn = {a.chunk_row0, a.chunk_valid, a.seq_chunk0, gdn_chunk_slots(Tp, seq_slots), seq_slots};
+  v.attn = {a.tiles, attention_tile_slots(Tp, seq_slots, rows_per_tile(Tp))};
+  return v;
 }
 
 EngineInfo CudaEngineImpl::info() const {

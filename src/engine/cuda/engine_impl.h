@@ -17,6 +17,7 @@
 #include "engine/cuda/graph_cache.h"
 #include "engine/cuda/joint_head.h"
 #include "engine/cuda/kernel_path.h"
+#include "engine/cuda/packing.h"
 #include "engine/cuda/weights.h"
 #include "engine/cuda/workspace.h"
 #include "engine/prepare/tuning_cache.h"
@@ -62,6 +63,13 @@ class CudaEngineImpl final : public CudaEngine {
   void run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec);
   // The same from Tp right-padded ids in memory that outlives the enqueued upload (pinned).
   void run_backbone(const int32_t* padded_ids, int Tp, StageRecorder* rec);
+  // Several requests' padded ids through one packed forward (packing.h): uploads the ids and the
+  // tables (through `staging`, pinned, table_ints(t) ints) and replays the (bucket, sequence
+  // bucket) graph, capturing it first when new.
+  void run_packed(const int32_t* padded_ids, const PackTables& t, int32_t* staging);
+  PackView pack_view(int Tp, int seq_slots) const;
+  int rows_per_tile(int Tp) const;
+  static size_t table_ints(const PackTables& t);
   void check_ids(const std::vector<int32_t>& ids) const;
   std::vector<float> hidden_host(int T);
   ForwardOutput run_head(const encoding::EncodedRequest& req,
@@ -84,7 +92,17 @@ class CudaEngineImpl final : public CudaEngine {
   std::unique_ptr<CudaBackbone> backbone_;
   GraphCache graphs_;
   std::unique_ptr<CudaJointHead> head_;
-  PinnedBuffer ids_pinned_;  // a batch's padded ids
+  PinnedBuffer ids_pinned_;  // a batch's padded ids and pack tables
+  // Rows one packed forward takes at most: the largest prepared bucket (the default request
+  // length until prepare() says otherwise).
+  int pack_tokens_ = encoding::kDefaultMaxLength;
+  // A batch's run of consecutive requests sharing one forward.
+  struct Pack {
+    size_t first = 0;
+    int count = 0, tokens = 0;
+    std::vector<int> lengths;
+    PackTables tables;  // count > 1
+  };
 };
 
 }  // namespace clef::engine::cuda

@@ -105,16 +105,30 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
   const auto t1 = Clock::now();
   backbone_->enqueue(a, buckets.front(), stream_);
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  graphs_.set_limit(std::max(kGraphsWithoutPrepare, buckets.size()));
+  // Packed forwards: per bucket, every sequence bucket whose smallest packing (S/2 + 1 sequences
+  // of kMinPackedRows rows) fits it; rarer packings are captured when first seen.
+  std::vector<GraphKey> keys;
   for (int Tp : buckets) {
-    const GraphKey gk{Tp, 1, config_.weights};
-    if (!graphs_.find(gk))
-      graphs_.capture(gk, stream_, [&] { backbone_->enqueue(a, Tp, stream_); });
+    keys.push_back({Tp, 1, config_.weights});
+    for (int S = 2; S <= kMaxPackedSequences && (S / 2 + 1) * kMinPackedRows <= Tp; S *= 2)
+      keys.push_back({Tp, S, config_.weights});
+  }
+  graphs_.set_limit(std::max(kGraphsWithoutPrepare, keys.size() + kGraphsWithoutPrepare / 4));
+  for (const GraphKey& gk : keys) {
+    if (graphs_.find(gk)) continue;
+    if (gk.sequences == 1) {
+      graphs_.capture(gk, stream_, [&] { backbone_->enqueue(a, gk.tokens, stream_); });
+    } else {
+      const PackView v = pack_view(gk.tokens, gk.sequences);
+      graphs_.capture(gk, stream_, [&] { backbone_->enqueue(a, gk.tokens, stream_, nullptr, &v); });
+    }
   }
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  pack_tokens_ = rep.max_bucket;
   rep.graphs_s = seconds_since(t1);
-  say("graphs: " + std::to_string(buckets.size()) + " buckets up to " +
-      std::to_string(rep.max_bucket) + " tokens (" + std::to_string(rep.graphs_s) + " s)");
+  say("graphs: " + std::to_string(keys.size()) + " (" + std::to_string(buckets.size()) +
+      " buckets up to " + std::to_string(rep.max_bucket) + " tokens x sequence buckets up to " +
+      std::to_string(kMaxPackedSequences) + ", " + std::to_string(rep.graphs_s) + " s)");
 
   // 3. The head at the largest request the limits admit: its scratch never grows later.
   const auto t2 = Clock::now();

@@ -1,6 +1,6 @@
-// The joint head's small kernels (docs/spec/model.md §4): LayerNorm, bias/GELU, span means, the LM-head
-// row gather, softmax, the option-attention summary and the scorer. All arithmetic is fp32 (the
-// final scoring dots in fp64); GEMMs go through gemm/gemm.h.
+// The joint head's small kernels (docs/spec/model.md §4): LayerNorm, bias/GELU, span means, the
+// LM-head row gather, softmax, the option-attention summary and the scorer. All arithmetic is fp32
+// (the final scoring dots in fp64); GEMMs go through gemm/gemm.h.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/packing.h"
 
 namespace clef::engine::cuda {
 
@@ -39,12 +40,19 @@ bool Workspace::reserve(int tokens) {
     carve(a_.gdn_g, T * c.linear_num_value_heads * 4);
     carve(a_.gdn_beta, T * c.linear_num_value_heads * 4);
     carve(a_.gdn_out, gv * es);
-    carve(a_.gdn_scratch, gdn_workspace_bytes(tokens, c.linear_num_value_heads,
-                                              c.linear_key_head_dim, c.linear_value_head_dim));
+    carve(a_.gdn_scratch,
+          gdn_workspace_bytes(tokens, c.linear_num_value_heads, c.linear_key_head_dim,
+                              c.linear_value_head_dim, kMaxPackedSequences));
     carve(a_.attn_q, T * c.num_attention_heads * c.head_dim * es);
     carve(a_.attn_k, T * c.num_key_value_heads * c.head_dim * es);
     carve(a_.attn_v, T * c.num_key_value_heads * c.head_dim * es);
     carve(a_.ids, T * 4);
+    const size_t chunks = gdn_chunk_slots(tokens, kMaxPackedSequences);
+    carve(a_.positions, T * 4);
+    carve(a_.chunk_row0, chunks * 4);
+    carve(a_.chunk_valid, chunks * 4);
+    carve(a_.seq_chunk0, (kMaxPackedSequences + 1) * 4);
+    carve(a_.tiles, attention_tile_slots(tokens, kMaxPackedSequences, 16) * 16);
     carve(a_.hidden_f32, T * D * 4);
   };
   layout();

@@ -29,7 +29,13 @@ struct Activations {
   void* attn_k = nullptr;        // act [T, kv heads, head_dim]
   void* attn_v = nullptr;        // act [T, kv heads, head_dim]
   int32_t* ids = nullptr;        // [T] token ids (right-padded)
-  float* hidden_f32 = nullptr;   // fp32 [T, hidden]: final_hidden as float, for dumps
+  // A packed forward's tables (packing.h), sized for kMaxPackedSequences sequences in T rows.
+  int32_t* positions = nullptr;    // [T]
+  int32_t* chunk_row0 = nullptr;   // [gdn_chunk_slots(T, kMaxPackedSequences)]
+  int32_t* chunk_valid = nullptr;  // same
+  int32_t* seq_chunk0 = nullptr;   // [kMaxPackedSequences + 1]
+  int32_t* tiles = nullptr;        // [attention_tile_slots(T, kMaxPackedSequences, 16)][4]
+  float* hidden_f32 = nullptr;     // fp32 [T, hidden]: final_hidden as float, for dumps
 };
 
 class Workspace {

@@ -9,6 +9,7 @@
 // softmax in fp32 with exp2 and a running max.
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +29,12 @@ void check_shape(int T, int n_heads, int n_kv_heads, int head_dim) {
   if (head_dim <= 0 || head_dim % 32 != 0 || head_dim > 256)
     throw std::invalid_argument("attention_core: head_dim " + std::to_string(head_dim) +
                                 " is not a multiple of 32 in [32, 256]");
+}
+
+void check_sequences(const AttnSequences* seqs) {
+  if (seqs &&
+      (!seqs->tiles || seqs->tile_slots < 1 || reinterpret_cast<uintptr_t>(seqs->tiles) % 16 != 0))
+    throw std::invalid_argument("attention_core: bad packed-sequence tile table");
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -96,7 +103,8 @@ template <int HD, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
     flash_attn_bf16_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                            const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out,
-                           int T, int n_heads, int group, float scale_log2) {
+                           int T, int n_heads, int group, float scale_log2,
+                           const int4* __restrict__ tiles) {
   constexpr int kThreads = WARPS * 32;
   constexpr int kBr = WARPS * 16;
   constexpr int kStride = HD + 8;
@@ -112,13 +120,21 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
   __nv_bfloat16* sK = sQ + kBr * kStride;
   __nv_bfloat16* sV = sK + kBc * kStride;
 
-  // Heaviest (last) query tiles first: causal work grows with the tile index.
-  const int qb = gridDim.x - 1 - blockIdx.x;
+  // This CTA's query rows [q0, q0 + kBr) of the sequence [s0, s1). One sequence: heaviest (last)
+  // query tiles first, as causal work grows with the tile index; packed: the table's order (which
+  // the host sorts heaviest first).
+  int q0, s0, s1;
+  if (tiles) {
+    const int4 tl = tiles[blockIdx.x];
+    if (tl.x < 0) return;  // an unused slot
+    q0 = tl.x, s0 = tl.y, s1 = tl.z;
+  } else {
+    q0 = (gridDim.x - 1 - blockIdx.x) * kBr, s0 = 0, s1 = T;
+  }
   const int h = blockIdx.y;
   const int kvh = h / group;
   const int n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
-  const int q0 = qb * kBr;
   const __nv_bfloat16* qh = q + static_cast<size_t>(h) * HD;
   const __nv_bfloat16* kh = k + static_cast<size_t>(kvh) * HD;
   const __nv_bfloat16* vh = v + static_cast<size_t>(kvh) * HD;
@@ -126,8 +142,8 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, tig = lane % 4;
 
-  load_tile<HD, kBr, kThreads>(sQ, qh, q0, T, q_stride);
-  load_tile<HD, kBc, kThreads>(sK, kh, 0, T, kv_stride);
+  load_tile<HD, kBr, kThreads>(sQ, qh, q0, s1, q_stride);
+  load_tile<HD, kBc, kThreads>(sK, kh, s0, s1, kv_stride);
   cp_async_commit();
 
   float o[kNT][4];
@@ -136,20 +152,20 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
   float m_run[2] = {-INFINITY, -INFINITY};  // running max (log2 domain) for rows g and g + 8
   float l_run[2] = {0.f, 0.f};
 
-  const int last_row = min(q0 + kBr, T) - 1;  // causal: keys 0..last_row
-  const int n_tiles = last_row / kBc + 1;
+  const int last_row = min(q0 + kBr, s1) - 1;  // causal: keys s0..last_row
+  const int n_tiles = (last_row - s0) / kBc + 1;
   const int warp_first = q0 + warp * 16;  // this warp's 16 query rows
   const int warp_last = warp_first + 15;
   const int row_a = warp_first + g;  // this thread's two rows
   const int row_b = row_a + 8;
 
   for (int j = 0; j < n_tiles; ++j) {
-    load_tile<HD, kBc, kThreads>(sV, vh, j * kBc, T, kv_stride);
+    load_tile<HD, kBc, kThreads>(sV, vh, s0 + j * kBc, s1, kv_stride);
     cp_async_commit();
     cp_async_wait<1>();  // Q and K_j have landed
     __syncthreads();
 
-    const int key0 = j * kBc;
+    const int key0 = s0 + j * kBc;
     // Warp-uniform: does any key of this tile precede one of the warp's rows / pass one of them?
     const bool active = key0 <= warp_last;
     const bool diagonal = key0 + kBc - 1 > warp_first;
@@ -174,7 +190,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
         }
       }
 
-      // Causal mask (also covers keys >= T, which only exist past the last row).
+      // Causal mask (also covers keys >= s1, which only exist past the last row).
       if (diagonal) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
@@ -186,7 +202,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
         }
       }
 
-      // Online softmax (log2 domain). Key 0 is visible to every row, so after tile 0 the max is
+      // Online softmax (log2 domain). Key s0 is visible to every row, so after tile 0 the max is
       // finite; a row with no visible key in a later tile keeps its state (p = 0, alpha = 1).
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -229,7 +245,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
     }
 
     __syncthreads();  // every warp is done with sK
-    if (j + 1 < n_tiles) load_tile<HD, kBc, kThreads>(sK, kh, (j + 1) * kBc, T, kv_stride);
+    if (j + 1 < n_tiles) load_tile<HD, kBc, kThreads>(sK, kh, s0 + (j + 1) * kBc, s1, kv_stride);
     cp_async_commit();
     cp_async_wait<1>();  // V_j has landed
     __syncthreads();
@@ -264,10 +280,10 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
     const int col = nt * 8 + tig * 2;
-    if (row_a < T)
+    if (row_a < s1)
       *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_a) * q_stride + col) =
           __floats2bfloat162_rn(o[nt][0] * inv0, o[nt][1] * inv0);
-    if (row_b < T)
+    if (row_b < s1)
       *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_b) * q_stride + col) =
           __floats2bfloat162_rn(o[nt][2] * inv1, o[nt][3] * inv1);
   }
@@ -280,7 +296,8 @@ size_t bf16_smem_bytes(int head_dim) {
 
 template <int HD, int WARPS>
 void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                 __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, cudaStream_t stream) {
+                 __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
+                 cudaStream_t stream) {
   const size_t smem = bf16_smem_bytes<WARPS>(HD);
   // Opting in is per function and cheap; repeating it keeps this free of global state.
   cudaError_t e =
@@ -290,10 +307,11 @@ void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bflo
     throw std::runtime_error("attention_core_bf16: cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
   constexpr int kBr = WARPS * 16;
-  const dim3 grid((T + kBr - 1) / kBr, n_heads);
+  const dim3 grid(seqs ? seqs->tile_slots : (T + kBr - 1) / kBr, n_heads);
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(HD));
   flash_attn_bf16_kernel<HD, WARPS><<<grid, WARPS * 32, smem, stream>>>(
-      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2);
+      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2,
+      seqs ? reinterpret_cast<const int4*>(seqs->tiles) : nullptr);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
@@ -310,35 +328,41 @@ template <int HD>
 __global__ void __launch_bounds__(kFThreads)
     flash_attn_f32_kernel(const float* __restrict__ q, const float* __restrict__ k,
                           const float* __restrict__ v, float* __restrict__ out, int T, int n_heads,
-                          int group, float scale) {
+                          int group, float scale, const int4* __restrict__ tiles) {
   constexpr int kS = HD + 1;  // padded rows: threads of a warp read 4 different rows at one column
   extern __shared__ float fsm[];
   float* sQ = fsm;              // [kFBr][kS]
   float* sKV = sQ + kFBr * kS;  // [kFBc][kS]
   float* sP = sKV + kFBc * kS;  // [kFBr][kFBc + 1]
 
-  const int qb = gridDim.x - 1 - blockIdx.x;
+  int q0, s0, s1;  // query rows [q0, q0 + kFBr) of the sequence [s0, s1), as in the bf16 kernel
+  if (tiles) {
+    const int4 tl = tiles[blockIdx.x];
+    if (tl.x < 0) return;
+    q0 = tl.x, s0 = tl.y, s1 = tl.z;
+  } else {
+    q0 = (gridDim.x - 1 - blockIdx.x) * kFBr, s0 = 0, s1 = T;
+  }
   const int h = blockIdx.y, kvh = h / group, n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
-  const int q0 = qb * kFBr;
   const int r = threadIdx.x / 4, sub = threadIdx.x % 4;
   const int row = q0 + r;
 
   for (int i = threadIdx.x; i < kFBr * HD; i += kFThreads) {
     const int rr = i / HD, c = i % HD, t = q0 + rr;
-    sQ[rr * kS + c] = t < T ? q[static_cast<size_t>(t) * q_stride + h * HD + c] : 0.f;
+    sQ[rr * kS + c] = t < s1 ? q[static_cast<size_t>(t) * q_stride + h * HD + c] : 0.f;
   }
   float acc[HD / 4];
 #pragma unroll
   for (int i = 0; i < HD / 4; ++i) acc[i] = 0.f;
   float m_run = -INFINITY, l_run = 0.f;
 
-  const int last_key = min(q0 + kFBr, T) - 1;
-  for (int k0 = 0; k0 <= last_key; k0 += kFBc) {
+  const int last_key = min(q0 + kFBr, s1) - 1;
+  for (int k0 = s0; k0 <= last_key; k0 += kFBc) {
     __syncthreads();
     for (int i = threadIdx.x; i < kFBc * HD; i += kFThreads) {
       const int rr = i / HD, c = i % HD, t = k0 + rr;
-      sKV[rr * kS + c] = t < T ? k[static_cast<size_t>(t) * kv_stride + kvh * HD + c] : 0.f;
+      sKV[rr * kS + c] = t < s1 ? k[static_cast<size_t>(t) * kv_stride + kvh * HD + c] : 0.f;
     }
     __syncthreads();
     float s[kFBc / 4];
@@ -349,7 +373,7 @@ __global__ void __launch_bounds__(kFThreads)
       float d = 0.f;
 #pragma unroll 8
       for (int e = 0; e < HD; ++e) d = fmaf(sQ[r * kS + e], sKV[c * kS + e], d);
-      s[i] = (k0 + c <= row && k0 + c < T) ? d * scale : -INFINITY;
+      s[i] = (k0 + c <= row && k0 + c < s1) ? d * scale : -INFINITY;
       mx = fmaxf(mx, s[i]);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -371,7 +395,7 @@ __global__ void __launch_bounds__(kFThreads)
     __syncthreads();  // scores done with K; sP complete
     for (int i = threadIdx.x; i < kFBc * HD; i += kFThreads) {
       const int rr = i / HD, c = i % HD, t = k0 + rr;
-      sKV[rr * kS + c] = t < T ? v[static_cast<size_t>(t) * kv_stride + kvh * HD + c] : 0.f;
+      sKV[rr * kS + c] = t < s1 ? v[static_cast<size_t>(t) * kv_stride + kvh * HD + c] : 0.f;
     }
     __syncthreads();
     for (int c = 0; c < kFBc; ++c) {
@@ -382,7 +406,7 @@ __global__ void __launch_bounds__(kFThreads)
   }
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
-  if (row < T) {
+  if (row < s1) {
     const float inv = 1.f / l_run;
     float* orow = out + static_cast<size_t>(row) * q_stride + h * HD;
 #pragma unroll
@@ -392,7 +416,7 @@ __global__ void __launch_bounds__(kFThreads)
 
 template <int HD>
 void launch_f32(const float* q, const float* k, const float* v, float* out, int T, int n_heads,
-                int n_kv_heads, cudaStream_t stream) {
+                int n_kv_heads, const AttnSequences* seqs, cudaStream_t stream) {
   const size_t smem =
       (static_cast<size_t>(kFBr + kFBc) * (HD + 1) + kFBr * (kFBc + 1)) * sizeof(float);
   cudaError_t e =
@@ -401,9 +425,10 @@ void launch_f32(const float* q, const float* k, const float* v, float* out, int 
   if (e != cudaSuccess)
     throw std::runtime_error("attention_core_f32: cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
-  const dim3 grid((T + kFBr - 1) / kFBr, n_heads);
+  const dim3 grid(seqs ? seqs->tile_slots : (T + kFBr - 1) / kFBr, n_heads);
   flash_attn_f32_kernel<HD><<<grid, kFThreads, smem, stream>>>(
-      q, k, v, out, T, n_heads, n_heads / n_kv_heads, 1.f / sqrtf(static_cast<float>(HD)));
+      q, k, v, out, T, n_heads, n_heads / n_kv_heads, 1.f / sqrtf(static_cast<float>(HD)),
+      seqs ? reinterpret_cast<const int4*>(seqs->tiles) : nullptr);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
@@ -438,20 +463,26 @@ void launch_f32(const float* q, const float* k, const float* v, float* out, int 
 
 void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
-                               int n_kv_heads, int head_dim, cudaStream_t stream) {
+                               int n_kv_heads, int head_dim, cudaStream_t stream,
+                               const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
+  check_sequences(seqs);
   if (warps != 4 && warps != 8)
     throw std::invalid_argument("attention_core_bf16: warps must be 4 or 8");
   if (T == 0) return;
   if (warps == 8) {
-#define CLEF_CALL(HD) launch_bf16<HD, 8>(q, k, v, out, T, n_heads, n_kv_heads, stream)
+#define CLEF_CALL(HD) launch_bf16<HD, 8>(q, k, v, out, T, n_heads, n_kv_heads, seqs, stream)
     switch (head_dim) { CLEF_HEAD_DIM_CASES(CLEF_CALL) }
 #undef CLEF_CALL
   } else {
-#define CLEF_CALL(HD) launch_bf16<HD, 4>(q, k, v, out, T, n_heads, n_kv_heads, stream)
+#define CLEF_CALL(HD) launch_bf16<HD, 4>(q, k, v, out, T, n_heads, n_kv_heads, seqs, stream)
     switch (head_dim) { CLEF_HEAD_DIM_CASES(CLEF_CALL) }
 #undef CLEF_CALL
   }
+}
+
+int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim) {
+  return bf16 ? 16 * attention_core_bf16_pick_warps(T, n_heads, head_dim) : kFBr;
 }
 
 int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {
@@ -467,18 +498,20 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {
 
 void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   if (T == 0) return;
   attention_core_bf16_warps(attention_core_bf16_pick_warps(T, n_heads, head_dim), q, k, v, out, T,
-                            n_heads, n_kv_heads, head_dim, stream);
+                            n_heads, n_kv_heads, head_dim, stream, seqs);
 }
 
 void attention_core_f32(const float* q, const float* k, const float* v, float* out, int T,
-                        int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream) {
+                        int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream,
+                        const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
+  check_sequences(seqs);
   if (T == 0) return;
-#define CLEF_CALL(HD) launch_f32<HD>(q, k, v, out, T, n_heads, n_kv_heads, stream)
+#define CLEF_CALL(HD) launch_f32<HD>(q, k, v, out, T, n_heads, n_kv_heads, seqs, stream)
   switch (head_dim) { CLEF_HEAD_DIM_CASES(CLEF_CALL) }
 #undef CLEF_CALL
 }

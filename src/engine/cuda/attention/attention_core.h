@@ -7,17 +7,33 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace clef::engine::cuda {
+
+// Sequences packed into the T rows (a device table filled by engine/cuda/packing.h, 16-byte
+// aligned): tile slot i = {q0, begin, end, 0} makes query rows [q0, min(q0 + rows, end)) attend
+// keys [begin, row] of their sequence [begin, end) (rows = attention_rows_per_tile); q0 < 0 marks
+// an unused slot. Tiles never straddle two sequences. The grid is tile_slots wide, so one captured
+// graph serves every packing that fits. Without it (null): one sequence of T rows.
+struct AttnSequences {
+  const int32_t* tiles = nullptr;  // [tile_slots][4]
+  int tile_slots = 0;
+};
+
+// Query rows per tile of the kernel the dispatcher runs for this shape (the packing's tile size).
+int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim);
 
 // Production path: flash-style tiles on the tensor cores (bf16 mma.sync, fp32 accumulation and
 // online softmax in fp32), sm_80+. Throws std::invalid_argument on bad shapes, std::runtime_error
 // on launch failure.
 void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const AttnSequences* seqs = nullptr);
 
 // Parity path: fp32 everywhere (SIMT), same online-softmax algorithm.
 void attention_core_f32(const float* q, const float* k, const float* v, float* out, int T,
-                        int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
+                        int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream,
+                        const AttnSequences* seqs = nullptr);
 
 }  // namespace clef::engine::cuda

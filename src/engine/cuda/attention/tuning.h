@@ -5,11 +5,14 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "engine/cuda/attention/attention_core.h"
+
 namespace clef::engine::cuda {
 
 void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
-                               int n_kv_heads, int head_dim, cudaStream_t stream);
+                               int n_kv_heads, int head_dim, cudaStream_t stream,
+                               const AttnSequences* seqs = nullptr);
 
 // The warps attention_core_bf16 uses for this shape on the current device.
 int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim);

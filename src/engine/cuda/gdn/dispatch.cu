@@ -22,8 +22,8 @@ bool use_tc(int dk, int dv, bool bf16, KernelPath path) {
 
 }  // namespace
 
-size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv) {
-  const int Tc = (std::max(T, 1) + C - 1) / C * C;
+size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv, int sequences) {
+  const int Tc = gdn_chunk_slots(std::max(T, 1), std::max(sequences, 1)) * C;
   const size_t simt = gdn::simt_workspace_floats(Tc, Hv, dk, dv);
   const size_t tc = gdn::tc_supported(dk, dv) ? gdn::tc_workspace_floats(Tc, Hv, dk, dv) : 0;
   return sizeof(float) * std::max(simt, tc);
@@ -36,8 +36,13 @@ const char* gdn_chunked_variant(int dk, int dv, bool bf16, KernelPath path) {
 template <typename E>
 void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, KernelPath path,
-                 cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan) {
+                 cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
+                 const GdnSequences* seqs) {
   if (T <= 0) return;
+  if (seqs &&
+      (!seqs->chunk_row0 || !seqs->chunk_valid || !seqs->seq_chunk0 || seqs->seq_slots < 1 ||
+       seqs->chunk_slots < 1 || seqs->chunk_slots > gdn_chunk_slots(T, seqs->seq_slots)))
+    throw std::invalid_argument("gdn_chunked: bad packed-sequence tables");
   if (dk > gdn::kMaxHeadDim || dv > gdn::kMaxHeadDim || dk < 1 || dv < 1)
     throw std::invalid_argument("gdn_chunked: head dims must be in [1, 128]");
   if (dk % 4 != 0 || dv % 4 != 0)
@@ -47,18 +52,19 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
   float* ws = static_cast<float*>(workspace);
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
     if (use_tc(dk, dv, true, path)) {
-      gdn::chunked_tc(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan);
+      gdn::chunked_tc(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs);
       return;
     }
   }
-  gdn::chunked_simt<E>(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan);
+  gdn::chunked_simt<E>(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs);
 }
 
 template void gdn_chunked<float>(const float*, const float*, const float*, const float*,
                                  const float*, int, int, int, int, int, float*, void*, KernelPath,
-                                 cudaStream_t, cudaEvent_t, cudaEvent_t);
+                                 cudaStream_t, cudaEvent_t, cudaEvent_t, const GdnSequences*);
 template void gdn_chunked<__nv_bfloat16>(const float*, const float*, const float*, const float*,
                                          const float*, int, int, int, int, int, __nv_bfloat16*,
-                                         void*, KernelPath, cudaStream_t, cudaEvent_t, cudaEvent_t);
+                                         void*, KernelPath, cudaStream_t, cudaEvent_t, cudaEvent_t,
+                                         const GdnSequences*);
 
 }  // namespace clef::engine::cuda

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "engine/cuda/kernel_path.h"
 
@@ -19,18 +20,38 @@ namespace clef::engine::cuda {
 
 constexpr int kGdnChunk = 64;
 
-// Scratch for either path (the larger of the two), fp32; SIMT: W [Hv, Tc, dk], U [Hv, Tc, dv],
-// P [Hv, Tc, 64], gamma [Hv, Tc], Tc = T rounded up to 64.
-size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv);
+// Several sequences packed into the T rows (device arrays, filled by engine/cuda/packing.h):
+// chunk slot c covers rows [chunk_row0[c], chunk_row0[c] + chunk_valid[c]) of ONE sequence, so no
+// chunk straddles two (chunk_valid 0: an unused slot); sequence s owns the consecutive slots
+// [seq_chunk0[s], seq_chunk0[s + 1]) and starts from a zero state. The grids are sized by
+// chunk_slots and seq_slots, so one captured graph serves every packing that fits them. Without
+// it (null): one sequence of T rows.
+struct GdnSequences {
+  const int32_t* chunk_row0 = nullptr;
+  const int32_t* chunk_valid = nullptr;
+  const int32_t* seq_chunk0 = nullptr;  // [seq_slots + 1]
+  int chunk_slots = 0;                  // <= gdn_chunk_slots(T, seq_slots)
+  int seq_slots = 0;
+};
+
+// Chunk slots that any packing of `sequences` sequences into T rows needs at most.
+constexpr int gdn_chunk_slots(int T, int sequences) {
+  return (T + kGdnChunk - 1) / kGdnChunk + (sequences > 1 ? sequences - 1 : 0);
+}
+
+// Scratch for either path (the larger of the two) for up to `sequences` packed sequences, fp32;
+// SIMT: W [Hv, Tc, dk], U [Hv, Tc, dv], P [Hv, Tc, 64], gamma [Hv, Tc], Tc = 64 x chunk slots.
+size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv, int sequences = 1);
 
 // q, k: [T, Hk, dk] fp32 (q l2-normalised and scaled, k l2-normalised); v: [T, Hv, dv]; g, beta:
 // [T, Hv]. o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128.
 // `between` and `after_scan` (optional, profiling) are recorded on s after the parallel prep kernel
-// and after the sequential scan.
+// and after the sequential scan. `seqs` (optional): the packed sequences of the T rows.
 template <typename E>
 void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, KernelPath path,
-                 cudaStream_t s, cudaEvent_t between = nullptr, cudaEvent_t after_scan = nullptr);
+                 cudaStream_t s, cudaEvent_t between = nullptr, cudaEvent_t after_scan = nullptr,
+                 const GdnSequences* seqs = nullptr);
 
 // The path gdn_chunked runs for these head dims on the current device: "gdn_tensor_core" (bf16,
 // KernelPath::Auto, gdn::tc_supported) or "gdn_simt".

@@ -17,6 +17,7 @@
 namespace clef::engine::cuda {
 namespace {
 
+using gdn::ChunkMap;
 using gdn::load_tile;
 using gdn::load_tiles;
 constexpr int C = kGdnChunk;
@@ -50,11 +51,13 @@ Workspace carve(void* ws, int Tc, int Hv, int dk, int dv) {
 __global__ void __launch_bounds__(kThreads)
     gdn_chunk_prep_kernel(const float* __restrict__ q, const float* __restrict__ k,
                           const float* __restrict__ v, const float* __restrict__ g,
-                          const float* __restrict__ beta, int T, int Tc, int Hk, int Hv, int dk,
-                          int dv, Workspace ws) {
+                          const float* __restrict__ beta, ChunkMap map, int Tc, int Hk, int Hv,
+                          int dk, int dv, Workspace ws) {
   extern __shared__ float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
-  const int t0 = chunk * C, valid = min(C, T - t0);
+  int t0, valid;  // the chunk's first input row and rows
+  map.chunk(chunk, t0, valid);
+  if (valid <= 0) return;  // an unused slot of a packed batch
   const int ldk = dk + 1, ldx = max(dk, dv) + 1, lda = C + 1;
   float* Ks = smem;
   float* Xs = Ks + C * ldk;
@@ -100,8 +103,8 @@ __global__ void __launch_bounds__(kThreads)
     Tm[i * lda + j] = t * bet[j];
   }
   __syncthreads();
-  const size_t row0 = static_cast<size_t>(h) * Tc + t0;
-  for (int e = tid; e < C * dk; e += kThreads) {  // W = Am K
+  const size_t row0 = static_cast<size_t>(h) * Tc + chunk * C;  // the slot's scratch rows
+  for (int e = tid; e < C * dk; e += kThreads) {                // W = Am K
     const int i = e / dk, d = e % dk;
     float s = 0.0f;
     for (int j = 0; j <= i; ++j) s += Am[i * lda + j] * Ks[j * ldk + d];
@@ -131,12 +134,12 @@ __global__ void __launch_bounds__(kThreads)
   if (tid < C) ws.G[row0 + tid] = gam[tid];
 }
 
-// grid (ceil(dv / kBV), Hv): sequential over chunks. Shared: S [dk][kBV], As/Bs [C][dk+1] (W and Q,
-// then K and P), Vn [C][kBV+1], gam [C].
+// grid (ceil(dv / kBV), Hv, sequences): sequential over one sequence's chunks. Shared: S [dk][kBV],
+// As/Bs [C][dk+1] (W and Q, then K and P), Vn [C][kBV+1], gam [C].
 template <typename E>
 __global__ void __launch_bounds__(kThreads, 2)
-    gdn_chunk_scan_kernel(const float* __restrict__ q, const float* __restrict__ k, int T, int Tc,
-                          int Hk, int Hv, int dk, int dv, Workspace ws, E* __restrict__ o) {
+    gdn_chunk_scan_kernel(const float* __restrict__ q, const float* __restrict__ k, ChunkMap map,
+                          int Tc, int Hk, int Hv, int dk, int dv, Workspace ws, E* __restrict__ o) {
   extern __shared__ float smem[];
   const int h = blockIdx.y, kh = h / (Hv / Hk), c0 = blockIdx.x * kBV;
   const int ldk = dk + 1, ldp = C + 1, ldv = kBV + 1;
@@ -147,12 +150,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* Vn = Bs + bufsz;
   float* gam = Vn + C * ldv;
   const int tid = threadIdx.x;
-  const int n_chunks = Tc / C;
+  int first, n_chunks;  // this sequence's chunk slots; it starts from S = 0
+  map.sequence(blockIdx.z, Tc / C, first, n_chunks);
   for (int e = tid; e < dk * kBV; e += kThreads) S[e] = 0.0f;
 
-  for (int chunk = 0; chunk < n_chunks; ++chunk) {
-    const int t0 = chunk * C, valid = min(C, T - t0);
-    const size_t row0 = static_cast<size_t>(h) * Tc + t0;
+  for (int chunk = first; chunk < first + n_chunks; ++chunk) {
+    int t0, valid;
+    map.chunk(chunk, t0, valid);
+    const size_t row0 = static_cast<size_t>(h) * Tc + chunk * C;
     __syncthreads();  // previous chunk's readers of As/Bs/S are done
     load_tiles(As, ldk, ws.W + row0 * dk, dk, dk, Bs, ldk,
                q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk,
@@ -246,8 +251,11 @@ size_t simt_workspace_floats(int Tc, int Hv, int dk, int dv) {
 template <typename E>
 void chunked_simt(const float* q, const float* k, const float* v, const float* g, const float* beta,
                   int T, int Hk, int Hv, int dk, int dv, E* o, float* workspace, cudaStream_t s,
-                  cudaEvent_t between, cudaEvent_t after_scan) {
-  const int Tc = (T + C - 1) / C * C;
+                  cudaEvent_t between, cudaEvent_t after_scan, const GdnSequences* seqs) {
+  const ChunkMap map = seqs ? ChunkMap{seqs->chunk_row0, seqs->chunk_valid, seqs->seq_chunk0, T}
+                            : ChunkMap{nullptr, nullptr, nullptr, T};
+  const int Tc = (seqs ? seqs->chunk_slots : (T + C - 1) / C) * C;
+  const int n_seqs = seqs ? seqs->seq_slots : 1;
   const Workspace ws = carve(workspace, Tc, Hv, dk, dv);
   const size_t ps = prep_smem(dk, dv), ss = scan_smem(dk);
   static_assert(C * (kBV / 4) % kThreads == 0, "thread mapping of the scan kernel");
@@ -255,22 +263,23 @@ void chunked_simt(const float* q, const float* k, const float* v, const float* g
       gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)));
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(
       gdn_chunk_scan_kernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ss)));
-  gdn_chunk_prep_kernel<<<dim3(Tc / C, Hv), kThreads, ps, s>>>(q, k, v, g, beta, T, Tc, Hk, Hv, dk,
-                                                               dv, ws);
+  gdn_chunk_prep_kernel<<<dim3(Tc / C, Hv), kThreads, ps, s>>>(q, k, v, g, beta, map, Tc, Hk, Hv,
+                                                               dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
-  gdn_chunk_scan_kernel<E>
-      <<<dim3((dv + kBV - 1) / kBV, Hv), kThreads, ss, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
+  gdn_chunk_scan_kernel<E><<<dim3((dv + kBV - 1) / kBV, Hv, n_seqs), kThreads, ss, s>>>(
+      q, k, map, Tc, Hk, Hv, dk, dv, ws, o);
   CLEF_CUDA_LAUNCH_CHECK();
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
 }
 
 template void chunked_simt<float>(const float*, const float*, const float*, const float*,
                                   const float*, int, int, int, int, int, float*, float*,
-                                  cudaStream_t, cudaEvent_t, cudaEvent_t);
+                                  cudaStream_t, cudaEvent_t, cudaEvent_t, const GdnSequences*);
 template void chunked_simt<__nv_bfloat16>(const float*, const float*, const float*, const float*,
                                           const float*, int, int, int, int, int, __nv_bfloat16*,
-                                          float*, cudaStream_t, cudaEvent_t, cudaEvent_t);
+                                          float*, cudaStream_t, cudaEvent_t, cudaEvent_t,
+                                          const GdnSequences*);
 
 }  // namespace gdn
 }  // namespace clef::engine::cuda

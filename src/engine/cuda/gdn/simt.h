@@ -9,6 +9,8 @@
 
 #include <cstddef>
 
+#include "engine/cuda/gdn/gdn.h"
+
 namespace clef::engine::cuda::gdn {
 
 // Floats of scratch for Tc (= T rounded up to 64) rows: W, U, P and gamma.
@@ -18,6 +20,6 @@ size_t simt_workspace_floats(int Tc, int Hv, int dk, int dv);
 template <typename E>
 void chunked_simt(const float* q, const float* k, const float* v, const float* g, const float* beta,
                   int T, int Hk, int Hv, int dk, int dv, E* o, float* workspace, cudaStream_t s,
-                  cudaEvent_t between, cudaEvent_t after_scan);
+                  cudaEvent_t between, cudaEvent_t after_scan, const GdnSequences* seqs);
 
 }  // namespace clef::engine::cuda::gdn

@@ -210,11 +210,13 @@ __device__ __forceinline__ void lower_times(const float* L, int ldl, const float
 // K K^T), 4 mod 32 for tiles read as A fragments (conflict-free fragment loads).
 __global__ void __launch_bounds__(kThreads, 2)
     prep_kernel(const float* __restrict__ k, const float* __restrict__ v,
-                const float* __restrict__ g, const float* __restrict__ beta, int T, int Tc, int Hk,
-                int Hv, int dk, int dv, Ws ws) {
+                const float* __restrict__ g, const float* __restrict__ beta, ChunkMap map, int Tc,
+                int Hk, int Hv, int dk, int dv, Ws ws) {
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
-  const int t0 = chunk * C, valid = min(C, T - t0);
+  int t0, valid;  // the chunk's first input row and rows
+  map.chunk(chunk, t0, valid);
+  if (valid <= 0) return;  // an unused slot of a packed batch
   const int ldk = dk + 8, ldv = dv + 8, lda = C + 4;
   float* Ks = smem;
   float* Vs = Ks + C * ldk;
@@ -238,8 +240,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = lane; j < C; j += 32) dec[j] = __expf(gam[C - 1] - gam[j]), eg[j] = __expf(gam[j]);
   }
   __syncthreads();
-  CLEF_PHASE(1);  // gamma
-  const size_t row0 = static_cast<size_t>(h) * Tc + t0;
+  CLEF_PHASE(1);                                                // gamma
+  const size_t row0 = static_cast<size_t>(h) * Tc + chunk * C;  // the slot's scratch rows
   // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j), lower-triangle tiles as in xkt_slot.
   lower_xkt(Ks, Ks, ldk, dk, warp, fg, ft, [&](int i, int j, float kk) {
     Am[i * lda + j] = i > j ? bet[i] * kk * __expf(gam[i] - gam[j]) : 0.0f;
@@ -359,11 +361,13 @@ __device__ __forceinline__ void bar_wait(int id) {
 // Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3).
 template <int NT>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int g, int t, int nC, int kgs, SplitRows<NT> Hh,
-                                         SplitRows<NT> Hl, SplitRows<NT> Vh, SplitRows<NT> Vl) {
-  const float* Wp = ws.W + static_cast<size_t>(h) * Tc * dk + (16 * warp + g) * dk + 4 * t;
-  const float* Up = ws.U + static_cast<size_t>(h) * Tc * dv + (16 * warp + g) * dv + c0 + 2 * t;
-  float* Vp = ws.Vn + static_cast<size_t>(h) * Tc * dv + (16 * warp + g) * dv + c0 + 2 * t;
+                                         int warp, int g, int t, int first, int nC, int kgs,
+                                         SplitRows<NT> Hh, SplitRows<NT> Hl, SplitRows<NT> Vh,
+                                         SplitRows<NT> Vl) {
+  const size_t r0 = static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
+  const float* Wp = ws.W + r0 * dk + (16 * warp + g) * dk + 4 * t;
+  const float* Up = ws.U + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
+  float* Vp = ws.Vn + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
   float4 wa[kMaxHeadDim / 16][2];
   float2 ua[2][NT];
   auto load = [&](int chunk) {
@@ -436,12 +440,15 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
 // the m16 row tiles sw + 4 mi).
 template <int NT>
 __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int g, int t, int nC, int kgs, SplitRows<NT> Hh,
-                                         SplitRows<NT> Hl, SplitRows<NT> Vh, SplitRows<NT> Vl) {
+                                         int warp, int g, int t, int first, int nC, int kgs,
+                                         SplitRows<NT> Hh, SplitRows<NT> Hl, SplitRows<NT> Vh,
+                                         SplitRows<NT> Vl) {
   const int sw = warp - 4;
-  const float* KTp = ws.KT + static_cast<size_t>(h) * nC * dk * C + 4 * t;
-  const float* Gh = ws.G + static_cast<size_t>(h) * Tc;
-  float* Hp = ws.H + static_cast<size_t>(h) * nC * dk * dv + c0 + 2 * t;
+  // this sequence's slots [first, first + nC) of the Tc / C in the scratch
+  const size_t slot0 = static_cast<size_t>(h) * (Tc / C) + first;
+  const float* KTp = ws.KT + slot0 * dk * C + 4 * t;
+  const float* Gh = ws.G + static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
+  float* Hp = ws.H + slot0 * dk * dv + c0 + 2 * t;
   float4 ka[2][C / 16][2];
   float sh[2][NT][4] = {}, sc[2][NT][4] = {};  // S = sh + sc
   auto load = [&](int chunk, int mi) {
@@ -522,20 +529,23 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
 // Two CTAs per SM with 16 columns each; one with 32 (twice the registers per thread).
 template <int NT>
 __global__ void __launch_bounds__(kScanThreads, NT <= 2 ? 2 : 1)
-    scan_kernel(int Tc, int dk, int dv, Ws ws) {
+    scan_kernel(ChunkMap map, int Tc, int dk, int dv, Ws ws) {
   // B operands, published already split into TF32 halves (each is read by four warps)
   extern __shared__ __align__(128) float smem[];
   const SplitRows<NT> Hh = reinterpret_cast<SplitRows<NT>>(smem), Hl = Hh + kMaxHeadDim,
                       Vh = Hl + kMaxHeadDim, Vl = Vh + C;
   const int h = blockIdx.y, c0 = blockIdx.x * 8 * NT;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int nC = Tc / C, kgs = dk / 16;
+  const int kgs = dk / 16;
+  int first, nC;  // the chunk slots of sequence blockIdx.z; each sequence starts from S = 0
+  map.sequence(blockIdx.z, Tc / C, first, nC);
+  if (nC <= 0) return;  // an unused sequence slot (the whole CTA leaves before any barrier)
 
   // separate functions: each role gets its own register allocation (no spills at 2 CTAs/SM)
   if (warp < 4)
-    scan_values<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
+    scan_values<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, first, nC, kgs, Hh, Hl, Vh, Vl);
   else
-    scan_states<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, nC, kgs, Hh, Hl, Vh, Vl);
+    scan_states<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, first, nC, kgs, Hh, Hl, Vh, Vl);
 }
 
 // ---- output: grid (nC, Hv), kOutThreads (8 warps, two CTAs per SM so that one CTA's loads overlap
@@ -597,12 +607,14 @@ __device__ __forceinline__ void times_global_b(float (&hh)[2][4][4], float (&lo)
 
 template <typename E>
 __global__ void __launch_bounds__(kOutThreads, 2)
-    output_kernel(const float* __restrict__ q, const float* __restrict__ k, int T, int Tc, int Hk,
-                  int Hv, int dk, int dv, Ws ws, E* __restrict__ o) {
+    output_kernel(const float* __restrict__ q, const float* __restrict__ k, ChunkMap map, int Tc,
+                  int Hk, int Hv, int dk, int dv, Ws ws, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
-  const int t0 = chunk * C, valid = min(C, T - t0);
+  int t0, valid;  // the chunk's first input row and rows
+  map.chunk(chunk, t0, valid);
+  if (valid <= 0) return;
   const int ldq = dk + 8, ldp = C + 8;
   float* Qs = smem;
   float* Ks = Qs + C * ldq;
@@ -610,7 +622,7 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   uint32_t* Pl = Ph + C * ldp;
   float* gam = reinterpret_cast<float*>(Pl + C * ldp);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const size_t row0 = static_cast<size_t>(h) * Tc + t0;
+  const size_t row0 = static_cast<size_t>(h) * Tc + chunk * C;  // the slot's scratch rows
   CLEF_PHASE_CLOCK(8, 1, 1, 0);
 
   load_tiles<kOutThreads>(
@@ -673,21 +685,23 @@ __global__ void __launch_bounds__(kOutThreads, 2)
 }
 
 template <int NT>
-void launch_scan_nt(int Tc, int dk, int dv, int Hv, const Ws& ws, cudaStream_t s) {
+void launch_scan_nt(const ChunkMap& map, int seqs, int Tc, int dk, int dv, int Hv, const Ws& ws,
+                    cudaStream_t s) {
   const size_t bytes = sizeof(uint32_t) * 2 * (kMaxHeadDim + C) * scan_ld<NT>();
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(scan_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
-  scan_kernel<NT><<<dim3(dv / (8 * NT), Hv), kScanThreads, bytes, s>>>(Tc, dk, dv, ws);
+  scan_kernel<NT><<<dim3(dv / (8 * NT), Hv, seqs), kScanThreads, bytes, s>>>(map, Tc, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-void launch_scan(int Tc, int dk, int dv, int Hv, const Ws& ws, cudaStream_t s) {
+void launch_scan(const ChunkMap& map, int seqs, int Tc, int dk, int dv, int Hv, const Ws& ws,
+                 cudaStream_t s) {
   // 32 columns per CTA where dv allows: half the CTAs re-reading each chunk's W and K^T from L2,
   // which bounds the scan's step time (H200, 961 tokens: 94 -> 86-90 us per layer).
   if (dv % 32 == 0)
-    launch_scan_nt<4>(Tc, dk, dv, Hv, ws, s);
+    launch_scan_nt<4>(map, seqs, Tc, dk, dv, Hv, ws, s);
   else
-    launch_scan_nt<2>(Tc, dk, dv, Hv, ws, s);
+    launch_scan_nt<2>(map, seqs, Tc, dk, dv, Hv, ws, s);
 }
 
 size_t prep_smem(int dk, int dv) {
@@ -736,8 +750,12 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
 
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan) {
-  const int Tc = (T + C - 1) / C * C, nC = Tc / C;
+                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
+                const GdnSequences* seqs) {
+  const ChunkMap map = seqs ? ChunkMap{seqs->chunk_row0, seqs->chunk_valid, seqs->seq_chunk0, T}
+                            : ChunkMap{nullptr, nullptr, nullptr, T};
+  const int nC = seqs ? seqs->chunk_slots : (T + C - 1) / C, Tc = nC * C;
+  const int n_seqs = seqs ? seqs->seq_slots : 1;
   const Ws ws = carve(workspace, Tc, Hv, dk, dv);
   const size_t ps = prep_smem(dk, dv), os = output_smem(dk, dv);
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -745,13 +763,13 @@ void chunked_tc(const float* q, const float* k, const float* v, const float* g, 
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(output_kernel<__nv_bfloat16>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(os)));
-  prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(k, v, g, beta, T, Tc, Hk, Hv, dk, dv, ws);
+  prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(k, v, g, beta, map, Tc, Hk, Hv, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
-  launch_scan(Tc, dk, dv, Hv, ws, s);
+  launch_scan(map, n_seqs, Tc, dk, dv, Hv, ws, s);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   output_kernel<__nv_bfloat16>
-      <<<dim3(nC, Hv), kOutThreads, os, s>>>(q, k, T, Tc, Hk, Hv, dk, dv, ws, o);
+      <<<dim3(nC, Hv), kOutThreads, os, s>>>(q, k, map, Tc, Hk, Hv, dk, dv, ws, o);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 

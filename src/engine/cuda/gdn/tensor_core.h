@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "engine/cuda/gdn/gdn.h"
+
 namespace clef::engine::cuda::gdn {
 
 // dk, dv multiples of 16 and at most 128, and the current device grants the kernels' shared memory
@@ -32,6 +34,7 @@ std::vector<double> phase_cycles();
 // Same contract as gdn_chunked() (gdn/gdn.h).
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan);
+                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
+                const GdnSequences* seqs);
 
 }  // namespace clef::engine::cuda::gdn

@@ -7,10 +7,36 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace clef::engine::cuda::gdn {
 
 constexpr int kChunk = 64;
+
+// Where chunk slot c's rows are and which slots a sequence owns (GdnSequences in gdn/gdn.h, as
+// the kernels see it); row0 null: one sequence of T rows, chunk c at rows 64c.
+struct ChunkMap {
+  const int32_t* row0;
+  const int32_t* valid;
+  const int32_t* seq0;
+  int T;
+  // First input row and rows of chunk slot c (rows <= 0: unused slot).
+  __device__ __forceinline__ void chunk(int c, int& r0, int& rows) const {
+    if (row0) {
+      r0 = __ldg(row0 + c), rows = __ldg(valid + c);
+    } else {
+      r0 = c * kChunk, rows = min(kChunk, T - r0);
+    }
+  }
+  // First chunk slot and chunks of sequence s (of n_slots slots in all when there is one).
+  __device__ __forceinline__ void sequence(int s, int n_slots, int& c0, int& n) const {
+    if (seq0) {
+      c0 = __ldg(seq0 + s), n = __ldg(seq0 + s + 1) - c0;
+    } else {
+      c0 = 0, n = n_slots;
+    }
+  }
+};
 constexpr int kMaxHeadDim = 128;
 constexpr int kTileThreads = 256;  // default block size of the tile copies
 

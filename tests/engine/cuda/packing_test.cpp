@@ -1,0 +1,251 @@
+// Packed batches (engine/cuda/packing.h): the host tables, and every varlen kernel against its CPU
+// reference run on each sequence ALONE (support/ref: the sequential delta rule, the causal
+// attention), on random packings with lengths around the chunk and tile sizes (1, 63, 64, 65, ...)
+// and mixed long/short, extra unused sequence slots, and bucket padding absorbed by the last
+// sequence. Outputs are NaN-poisoned first, so a row no kernel wrote fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/tuning.h"
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gpu_test_util.h"
+#include "engine/cuda/packing.h"
+#include "support/ref/attention_ref.h"
+#include "support/ref/backbone_ref.h"
+
+namespace clef {
+namespace {
+
+using namespace clef::engine::cuda;
+using namespace clef::gputest;
+namespace ref = clef::engine::ref;
+using bf16 = __nv_bfloat16;
+
+// Packings: fixed edge cases, then random ones (1..12 sequences, lengths 1..400, a long one
+// sometimes), each with a few rows of bucket padding.
+std::vector<std::vector<int>> packings(std::mt19937_64& rng) {
+  std::vector<std::vector<int>> out = {
+      {1, 63, 64, 65}, {65, 1}, {64, 64, 64}, {1, 1, 1, 1, 1}, {300, 7, 129, 1, 700}};
+  std::uniform_int_distribution<int> count(1, 12), len(1, 400), coin(0, 3);
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> p(count(rng));
+    for (int& l : p) l = coin(rng) == 0 ? len(rng) * 4 : len(rng);
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::string describe(const std::vector<int>& lengths) {
+  std::string s;
+  for (int l : lengths) s += (s.empty() ? "" : ",") + std::to_string(l);
+  return "lengths " + s;
+}
+
+// The device copy of a packing's tables (what the engine uploads into its workspace).
+struct DeviceTables {
+  DeviceBuffer row0, valid, seq0, tiles;
+  GdnSequences gdn;
+  AttnSequences attn;
+  explicit DeviceTables(const PackTables& t) {
+    auto up = [](DeviceBuffer& b, const std::vector<int32_t>& v) {
+      b.resize(std::max<size_t>(v.size(), 1) * 4);
+      CLEF_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+      return b.get<int32_t>();
+    };
+    gdn = {up(row0, t.chunk_row0), up(valid, t.chunk_valid), up(seq0, t.seq_chunk0), t.chunk_slots,
+           t.seq_slots};
+    attn = {up(tiles, t.tiles), t.tile_slots};
+  }
+};
+
+TEST(PackTables, CoverEverySequenceWithoutStraddling) {
+  auto rng = fresh_rng();
+  for (const auto& lengths : packings(rng)) {
+    SCOPED_TRACE(describe(lengths));
+    const int total = std::accumulate(lengths.begin(), lengths.end(), 0), rows = total + 5;
+    const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S);
+    for (int rpt : {32, 64, 128}) {
+      const PackTables t = pack_tables(lengths, rows, slots, rpt);
+      ASSERT_EQ(t.begin.size(), lengths.size() + 1);
+      EXPECT_EQ(t.begin.back(), rows);  // the last sequence takes the padding
+      for (int s = 0; s < S; ++s) {
+        const int b = t.begin[s], e = t.begin[s + 1];
+        EXPECT_EQ(e - b, s + 1 < S ? lengths[s] : lengths[s] + 5);
+        for (int r = b; r < e; ++r) ASSERT_EQ(t.positions[r], r - b);
+        // chunks: consecutive slots tiling [b, e) in 64-row pieces
+        int r = b;
+        for (int c = t.seq_chunk0[s]; c < t.seq_chunk0[s + 1]; ++c) {
+          EXPECT_EQ(t.chunk_row0[c], r);
+          EXPECT_EQ(t.chunk_valid[c], std::min(kGdnChunk, e - r));
+          r += kGdnChunk;
+        }
+        EXPECT_GE(r, e);
+        EXPECT_LT(r - e, kGdnChunk);
+      }
+      EXPECT_EQ(t.chunk_slots, gdn_chunk_slots(rows, slots));
+      for (int s = S; s < slots; ++s) EXPECT_EQ(t.seq_chunk0[s + 1] - t.seq_chunk0[s], 0);
+      for (int c = t.seq_chunk0[S]; c < t.chunk_slots; ++c) EXPECT_EQ(t.chunk_valid[c], 0);
+      // tiles: every row in exactly one tile, inside its own sequence, heaviest first
+      std::vector<int> covered(rows, 0);
+      int prev_work = 1 << 30;
+      for (int i = 0; i < t.tile_slots; ++i) {
+        const int32_t* d = &t.tiles[4 * i];
+        if (d[0] < 0) continue;
+        const int work = std::min(d[0] + rpt, d[2]) - d[1];
+        EXPECT_LE(work, prev_work);
+        prev_work = work;
+        const auto it = std::find(t.begin.begin(), t.begin.end(), d[1]);
+        ASSERT_NE(it, t.begin.end());
+        EXPECT_EQ(d[2], *(it + 1));
+        EXPECT_EQ((d[0] - d[1]) % rpt, 0);
+        for (int r = d[0]; r < std::min(d[0] + rpt, d[2]); ++r) ++covered[r];
+      }
+      for (int r = 0; r < rows; ++r) ASSERT_EQ(covered[r], 1) << "row " << r;
+    }
+  }
+  EXPECT_THROW(pack_tables({10, 0}, 20, 2, 64), std::invalid_argument);
+  EXPECT_THROW(pack_tables({10, 10}, 19, 2, 64), std::invalid_argument);
+  EXPECT_THROW(pack_tables({10, 10, 1}, 40, 2, 64), std::invalid_argument);
+  EXPECT_EQ(sequence_bucket(1), 1);
+  EXPECT_EQ(sequence_bucket(3), 4);
+  EXPECT_EQ(sequence_bucket(kMaxPackedSequences), kMaxPackedSequences);
+  EXPECT_THROW(sequence_bucket(kMaxPackedSequences + 1), std::invalid_argument);
+}
+
+template <typename E>
+class PackedKernels : public ::testing::Test {};
+using Types = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(PackedKernels, Types);
+
+template <typename E>
+constexpr bool kIsBf16 = std::is_same_v<E, bf16>;
+
+std::vector<float> unit_rows(std::mt19937_64& rng, int rows, int heads, int d, float scale) {
+  auto x = randn(rng, size_t(rows) * heads * d);
+  for (size_t r = 0; r < x.size() / d; ++r) {
+    double ss = 0;
+    for (int i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
+    for (int i = 0; i < d; ++i) x[r * d + i] = float(x[r * d + i] / std::sqrt(ss) * scale);
+  }
+  return x;
+}
+
+// Each sequence of the packed GDN equals the exact recurrence over that sequence alone (zero
+// initial state, no chunk reaching into a neighbour), on both paths (tensor cores where bf16 and
+// supported; SIMT), with extra unused sequence slots.
+TYPED_TEST(PackedKernels, GdnChunkedPerSequence) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Shape {
+    int Hk, Hv, dk, dv;
+  };
+  for (Shape sh : {Shape{2, 4, 16, 16}, Shape{16, 32, 128, 128}}) {
+    for (const auto& lengths : packings(rng)) {
+      SCOPED_TRACE(describe(lengths) + " dk " + std::to_string(sh.dk));
+      const int total = std::accumulate(lengths.begin(), lengths.end(), 0), T = total + 3;
+      const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
+      const PackTables t = pack_tables(lengths, T, slots, 64);
+      DeviceTables dt(t);
+      auto q = unit_rows(rng, T, sh.Hk, sh.dk, 1.0f / std::sqrt(float(sh.dk)));
+      auto k = unit_rows(rng, T, sh.Hk, sh.dk, 1.0f);
+      auto v = randn(rng, size_t(T) * sh.Hv * sh.dv);
+      auto g = randu(rng, size_t(T) * sh.Hv, -2.0f, 0.0f);
+      auto beta = randu(rng, size_t(T) * sh.Hv, 0.0f, 1.0f);
+      std::vector<float> expect(size_t(T) * sh.Hv * sh.dv);
+      for (int s = 0; s < S; ++s) {
+        const int b = t.begin[s], n = t.begin[s + 1] - b;
+        ref::gated_delta_rule_ref(
+            q.data() + size_t(b) * sh.Hk * sh.dk, k.data() + size_t(b) * sh.Hk * sh.dk,
+            v.data() + size_t(b) * sh.Hv * sh.dv, g.data() + size_t(b) * sh.Hv,
+            beta.data() + size_t(b) * sh.Hv, n, sh.Hk, sh.Hv, sh.dk, sh.dv,
+            expect.data() + size_t(b) * sh.Hv * sh.dv);
+      }
+      auto dq = to_device<float>(q), dk = to_device<float>(k), dv = to_device<float>(v),
+           dg = to_device<float>(g), db = to_device<float>(beta);
+      for (KernelPath path : {KernelPath::Auto, KernelPath::Generic}) {
+        SCOPED_TRACE(gdn_chunked_variant(sh.dk, sh.dv, kIsBf16<E>, path));
+        DeviceBuffer ws(gdn_workspace_bytes(T, sh.Hv, sh.dk, sh.dv, slots));
+        CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
+        const size_t no = size_t(T) * sh.Hv * sh.dv;
+        auto o = poisoned<E>(no);
+        gdn_chunked<E>(dq.template get<float>(), dk.template get<float>(), dv.template get<float>(),
+                       dg.template get<float>(), db.template get<float>(), T, sh.Hk, sh.Hv, sh.dk,
+                       sh.dv, o.template get<E>(), ws.get(), path, 0, nullptr, nullptr, &dt.gdn);
+        CLEF_EXPECT_CLOSE(to_host<E>(o, no), expect, kIsBf16<E> ? 1e-2 : 2e-5);
+      }
+    }
+  }
+}
+
+// Packed causal attention equals attention over each sequence alone: every kernel shape (bf16 4 and
+// 8 warps, fp32), GQA, head dims 64 and 256.
+TYPED_TEST(PackedKernels, AttentionPerSequence) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Shape {
+    int nh, nkv, hd;
+  };
+  for (Shape sh : {Shape{4, 2, 64}, Shape{16, 4, 256}}) {
+    for (const auto& lengths : packings(rng)) {
+      SCOPED_TRACE(describe(lengths) + " hd " + std::to_string(sh.hd));
+      const int total = std::accumulate(lengths.begin(), lengths.end(), 0), T = total + 3;
+      const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
+      auto q = randn(rng, size_t(T) * sh.nh * sh.hd, 2.0f);
+      auto k = randn(rng, size_t(T) * sh.nkv * sh.hd);
+      auto v = randn(rng, size_t(T) * sh.nkv * sh.hd);
+      if (kIsBf16<E>)
+        for (auto* x : {&q, &k, &v}) round_all_bf16(*x);
+      std::vector<float> expect(q.size());
+      {
+        const PackTables t = pack_tables(lengths, T, slots, 64);
+        for (int s = 0; s < S; ++s) {
+          const int b = t.begin[s], n = t.begin[s + 1] - b;
+          const size_t qo = size_t(b) * sh.nh * sh.hd, ko = size_t(b) * sh.nkv * sh.hd;
+          std::vector<float> qs(q.begin() + qo, q.begin() + qo + size_t(n) * sh.nh * sh.hd),
+              ks(k.begin() + ko, k.begin() + ko + size_t(n) * sh.nkv * sh.hd),
+              vs(v.begin() + ko, v.begin() + ko + size_t(n) * sh.nkv * sh.hd);
+          std::vector<double> r;
+          ref::attention_ref(qs, ks, vs, n, sh.nh, sh.nkv, sh.hd, {}, r);
+          std::copy(r.begin(), r.end(), expect.begin() + qo);
+        }
+      }
+      auto dq = to_device<E>(q), dk = to_device<E>(k), dv = to_device<E>(v);
+      const int shapes = kIsBf16<E> ? 3 : 1;  // bf16: the public pick, 4 warps, 8 warps
+      for (int w = 0; w < shapes; ++w) {
+        const int warps = w == 0 ? 0 : 4 * w;
+        const int rpt = !kIsBf16<E>  ? attention_rows_per_tile(false, T, sh.nh, sh.hd)
+                        : warps == 0 ? attention_rows_per_tile(true, T, sh.nh, sh.hd)
+                                     : 16 * warps;
+        SCOPED_TRACE("rows per tile " + std::to_string(rpt) + " warps " + std::to_string(warps));
+        const PackTables t = pack_tables(lengths, T, slots, rpt);
+        DeviceTables dt(t);
+        auto o = poisoned<E>(q.size());
+        if constexpr (kIsBf16<E>) {
+          if (warps == 0)
+            attention_core_bf16(dq.template get<bf16>(), dk.template get<bf16>(),
+                                dv.template get<bf16>(), o.template get<bf16>(), T, sh.nh, sh.nkv,
+                                sh.hd, nullptr, &dt.attn);
+          else
+            attention_core_bf16_warps(warps, dq.template get<bf16>(), dk.template get<bf16>(),
+                                      dv.template get<bf16>(), o.template get<bf16>(), T, sh.nh,
+                                      sh.nkv, sh.hd, nullptr, &dt.attn);
+        } else {
+          attention_core_f32(dq.template get<float>(), dk.template get<float>(),
+                             dv.template get<float>(), o.template get<float>(), T, sh.nh, sh.nkv,
+                             sh.hd, nullptr, &dt.attn);
+        }
+        CLEF_EXPECT_CLOSE(to_host<E>(o, q.size()), expect, kIsBf16<E> ? 8e-3 : 1e-5);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace clef
