@@ -185,6 +185,7 @@ int run_serve(const ServeArgs& a) {
       log.info("prepared", {{"seconds", prepared.total_s},
                             {"gemm_tuning_s", prepared.tuning_s},
                             {"graphs_s", prepared.graphs_s},
+                            {"graphs", prepared.graphs},
                             {"head_s", prepared.head_s},
                             {"buckets", prepared.buckets},
                             {"max_bucket_tokens", prepared.max_bucket},

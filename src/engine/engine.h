@@ -41,6 +41,7 @@ struct PrepareReport {
   int max_bucket = 0;
   int gemm_shapes = 0;         // distinct GEMM shapes the buckets need
   int gemm_shapes_cached = 0;  // of those, taken (and checked) from the tuning cache
+  int graphs = 0;              // CUDA graphs captured (token bucket x packed-sequence bucket)
   std::string cache_status;    // off | hit | partial | miss | stale (...) | corrupt (...)
   std::string cache_path;
   double tuning_s = 0, graphs_s = 0, head_s = 0, total_s = 0;

@@ -346,7 +346,7 @@ constexpr const char* kDocument = R"json({
           },
           "startup": {
             "type": "object",
-            "description": "Seconds spent before serving: load_s, warm_up_s; with a CUDA engine also prepare_s, gemm_tuning_s, graphs_s, head_s, buckets, max_bucket_tokens, gemm_shapes, gemm_shapes_from_cache, tuning_cache (missing | hit | partial | stale | corrupt | off, with the reason), tuning_cache_path.",
+            "description": "Seconds spent before serving: load_s, warm_up_s; with a CUDA engine also prepare_s, gemm_tuning_s, graphs_s, graphs, head_s, buckets, max_bucket_tokens, gemm_shapes, gemm_shapes_from_cache, tuning_cache (missing | hit | partial | stale | corrupt | off, with the reason), tuning_cache_path.",
             "properties": {"load_s": {"type": "number"}, "warm_up_s": {"type": "number"}}
           }
         }

@@ -56,6 +56,7 @@ Reply health(const Core& core) {
     startup["prepare_s"] = p.total_s;
     startup["gemm_tuning_s"] = p.tuning_s;
     startup["graphs_s"] = p.graphs_s;
+    startup["graphs"] = p.graphs;
     startup["head_s"] = p.head_s;
     startup["buckets"] = p.buckets;
     startup["max_bucket_tokens"] = p.max_bucket;

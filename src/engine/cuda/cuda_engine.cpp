@@ -206,7 +206,9 @@ EngineInfo CudaEngineImpl::info() const {
   i.kernels["gemm"] = std::string("cublaslt ") +
                       (f32 ? "fp32 (COMPUTE_32F, no TF32)" : "bf16 (fp32 accumulate)") +
                       ", timed heuristic candidates";
-  i.kernels["graphs"] = "per token bucket (8-token steps below 256, then 16 per doubling)";
+  i.kernels["graphs"] =
+      "per token bucket (8-token steps below 256, then 16 per doubling) x packed-sequence bucket "
+      "(1, 2, 4, ... 64)";
   i.kernels["head"] = f32 ? "cuda joint head fp32" : "cuda joint head (bf16 T-row GEMMs)";
   i.kernels["mode"] = kernel_path_name(config_.kernels);
   i.versions = versions_;

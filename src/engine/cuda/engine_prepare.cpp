@@ -125,6 +125,7 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
   }
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   pack_tokens_ = rep.max_bucket;
+  rep.graphs = static_cast<int>(keys.size());
   rep.graphs_s = seconds_since(t1);
   say("graphs: " + std::to_string(keys.size()) + " (" + std::to_string(buckets.size()) +
       " buckets up to " + std::to_string(rep.max_bucket) + " tokens x sequence buckets up to " +

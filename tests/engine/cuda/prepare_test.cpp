@@ -61,7 +61,9 @@ TEST_P(CudaPrepare, NoOneTimeWorkOnAnyAdmittedRequestAfterPrepare) {
   EXPECT_EQ(rep.cache_status.rfind("missing", 0), 0u) << rep.cache_status;
   EXPECT_TRUE(fs::exists(rep.cache_path)) << rep.cache_path;
   const auto before = diag(*eng).cold_work();
-  EXPECT_EQ(before.graphs_captured, static_cast<size_t>(rep.buckets));
+  // one graph per token bucket alone, and per (bucket, sequence bucket) for packed batches
+  EXPECT_GT(rep.graphs, rep.buckets);
+  EXPECT_EQ(before.graphs_captured, static_cast<size_t>(rep.graphs));
 
   auto release = testing::load_golden_model("tiny-r2");
   auto rng = gputest::fresh_rng();
@@ -75,6 +77,26 @@ TEST_P(CudaPrepare, NoOneTimeWorkOnAnyAdmittedRequestAfterPrepare) {
     ASSERT_EQ(out.size(), 1u);
     for (const auto& q : out[0].logits)
       for (float x : q) ASSERT_TRUE(std::isfinite(x));
+    const auto now = diag(*eng).cold_work();
+    EXPECT_TRUE(same(now, before))
+        << "graphs " << now.graphs_captured << " plans " << now.gemm_plans << " head allocations "
+        << now.head_allocations << " workspace " << now.workspace_growths;
+  }
+  // Packed batches of 2..40 requests of at least 16 tokens, up to the largest bucket in all: every
+  // (token bucket, sequence bucket) they land in was prepared.
+  for (int trial = 0; trial < 16; ++trial) {
+    const int n = std::uniform_int_distribution<int>(2, 40)(rng);
+    std::vector<encoding::EncodedRequest> encs;
+    int left = kMaxTokens;
+    for (int j = 0; j < n && left >= 16; ++j) {
+      const int T = std::uniform_int_distribution<int>(16, std::max(16, left / (n - j)))(rng);
+      encs.push_back(gputest::random_request(rng, T, release->text.vocab_size, 4, 4));
+      left -= T;
+    }
+    std::vector<const encoding::EncodedRequest*> batch;
+    for (const auto& e : encs) batch.push_back(&e);
+    SCOPED_TRACE("packed batch of " + std::to_string(batch.size()));
+    ASSERT_EQ(eng->forward(batch).size(), batch.size());
     const auto now = diag(*eng).cold_work();
     EXPECT_TRUE(same(now, before))
         << "graphs " << now.graphs_captured << " plans " << now.gemm_plans << " head allocations "
