@@ -33,6 +33,7 @@ struct ProfileArgs {
   std::string model_dir, lengths = "361,961,2761,5661";
   engine::EngineOptions engine_options{.device = engine::Device::Cuda};
   int runs = 10, warmup = 3;
+  int batch = 1;  // > 1: also a packed forward of this many requests per length
   std::string json_out, dump_hidden, ids_file;
 };
 
@@ -142,6 +143,8 @@ int run_profile(const ProfileArgs& a) {
     std::map<std::string, double> stages;
     double stages_total;
     double backbone = 0;
+    // --batch N: one forward of N requests of this length (packed on the CUDA engine)
+    double batch_e2e = 0, batch_floor = 0;
   };
   std::vector<Row> rows;
   for (int L : lengths) {
@@ -180,6 +183,28 @@ int run_profile(const ProfileArgs& a) {
       row.backbone = c->backbone_ms(p.encoded.input_ids, std::max(a.runs, 5));
     }
 #endif
+    if (a.batch > 1) {
+      std::vector<service::Prepared> ps;
+      for (int i = 0; i < a.batch; ++i) ps.push_back(d.prepare(body));
+      std::vector<const encoding::EncodedRequest*> batch;
+      for (const auto& p : ps) batch.push_back(&p.encoded);
+      auto once_batch = [&] {
+        const auto outs = eng->forward(batch);
+        for (int i = 0; i < a.batch; ++i) (void)d.finish(ps[i], outs.at(i));
+      };
+      for (int i = 0; i < std::max(a.warmup, 1); ++i) once_batch();
+      std::vector<double> t;
+      for (int i = 0; i < std::max(a.runs, 1); ++i) {
+        const auto t0 = Clock::now();
+        once_batch();
+        t.push_back(ms_since(t0));
+      }
+      row.batch_e2e = median(t);
+#ifdef CLEF_HAVE_CUDA
+      if (auto* c = dynamic_cast<engine::cuda::CudaEngine*>(eng.get()))
+        row.batch_floor = c->gemm_floor_ms(T * a.batch, std::max(a.runs, 5));
+#endif
+    }
     rows.push_back(row);
     std::fprintf(stderr, "profile: %d tokens: e2e %.2f ms, floor %.2f ms\n", T, row.e2e, row.floor);
   }
@@ -213,6 +238,19 @@ int run_profile(const ProfileArgs& a) {
           "(ms):%s\n",
           r.tokens, r.backbone, r.e2e - r.backbone - r.host, parts.c_str());
   }
+  if (a.batch > 1) {
+    std::printf(
+        "\n| batch | tokens per request | forward e2e p50 ms | per request ms | GEMM floor ms at "
+        "all "
+        "rows | ratio |\n|---:|---:|---:|---:|---:|---:|\n");
+    for (const Row& r : rows)
+      std::printf("| %d | %d | %.2f | %.2f | %.2f | %.3f |\n", a.batch, r.tokens, r.batch_e2e,
+                  r.batch_e2e / a.batch, r.batch_floor,
+                  r.batch_floor > 0 ? r.batch_e2e / r.batch_floor : 0.0);
+    std::printf(
+        "(one engine forward of the batch: packed into one backbone pass up to %d tokens)\n",
+        encoding::kDefaultMaxLength);
+  }
   if (!a.json_out.empty()) {
     std::vector<json::Value> items;
     for (const Row& r : rows) {
@@ -225,6 +263,9 @@ int run_profile(const ProfileArgs& a) {
            {"ratio", json::Value::floating(r.floor > 0 ? r.e2e / r.floor : 0.0)},
            {"host_ms", json::Value::floating(r.host)},
            {"backbone_graph_ms", json::Value::floating(r.backbone)},
+           {"batch", json::Value::integer(a.batch)},
+           {"batch_e2e_p50_ms", json::Value::floating(r.batch_e2e)},
+           {"batch_gemm_floor_ms", json::Value::floating(r.batch_floor)},
            {"stages_ms", json::Value::object(stages)}}));
     }
     std::vector<json::Member> kern;
@@ -256,6 +297,11 @@ void add_profile(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--runs", args->runs, "timed runs per length")->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "untimed runs per length first")->capture_default_str();
+  cmd->add_option("--batch", args->batch,
+                  "also time one forward of this many requests per length (packed) against the "
+                  "GEMM floor of all their rows")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->add_option("--json", args->json_out, "also write the results as JSON here");
   cmd->add_option("--dump-hidden", args->dump_hidden,
                   "write last_hidden_state (float32) for --ids and exit");
