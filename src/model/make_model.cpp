@@ -80,7 +80,9 @@ struct PlannedTensor {
   int64_t cols = 1;               // row length (Heavy: the row/column of element i)
   std::vector<int64_t> outliers;  // Heavy: sorted rows scaled by outlier_scale
   float outlier_scale = 1.0f;
-  std::vector<float> gains;  // Gain: element i is gains[i]
+  std::vector<float> gains;      // Gain: element i is gains[i]
+  std::vector<float> col_scale;  // Heavy: per-column factor (empty = 1)
+  float std_scale = 1.0f;        // Heavy: overall factor
   // FP8 (make-model --dtype fp8): `fp8` marks an F8_E4M3 weight quantised from the bf16 values its
   // `source` plan gives; `scale_of` marks the F32 scale_inv grid of that weight.
   bool fp8 = false, scale_of = false;
@@ -131,7 +133,8 @@ inline float heavy_value(const PlannedTensor& p, uint64_t i) {
   if (!p.outliers.empty() &&
       std::binary_search(p.outliers.begin(), p.outliers.end(), static_cast<int64_t>(r)))
     v *= p.outlier_scale;
-  return v;
+  if (!p.col_scale.empty()) v *= p.col_scale[c];
+  return v * p.std_scale;
 }
 
 // `count` distinct indices in [0, n), sorted, from `key`.
@@ -615,11 +618,17 @@ namespace {
 // residual-stream channels whose norm gains are 20-100x, shared by every layer as in trained
 // models.
 void make_realistic(PlannedTensor& p, const std::string& canonical, const TextConfig& t,
-                    const std::vector<int64_t>& hidden_outliers,
+                    uint64_t seed, const std::vector<int64_t>& hidden_outliers,
                     const std::vector<int64_t>& head_dim_outliers) {
   auto ends = [&](const std::string& s) {
     return canonical.size() >= s.size() &&
            canonical.compare(canonical.size() - s.size(), s.size(), s) == 0;
+  };
+  // The gains of a layer's norm (the same values its tensor plan gets).
+  auto norm_gains = [&](const std::string& norm) {
+    const std::string layer = canonical.substr(0, canonical.find('.', 7) + 1);  // "layers.N."
+    return gains(tensor_key(seed, "model.language_model." + layer + norm), t.hidden_size,
+                 hidden_outliers);
   };
   if (ends("input_layernorm.weight") || ends("post_attention_layernorm.weight")) {
     p.init = Init::Gain;  // RMSNorm(1 + w): w = gain - 1
@@ -636,6 +645,25 @@ void make_realistic(PlannedTensor& p, const std::string& canonical, const TextCo
           pick_channels(p.key ^ 0x524full, p.spec.shape[0], outlier_count(p.spec.shape[0]));
       p.outlier_scale = kOutlierRowScale;
     }
+    // Projections reading a normed hidden state: the columns of large-gain channels are smaller
+    // (1 / sqrt(gain)), as trained models partly compensate their outliers; the outlier channels
+    // still dominate the products, and a 128x128 block then mixes columns of different scales.
+    const char* norm = nullptr;
+    if (ends("mlp.gate_proj.weight") || ends("mlp.up_proj.weight")) {
+      norm = "post_attention_layernorm.weight";
+    } else if (canonical.find("linear_attn.in_proj_") != std::string::npos ||
+               ends("self_attn.q_proj.weight") || ends("self_attn.k_proj.weight") ||
+               ends("self_attn.v_proj.weight")) {
+      norm = "input_layernorm.weight";
+    }
+    if (norm && canonical.rfind("layers.", 0) == 0) {
+      p.col_scale = norm_gains(norm);
+      for (float& g : p.col_scale) g = 1.0f / std::sqrt(g);
+    }
+    // Output projections: GPT-2's 1/sqrt(2L) keeps the residual stream from growing layer by layer.
+    if (ends("mlp.down_proj.weight") || ends("linear_attn.out_proj.weight") ||
+        ends("self_attn.o_proj.weight"))
+      p.std_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(t.num_hidden_layers));
   }
 }
 
@@ -687,7 +715,7 @@ void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPrese
     p.spec = s;
     p.init = init;
     p.key = tensor_key(opts.seed, s.name);
-    if (realistic) make_realistic(p, canonical, t, hidden_outliers, head_dim_outliers);
+    if (realistic) make_realistic(p, canonical, t, opts.seed, hidden_outliers, head_dim_outliers);
     if (fp8 && fp8_projection(canonical)) {
       auto src = std::make_shared<const PlannedTensor>(p);
       PlannedTensor w;

@@ -233,6 +233,27 @@ TEST(MakeModelFp8, HashAndVerifyCoverTheFp8Folder) {
             std::string::npos);
 }
 
+TEST(MakeModelFp8, RealisticFp8IsDeterministicFromTheSeedAcrossThreadCounts) {
+  ScratchDir tmp;
+  MakeModelOptions o;
+  o.dtype = "fp8";
+  o.weights = "realistic";
+  o.seed = 9;
+  std::vector<std::string> hashes;
+  for (int threads : {1, 3}) {
+    o.threads = threads;
+    o.out_dir = tmp / ("r" + std::to_string(threads));
+    make_model(o);
+    hashes.push_back(format_sha256sum(hash_release(o.out_dir)));
+  }
+  EXPECT_EQ(hashes[0], hashes[1]);
+  o.seed = 10;
+  o.out_dir = tmp / "other";
+  make_model(o);
+  EXPECT_NE(format_sha256sum(hash_release(o.out_dir)), hashes[0]);
+  EXPECT_TRUE(Release::load(tmp / "r1")->quantization.fp8);
+}
+
 TEST(Fp8Loader, RefusesOtherQuantisationFormsByName) {
   ScratchDir tmp;
   const std::string dir = copy_fp8(tmp);
