@@ -75,7 +75,7 @@ TEST(Fp8Quantize, RowsMatchTheHostCodesAndScalesExactly) {
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < cols; ++c) dense[size_t(r) * cols + c] = x[size_t(r) * ldx + c];
     const HostQuant h = host_quantize(dense, rows, cols, 1);
-    const int nb = (cols + 127) / 128, sld = fp8_act_scale_ld(rows);
+    const int nb = (cols + 127) / 128, sld = rows;
     DeviceBuffer dx = to_device<__nv_bfloat16>(x), dq(size_t(rows) * cols),
                  ds = poisoned<float>(size_t(nb) * sld);
     quantize_rows_e4m3(static_cast<const __nv_bfloat16*>(dx.get()), rows, cols, ldx,
@@ -127,9 +127,10 @@ TEST(Fp8Gemm, BlockScaledMatchesFloat64OnTheDequantisedOperands) {
   auto rng = fresh_rng();
   Gemm gemm;
   const std::vector<Fp8Case> cases = {
-      {1, 256, 256, true, false},     {37, 384, 512, true, false}, {128, 1024, 4096, true, false},
-      {300, 200, 4096, true, false},  {61, 512, 208, true, false}, {5, 4096, 12288, true, true},
-      {129, 640, 1024, false, false}, {16, 136, 144, true, false},
+      // M (tokens) a multiple of 4; N and K not multiples of 128 (partial blocks) included.
+      {4, 256, 256, true, false},     {36, 384, 512, true, false}, {128, 1024, 4096, true, false},
+      {300, 200, 4096, true, false},  {60, 512, 208, true, false}, {8, 4096, 12288, true, true},
+      {132, 640, 1024, false, false}, {16, 136, 144, true, false},
   };
   for (const Fp8Case& c : cases) {
     SCOPED_TRACE("M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
@@ -138,14 +139,18 @@ TEST(Fp8Gemm, BlockScaledMatchesFloat64OnTheDequantisedOperands) {
     auto w = randn(rng, size_t(c.N) * c.K, 0.02f);
     round_all_bf16(w);
     const HostQuant hx = host_quantize(x, c.M, c.K, 1), hw = host_quantize(w, c.N, c.K, 128);
-    const int kb = (c.K + 127) / 128, sld = fp8_act_scale_ld(c.M);
+    const int kb = (c.K + 127) / 128, sld = c.M;
     std::vector<float> xs(size_t(kb) * sld, 0.0f);  // the layout gemm.h documents
     for (int m = 0; m < c.M; ++m)
       for (int b = 0; b < kb; ++b) xs[size_t(b) * sld + m] = hx.scales[size_t(m) * kb + b];
     DeviceBuffer dxq(hx.q.size()), dwq(hw.q.size());
     CLEF_CUDA_CHECK(cudaMemcpy(dxq.get(), hx.q.data(), hx.q.size(), cudaMemcpyHostToDevice));
     CLEF_CUDA_CHECK(cudaMemcpy(dwq.get(), hw.q.data(), hw.q.size(), cudaMemcpyHostToDevice));
-    DeviceBuffer dxs = to_device<float>(xs), dws = to_device<float>(hw.scales);
+    const int wld = fp8_weight_scale_ld(c.K);  // the grid's rows padded to 4 (gemm.h)
+    std::vector<float> wsp(size_t((c.N + 127) / 128) * wld, 0.0f);
+    for (int nb = 0; nb < (c.N + 127) / 128; ++nb)
+      for (int b = 0; b < kb; ++b) wsp[size_t(nb) * wld + b] = hw.scales[size_t(nb) * kb + b];
+    DeviceBuffer dxs = to_device<float>(xs), dws = to_device<float>(wsp);
     // Reference: float64 over the dequantised operands (+ the prior C when accumulating).
     std::vector<float> c0 = randn(rng, size_t(c.M) * c.N, 0.5f);
     round_all_bf16(c0);
@@ -184,18 +189,24 @@ TEST(Fp8Gemm, BlockScaledMatchesFloat64OnTheDequantisedOperands) {
     gemm.run(p, nullptr);
     const auto got =
         c.bf16_out ? to_host<__nv_bfloat16>(dc, ref.size()) : to_host<float>(dc, ref.size());
-    // Output rounding (bf16: half an ulp, 2^-9 relative) plus fp32 accumulation over K terms.
+    // Output rounding (bf16: half an ulp, 2^-8 relative) plus the accumulation: Hopper's FP8
+    // tensor cores add products with a reduced-precision accumulator before each 128-deep block
+    // is promoted to fp32 (measured on the H200: at most 2.8e-4 of the sum of |products|); bound
+    // 2^-10.
     const double out_rel = c.bf16_out ? 0x1.0p-8 : 0x1.0p-20;
     size_t bad = 0;
-    double worst = 0;
+    double worst = 0, worst_acc = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
-      const double tol = out_rel * std::fabs(ref[i]) + 0x1.0p-18 * mag[i] + 1e-30;
+      const double tol = out_rel * std::fabs(ref[i]) + 0x1.0p-10 * mag[i] + 1e-30;
       const double d = std::fabs(double(got[i]) - ref[i]);
       worst = std::max(worst, d / tol);
+      worst_acc = std::max(worst_acc, std::max(0.0, d - out_rel * std::fabs(ref[i])) / mag[i]);
       bad += !(d <= tol);
     }
     EXPECT_EQ(bad, 0u) << "worst error / tolerance " << worst;
-    std::printf("fp8 gemm %dx%dx%d: worst error / tolerance %.3f\n", c.M, c.N, c.K, worst);
+    std::printf(
+        "fp8 gemm %dx%dx%d: worst error / tolerance %.3f, accumulation error <= %.3g sum|xw|\n",
+        c.M, c.N, c.K, worst, worst_acc);
   }
 }
 
@@ -228,6 +239,14 @@ TEST(Fp8Gemm, RefusesWhatItCannotRunByName) {
   p.b.scale_mode = ScaleMode::Block128x128;
   p.a.dtype = DataType::BF16;
   EXPECT_THROW(gemm.run(p, nullptr), std::runtime_error);
+  p.a.dtype = DataType::F8_E4M3;
+  p.M = 37;  // cuBLASLt has no block-scaled algorithm for M % 4 != 0
+  try {
+    gemm.run(p, nullptr);
+    ADD_FAILURE() << "M = 37 accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 4"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

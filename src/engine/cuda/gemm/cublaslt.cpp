@@ -187,6 +187,8 @@ void check_fp8(const GemmProblem& p) {
     refuse("needs weights in e4m3 with 128x128 block scales");
   if (!p.b_is_nk) refuse("needs weights stored [N, K] (cuBLASLt runs FP8 as TN only)");
   if (p.batch != 1) refuse("is not batched");
+  if (p.M % 4 != 0)
+    refuse("needs M (tokens) a multiple of 4, got " + std::to_string(p.M) + " (pad the bucket)");
   if (p.c_dtype != DataType::BF16 && p.c_dtype != DataType::F32) refuse("writes bf16 or fp32");
   if (p.K % 16 != 0 || p.a.ld % 16 != 0 || p.b.ld % 16 != 0)
     refuse("needs K and the row strides multiples of 16 (K " + std::to_string(p.K) + ", lda " +
@@ -224,6 +226,13 @@ Gemm::Plan Gemm::make_descriptors(const GemmProblem& p) const {
           cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &wm, sizeof wm));
       CLEF_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &am, sizeof am));
+      // The heuristic wants pointers too (INVALID_VALUE without); launch() sets each call's own.
+      const void* ws = p.b.scale;
+      const void* as = p.a.scale;
+      CLEF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                       &ws, sizeof ws));
+      CLEF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                       &as, sizeof as));
     }
   } catch (...) {
     destroy(pl);

@@ -16,7 +16,7 @@ namespace clef::engine::cuda {
 
 // Activations, per token per 128 channels (cuBLASLt VEC128_32F): x [rows, cols] (row stride ldx)
 // -> q [rows, cols] (row stride ldq) and scale(row, b) = scales[row * row_stride + b *
-// block_stride] for b < ceil(cols / 128).
+// block_stride] for b < ceil(cols / 128). The FP8 GEMM reads row_stride 1, block_stride rows.
 void quantize_rows_e4m3(const __nv_bfloat16* x, int rows, int cols, int ldx, uint8_t* q, int ldq,
                         float* scales, int64_t row_stride, int64_t block_stride, cudaStream_t s);
 
