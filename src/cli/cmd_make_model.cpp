@@ -20,6 +20,15 @@ void add_make_model(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", opts->seed, "Random seed (same seed, same bytes)")->default_val(0);
   cmd->add_option("--tokenizer", opts->tokenizer,
                   "tokenizer.json (or its folder) to copy; default: the built-in tiny-bpe");
+  cmd->add_option("--dtype", opts->dtype,
+                  "bf16, or fp8: the backbone's big projections in HF fine-grained FP8 (e4m3, "
+                  "128x128 blocks)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->default_val("bf16");
+  cmd->add_option("--weights", opts->weights,
+                  "gaussian (HF-style init) | realistic (heavy tails, outlier channels)")
+      ->check(CLI::IsMember({"gaussian", "realistic"}))
+      ->default_val("gaussian");
   cmd->add_flag("--force", opts->overwrite, "Replace an existing non-empty output folder");
   cmd->add_option("--threads", opts->threads, "Generator threads (0 = all cores)")->default_val(0);
   cmd->callback([opts, &exit_code] {

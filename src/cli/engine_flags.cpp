@@ -34,7 +34,7 @@ void add_engine_options(CLI::App* cmd, engine::EngineOptions& opts) {
   add_enum(cmd, "--device", opts.device, engine::kDeviceNames, "Engine device", true);
   add_enum(cmd, "--dtype", opts.dtype, engine::kDTypeNames,
            "Engine dtype (default: the backend's, float32 on cpu, bfloat16 on cuda; cpu runs "
-           "float32 only)",
+           "float32 only; fp8 is not implemented yet)",
            opts.dtype != engine::DType::Default);
   add_enum(cmd, "--kernels", opts.kernels, engine::kKernelsNames,
            "CUDA kernels: auto (the fastest the device supports) or generic (force the generic "

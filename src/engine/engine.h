@@ -65,8 +65,9 @@ class Engine {
 };
 
 enum class Device { Cpu, Cuda };
-// Default: the backend's own (cpu: Float32, the only one it runs; cuda: BFloat16).
-enum class DType { Default, Float32, BFloat16 };
+// Default: the backend's own (cpu: Float32, the only one it runs; cuda: BFloat16). FP8: bf16
+// activations with FP8 block-scaled backbone GEMMs (docs/engine.md "FP8"; not implemented yet).
+enum class DType { Default, Float32, BFloat16, FP8 };
 // cuda: Auto picks the fastest kernels the device supports, Generic forces the generic ones.
 enum class Kernels { Auto, Generic };
 
@@ -75,8 +76,8 @@ enum class Kernels { Auto, Generic };
 // absence of --dtype).
 inline constexpr std::pair<const char*, Device> kDeviceNames[] = {{"cpu", Device::Cpu},
                                                                   {"cuda", Device::Cuda}};
-inline constexpr std::pair<const char*, DType> kDTypeNames[] = {{"float32", DType::Float32},
-                                                                {"bfloat16", DType::BFloat16}};
+inline constexpr std::pair<const char*, DType> kDTypeNames[] = {
+    {"float32", DType::Float32}, {"bfloat16", DType::BFloat16}, {"fp8", DType::FP8}};
 inline constexpr std::pair<const char*, Kernels> kKernelsNames[] = {{"auto", Kernels::Auto},
                                                                     {"generic", Kernels::Generic}};
 

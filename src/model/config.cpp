@@ -94,6 +94,57 @@ void parse_rope(const json& tc, TextConfig& t, const std::string& path) {
   }
 }
 
+// HF fine-grained FP8 exactly (transformers' FineGrainedFP8Config as Qwen's FP8 releases write it);
+// any other method, format, block size or static activation scale changes the math, so it is
+// refused by name.
+QuantizationConfig parse_quantization(const json& q, const std::string& path) {
+  const std::string where = "quantization_config";
+  if (!q.is_object()) fail(path, "\"" + where + "\" must be an object");
+  for (const auto& [k, v] : q.items()) {
+    static const char* kKnown[] = {"quant_method", "fmt", "activation_scheme", "weight_block_size",
+                                   "modules_to_not_convert"};
+    bool known = false;
+    for (const char* kk : kKnown) known = known || k == kk;
+    if (!known)
+      fail(path, where + ": unknown key \"" + k + "\" (only HF fine-grained FP8 is supported)");
+  }
+  auto str = [&](const char* key) -> std::string {
+    const json* v = find(q, key);
+    if (!v) return "";
+    if (!v->is_string()) fail(path, where + "." + key + " must be a string, got " + v->dump());
+    return v->get<std::string>();
+  };
+  const std::string method = str("quant_method");
+  if (method != "fp8") {
+    fail(path, where + ": quant_method \"" + method +
+                   "\" is not supported (only HF fine-grained \"fp8\")");
+  }
+  if (const std::string fmt = str("fmt"); !fmt.empty() && fmt != "e4m3") {
+    fail(path, where + ": fmt \"" + fmt + "\" is not supported (only \"e4m3\")");
+  }
+  if (const std::string act = str("activation_scheme"); !act.empty() && act != "dynamic") {
+    fail(path, where + ": activation_scheme \"" + act +
+                   "\" is not supported (only \"dynamic\": activations are quantised at run time)");
+  }
+  const json* bs = find(q, "weight_block_size");
+  if (!bs || *bs != json::array({128, 128})) {
+    fail(path, where + ": weight_block_size " + (bs ? bs->dump() : std::string("missing")) +
+                   " is not supported (only [128, 128])");
+  }
+  QuantizationConfig out;
+  out.fp8 = true;
+  out.block = 128;
+  if (const json* m = find(q, "modules_to_not_convert")) {
+    if (!m->is_array()) fail(path, where + ".modules_to_not_convert must be a list of names");
+    for (const json& n : *m) {
+      if (!n.is_string() || n.get<std::string>().empty())
+        fail(path, where + ".modules_to_not_convert: " + n.dump() + " is not a module name");
+      out.modules_to_not_convert.push_back(n.get<std::string>());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string read_text_file(const std::string& path) {
@@ -189,6 +240,13 @@ BackboneConfig parse_backbone_config(std::string_view config_json, const std::st
   if (tie) {
     if (!tie->is_boolean()) fail(path, "\"tie_word_embeddings\" must be a boolean");
     out.tie_word_embeddings = tie->get<bool>();
+  }
+  // HF writes it at the top level; a flat text config has only that level.
+  if (const json* q = find(root, "quantization_config")) {
+    out.quantization = parse_quantization(*q, path);
+  } else if (nested) {
+    if (const json* qt = find(*nested, "quantization_config"))
+      out.quantization = parse_quantization(*qt, path);
   }
   return out;
 }

@@ -14,6 +14,7 @@ namespace clef::model {
 struct BackboneConfig {
   TextConfig text;
   bool tie_word_embeddings = false;  // lm_head.weight is embed_tokens.weight
+  QuantizationConfig quantization;   // `quantization_config` (HF fine-grained FP8 only)
 };
 
 BackboneConfig parse_backbone_config(std::string_view config_json, const std::string& path);

@@ -16,6 +16,7 @@
 #include "model/bf16.h"
 #include "model/config.h"
 #include "model/embedded_tokenizer.h"
+#include "model/fp8.h"
 #include "model/safetensors.h"
 #include "model/tensor_specs.h"
 
@@ -68,12 +69,24 @@ uint64_t tensor_key(uint64_t seed, const std::string& name) {
   return mix(h ^ mix(seed));
 }
 
-enum class Init { Normal, Zeros, Ones, ALog };
+// Normal: N(0, 0.02²). Heavy: the realistic recipe's heavy-tailed weights (see heavy_value). Gain:
+// per-channel values listed in the plan (the realistic recipe's norm weights).
+enum class Init { Normal, Zeros, Ones, ALog, Heavy, Gain };
 
 struct PlannedTensor {
   TensorSpec spec;  // name as stored in the file
   Init init = Init::Normal;
   uint64_t key = 0;
+  int64_t cols = 1;               // row length (Heavy: the row/column of element i)
+  std::vector<int64_t> outliers;  // Heavy: sorted rows scaled by outlier_scale
+  float outlier_scale = 1.0f;
+  std::vector<float> gains;      // Gain: element i is gains[i]
+  std::vector<float> col_scale;  // Heavy: per-column factor (empty = 1)
+  float std_scale = 1.0f;        // Heavy: overall factor
+  // FP8 (make-model --dtype fp8): `fp8` marks an F8_E4M3 weight quantised from the bf16 values its
+  // `source` plan gives; `scale_of` marks the F32 scale_inv grid of that weight.
+  bool fp8 = false, scale_of = false;
+  std::shared_ptr<const PlannedTensor> source;
 };
 
 // One Box-Muller draw gives the normals of elements 2j (cos) and 2j+1 (sin), std 0.02.
@@ -87,7 +100,70 @@ inline void normal_pair(uint64_t key, uint64_t j, float& z0, float& z1) {
   z1 = r * std::sin(a);
 }
 
-// Element i of a non-normal tensor (before bf16 rounding).
+// A standard normal from one counter (the cos half of a draw).
+inline float std_normal(uint64_t key, uint64_t j) {
+  float z0, z1;
+  normal_pair(key, j, z0, z1);
+  return z0 * 50.0f;
+}
+
+// ---- the realistic recipe (make-model --weights realistic; docs/engine.md "Realistic weights")
+// Trained LLMs have heavy-tailed weights, a spread of per-channel scales, and a few activation
+// channels 20-100x larger than the rest, in the same channels at every layer; i.i.d. Gaussian
+// weights have none of this and flatter any quantiser.
+constexpr float kTailSigma = 0.5f;      // weights: N(0,1) * exp(0.5 N(0,1)): kurtosis 3e = 8.2
+constexpr float kChannelSigma = 0.25f;  // per-row and per-column log-normal scale spread
+constexpr float kGainSigma = 0.4f;      // norm gains: log-normal spread
+constexpr float kOutlierLo = 20.0f, kOutlierHi = 100.0f;  // outlier channel gains (log-uniform)
+constexpr float kOutlierRowScale = 8.0f;  // up_proj / v_proj outlier rows (SwiGLU, attn outliers)
+
+inline float log_normal(uint64_t key, uint64_t j, float sigma) {
+  return std::exp(sigma * std_normal(key, j) - 0.5f * sigma * sigma);
+}
+
+// Heavy element i of a [rows, cols] weight: 0.02 · z · exp(σ_t y - σ_t²) (unit variance scale
+// mixture) · row scale · column scale, outlier rows further scaled.
+inline float heavy_value(const PlannedTensor& p, uint64_t i) {
+  float z0, z1;
+  normal_pair(p.key, i, z0, z1);
+  const uint64_t r = i / static_cast<uint64_t>(p.cols), c = i % static_cast<uint64_t>(p.cols);
+  float v = z0 * std::exp(kTailSigma * z1 * 50.0f - kTailSigma * kTailSigma) *
+            log_normal(p.key ^ 0x5257ull, r, kChannelSigma) *
+            log_normal(p.key ^ 0x434full, c, kChannelSigma);
+  if (!p.outliers.empty() &&
+      std::binary_search(p.outliers.begin(), p.outliers.end(), static_cast<int64_t>(r)))
+    v *= p.outlier_scale;
+  if (!p.col_scale.empty()) v *= p.col_scale[c];
+  return v * p.std_scale;
+}
+
+// `count` distinct indices in [0, n), sorted, from `key`.
+std::vector<int64_t> pick_channels(uint64_t key, int64_t n, int64_t count) {
+  std::vector<int64_t> out;
+  for (uint64_t j = 0; static_cast<int64_t>(out.size()) < std::min(count, n); ++j) {
+    const int64_t c = static_cast<int64_t>(mix(key + j) % static_cast<uint64_t>(n));
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t outlier_count(int64_t n) {
+  return std::max<int64_t>(2, n / 256);
+}
+
+// Per-channel gains: log-normal spread, the `outliers` channels 20-100x (log-uniform).
+std::vector<float> gains(uint64_t key, int64_t n, const std::vector<int64_t>& outliers) {
+  std::vector<float> g(static_cast<size_t>(n));
+  for (int64_t c = 0; c < n; ++c) g[c] = log_normal(key, static_cast<uint64_t>(c), kGainSigma);
+  for (size_t k = 0; k < outliers.size(); ++k) {
+    const double u = static_cast<double>(mix((key ^ 0x4f55ull) + k) >> 11) * 0x1.0p-53;
+    g[outliers[k]] = static_cast<float>(kOutlierLo * std::pow(kOutlierHi / kOutlierLo, u));
+  }
+  return g;
+}
+
+// Element i of a tensor (before bf16 rounding).
 inline float init_value(const PlannedTensor& p, uint64_t i) {
   switch (p.init) {
     case Init::Zeros:
@@ -103,6 +179,10 @@ inline float init_value(const PlannedTensor& p, uint64_t i) {
       normal_pair(p.key, i >> 1, z0, z1);
       return (i & 1) ? z1 : z0;
     }
+    case Init::Heavy:
+      return heavy_value(p, i);
+    case Init::Gain:
+      return p.gains[i];
   }
   return 0.0f;
 }
@@ -179,6 +259,45 @@ std::vector<TensorSpec> vision_tensor_specs(int out_hidden) {
 
 // config.json in the style of the golden tiny releases (HF Qwen3_5ForConditionalGeneration, sorted
 // keys).
+// The backbone projections an FP8 release stores in e4m3 (Qwen's FP8 releases keep the embeddings,
+// lm_head, norms, conv1d, A_log, dt_bias and the small GDN in_proj_a / in_proj_b in bf16).
+bool fp8_projection(const std::string& canonical) {
+  static const char* kNames[] = {"linear_attn.in_proj_qkv.weight",
+                                 "linear_attn.in_proj_z.weight",
+                                 "linear_attn.out_proj.weight",
+                                 "self_attn.q_proj.weight",
+                                 "self_attn.k_proj.weight",
+                                 "self_attn.v_proj.weight",
+                                 "self_attn.o_proj.weight",
+                                 "mlp.gate_proj.weight",
+                                 "mlp.up_proj.weight",
+                                 "mlp.down_proj.weight"};
+  if (canonical.rfind("layers.", 0) != 0) return false;
+  for (const char* n : kNames) {
+    const std::string k = n;
+    if (canonical.size() > k.size() &&
+        canonical.compare(canonical.size() - k.size(), k.size(), k) == 0 &&
+        canonical[canonical.size() - k.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
+
+json quantization_config_json(const TextConfig& t) {
+  json keep = {"lm_head", "model.language_model.embed_tokens", "model.visual"};
+  for (size_t i = 0; i < t.layer_types.size(); ++i) {
+    if (t.layer_types[i] != LayerType::LinearAttention) continue;
+    const std::string p = "model.language_model.layers." + std::to_string(i) + ".linear_attn.";
+    keep.push_back(p + "in_proj_a");
+    keep.push_back(p + "in_proj_b");
+  }
+  return json{{"activation_scheme", "dynamic"},
+              {"fmt", "e4m3"},
+              {"modules_to_not_convert", keep},
+              {"quant_method", "fp8"},
+              {"weight_block_size", {kFp8Block, kFp8Block}}};
+}
+
 json config_json(const TextConfig& t) {
   json layer_types = json::array();
   for (LayerType lt : t.layer_types) {
@@ -266,42 +385,106 @@ size_t tokenizer_vocab(std::string_view tokenizer_json, const std::string& where
   return static_cast<size_t>(std::max(next, mx + 1));
 }
 
-// Fills bf16 elements [first, first + count) of a planned tensor, on `threads` threads.
-void fill_bf16(const PlannedTensor& p, uint64_t first, size_t count, uint8_t* dst, int threads) {
-  auto put = [dst](size_t k, float v) {
-    uint16_t b = float_to_bf16(v);
-    std::memcpy(dst + 2 * k, &b, 2);
-  };
+// Runs work(a, b) over [0, count) on up to `threads` threads.
+template <typename Work>
+void parallel_for(size_t count, int threads, const Work& work) {
+  if (threads <= 1 || count < (size_t{1} << 16)) {
+    work(size_t{0}, count);
+    return;
+  }
+  std::vector<std::thread> pool;
+  size_t per = (count + threads - 1) / threads;
+  per += per & 1;  // even split points keep Normal's pairs together
+  for (int t = 1; t < threads; ++t) {
+    size_t a = std::min(count, per * t), b = std::min(count, per * (t + 1));
+    if (a < b) pool.emplace_back([&work, a, b] { work(a, b); });
+  }
+  work(size_t{0}, std::min(count, per));
+  for (auto& th : pool) th.join();
+}
+
+// Elements [first, first + count) of a planned tensor, bf16-rounded (what the bf16 release holds),
+// into out.
+void source_values(const PlannedTensor& p, uint64_t first, size_t count, float* out, int threads) {
   auto work = [&](size_t a, size_t b) {
     if (p.init != Init::Normal) {
-      for (size_t k = a; k < b; ++k) put(k, init_value(p, first + k));
+      for (size_t k = a; k < b; ++k) out[k] = round_to_bf16(init_value(p, first + k));
       return;
     }
     size_t k = a;
     if (k < b && ((first + k) & 1)) {  // odd start: the second half of a pair
-      put(k, init_value(p, first + k));
+      out[k] = round_to_bf16(init_value(p, first + k));
       ++k;
     }
     for (; k + 1 < b; k += 2) {  // whole pairs: one draw, two elements
       float z0, z1;
       normal_pair(p.key, (first + k) >> 1, z0, z1);
-      put(k, z0);
-      put(k + 1, z1);
+      out[k] = round_to_bf16(z0);
+      out[k + 1] = round_to_bf16(z1);
     }
-    if (k < b) put(k, init_value(p, first + k));
+    if (k < b) out[k] = round_to_bf16(init_value(p, first + k));
   };
-  if (threads <= 1 || count < (size_t{1} << 16) || p.init == Init::Zeros || p.init == Init::Ones) {
-    work(0, count);
-    return;
+  if (p.init == Init::Zeros || p.init == Init::Ones) threads = 1;
+  parallel_for(count, threads, work);
+}
+
+constexpr size_t kPiece = size_t{1} << 20;  // elements generated per step (bounded scratch)
+
+void fill_bf16(const PlannedTensor& p, uint64_t first, size_t count, uint8_t* dst, int threads) {
+  std::vector<float> buf(std::min(count, kPiece));
+  for (size_t done = 0; done < count; done += buf.size()) {
+    const size_t m = std::min(buf.size(), count - done);
+    source_values(p, first + done, m, buf.data(), threads);
+    for (size_t k = 0; k < m; ++k) {
+      const uint16_t b = float_to_bf16(buf[k]);
+      std::memcpy(dst + 2 * (done + k), &b, 2);
+    }
   }
-  std::vector<std::thread> pool;
-  size_t per = (count + threads - 1) / threads;
-  for (int t = 1; t < threads; ++t) {
-    size_t a = std::min(count, per * t), b = std::min(count, per * (t + 1));
-    if (a < b) pool.emplace_back(work, a, b);
+}
+
+// One 128-row block row of an FP8 weight: its bf16 source values, per 128x128 block
+// scale_inv = amax / 448 (1 for an all-zero block), codes = e4m3(value / scale_inv). codes may be
+// null (the scale grid only).
+void quantize_block_row(const PlannedTensor& w, int64_t block_row, std::vector<float>& scratch,
+                        uint8_t* codes, float* scales, int threads) {
+  const int64_t N = w.spec.shape[0], K = w.spec.shape[1], B = kFp8Block;
+  const int64_t r0 = block_row * B, rows = std::min(B, N - r0), nb = (K + B - 1) / B;
+  scratch.resize(static_cast<size_t>(rows * K));
+  source_values(w, static_cast<uint64_t>(r0 * K), scratch.size(), scratch.data(), threads);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t c0 = b * B, c1 = std::min(K, c0 + B);
+    float amax = 0.0f;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(scratch[r * K + c]));
+    const float s = fp8_block_scale(amax);
+    scales[b] = s;
+    if (!codes) continue;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) codes[r * K + c] = float_to_e4m3(scratch[r * K + c] / s);
   }
-  work(0, std::min(count, per));
-  for (auto& th : pool) th.join();
+}
+
+void fill_fp8(const PlannedTensor& p, size_t off, size_t n, uint8_t* dst, int threads) {
+  const PlannedTensor& w = *p.source;
+  const int64_t K = w.spec.shape[1], B = kFp8Block, nb = (K + B - 1) / B;
+  std::vector<float> scratch, scales(static_cast<size_t>(nb));
+  std::vector<uint8_t> codes;
+  // Element ranges: codes are 1 byte each, scales 4.
+  const size_t es = p.scale_of ? 4 : 1, first = off / es, count = n / es;
+  const size_t row_elems = p.scale_of ? static_cast<size_t>(nb) : static_cast<size_t>(B * K);
+  for (size_t e = first; e < first + count;) {
+    const int64_t br = static_cast<int64_t>(e / row_elems);
+    const size_t in_row = e % row_elems, take = std::min(row_elems - in_row, first + count - e);
+    if (p.scale_of) {
+      quantize_block_row(w, br, scratch, nullptr, scales.data(), threads);
+      std::memcpy(dst + (e - first) * 4, scales.data() + in_row, take * 4);
+    } else {
+      codes.resize(static_cast<size_t>(std::min(B, w.spec.shape[0] - br * B) * K));
+      quantize_block_row(w, br, scratch, codes.data(), scales.data(), threads);
+      std::memcpy(dst + (e - first), codes.data() + in_row, take);
+    }
+    e += take;
+  }
 }
 
 void write_planned(const std::string& path, const std::vector<PlannedTensor>& plan, int threads) {
@@ -309,8 +492,15 @@ void write_planned(const std::string& path, const std::vector<PlannedTensor>& pl
   for (const PlannedTensor& p : plan) specs.push_back(p.spec);
   write_safetensors(path, specs, {{"format", "pt"}},
                     [&](size_t i, size_t off, uint8_t* dst, size_t n) {
+                      const PlannedTensor& p = plan[i];
+                      if (p.fp8 || p.scale_of) {
+                        if (p.scale_of && (off % 4 || n % 4))
+                          throw std::logic_error("make-model: unaligned scale chunk");
+                        fill_fp8(p, off, n, dst, threads);
+                        return;
+                      }
                       if (off % 2 || n % 2) throw std::logic_error("make-model: odd bf16 chunk");
-                      fill_bf16(plan[i], off / 2, n / 2, dst, threads);
+                      fill_bf16(p, off / 2, n / 2, dst, threads);
                     });
 }
 
@@ -424,11 +614,73 @@ void make_model(const MakeModelOptions& opts) {
 
 namespace {
 
+// The realistic recipe's plan for one backbone tensor (canonical name); `hidden_outliers` are the
+// residual-stream channels whose norm gains are 20-100x, shared by every layer as in trained
+// models.
+void make_realistic(PlannedTensor& p, const std::string& canonical, const TextConfig& t,
+                    uint64_t seed, const std::vector<int64_t>& hidden_outliers,
+                    const std::vector<int64_t>& head_dim_outliers) {
+  auto ends = [&](const std::string& s) {
+    return canonical.size() >= s.size() &&
+           canonical.compare(canonical.size() - s.size(), s.size(), s) == 0;
+  };
+  // The gains of a layer's norm (the same values its tensor plan gets).
+  auto norm_gains = [&](const std::string& norm) {
+    const std::string layer = canonical.substr(0, canonical.find('.', 7) + 1);  // "layers.N."
+    return gains(tensor_key(seed, "model.language_model." + layer + norm), t.hidden_size,
+                 hidden_outliers);
+  };
+  if (ends("input_layernorm.weight") || ends("post_attention_layernorm.weight")) {
+    p.init = Init::Gain;  // RMSNorm(1 + w): w = gain - 1
+    p.gains = gains(p.key, t.hidden_size, hidden_outliers);
+    for (float& g : p.gains) g -= 1.0f;
+  } else if (ends("linear_attn.norm.weight")) {
+    p.init = Init::Gain;  // gated RMSNorm: plain · w, the same channels in every value head
+    p.gains = gains(p.key, t.linear_value_head_dim, head_dim_outliers);
+  } else if (p.init == Init::Normal && p.spec.shape.size() == 2) {
+    p.init = Init::Heavy;
+    p.cols = p.spec.shape[1];
+    if (ends("mlp.up_proj.weight") || ends("self_attn.v_proj.weight")) {
+      p.outliers =
+          pick_channels(p.key ^ 0x524full, p.spec.shape[0], outlier_count(p.spec.shape[0]));
+      p.outlier_scale = kOutlierRowScale;
+    }
+    // Projections reading a normed hidden state: the columns of large-gain channels are smaller
+    // (1 / sqrt(gain)), as trained models partly compensate their outliers; the outlier channels
+    // still dominate the products, and a 128x128 block then mixes columns of different scales.
+    const char* norm = nullptr;
+    if (ends("mlp.gate_proj.weight") || ends("mlp.up_proj.weight")) {
+      norm = "post_attention_layernorm.weight";
+    } else if (canonical.find("linear_attn.in_proj_") != std::string::npos ||
+               ends("self_attn.q_proj.weight") || ends("self_attn.k_proj.weight") ||
+               ends("self_attn.v_proj.weight")) {
+      norm = "input_layernorm.weight";
+    }
+    if (norm && canonical.rfind("layers.", 0) == 0) {
+      p.col_scale = norm_gains(norm);
+      for (float& g : p.col_scale) g = 1.0f / std::sqrt(g);
+    }
+    // Output projections: GPT-2's 1/sqrt(2L) keeps the residual stream from growing layer by layer.
+    if (ends("mlp.down_proj.weight") || ends("linear_attn.out_proj.weight") ||
+        ends("self_attn.o_proj.weight"))
+      p.std_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(t.num_hidden_layers));
+  }
+}
+
 void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPreset preset,
                    const std::string& tok_json, const std::string& tok_config, int threads,
                    const std::function<void(const std::string&)>& progress) {
   const TextConfig& t = preset.text;
-  write_text(tmp / "config.json", config_json(t).dump(2) + "\n");
+  if (opts.dtype != "bf16" && opts.dtype != "fp8")
+    throw std::runtime_error("make-model: --dtype must be bf16 or fp8, got \"" + opts.dtype + "\"");
+  if (opts.weights != "gaussian" && opts.weights != "realistic") {
+    throw std::runtime_error("make-model: --weights must be gaussian or realistic, got \"" +
+                             opts.weights + "\"");
+  }
+  const bool fp8 = opts.dtype == "fp8", realistic = opts.weights == "realistic";
+  json config = config_json(t);
+  if (fp8) config["quantization_config"] = quantization_config_json(t);
+  write_text(tmp / "config.json", config.dump(2) + "\n");
   write_text(tmp / "generation_config.json", json{{"_from_model_config", true},
                                                   {"output_attentions", false},
                                                   {"output_hidden_states", false},
@@ -449,13 +701,46 @@ void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPrese
 
   // Backbone plan, stored names sorted as HF's save_pretrained writes them.
   std::vector<PlannedTensor> backbone;
+  const std::vector<int64_t> hidden_outliers =
+      pick_channels(tensor_key(opts.seed, "realistic.hidden_outliers"), t.hidden_size,
+                    outlier_count(t.hidden_size));
+  const std::vector<int64_t> head_dim_outliers =
+      pick_channels(tensor_key(opts.seed, "realistic.head_dim_outliers"), t.linear_value_head_dim,
+                    outlier_count(t.linear_value_head_dim));
   for (TensorSpec s : backbone_tensor_specs(t)) {
+    const std::string canonical = s.name;
     Init init = backbone_init(s.name);
     if (s.name != "lm_head.weight") s.name = "model.language_model." + s.name;
-    backbone.push_back({s, init, tensor_key(opts.seed, s.name)});
+    PlannedTensor p;
+    p.spec = s;
+    p.init = init;
+    p.key = tensor_key(opts.seed, s.name);
+    if (realistic) make_realistic(p, canonical, t, opts.seed, hidden_outliers, head_dim_outliers);
+    if (fp8 && fp8_projection(canonical)) {
+      auto src = std::make_shared<const PlannedTensor>(p);
+      PlannedTensor w;
+      w.spec = {s.name, DType::F8_E4M3, s.shape};
+      w.fp8 = true;
+      w.source = src;
+      PlannedTensor sc;
+      sc.spec = {
+          s.name + "_scale_inv",
+          DType::F32,
+          {(s.shape[0] + kFp8Block - 1) / kFp8Block, (s.shape[1] + kFp8Block - 1) / kFp8Block}};
+      sc.scale_of = true;
+      sc.source = src;
+      backbone.push_back(std::move(w));
+      backbone.push_back(std::move(sc));
+      continue;
+    }
+    backbone.push_back(std::move(p));
   }
   for (const TensorSpec& s : vision_tensor_specs(t.hidden_size)) {
-    backbone.push_back({s, layer_norm_style_init(s.name), tensor_key(opts.seed, s.name)});
+    PlannedTensor p;
+    p.spec = s;
+    p.init = layer_norm_style_init(s.name);
+    p.key = tensor_key(opts.seed, s.name);
+    backbone.push_back(std::move(p));
   }
   std::sort(backbone.begin(), backbone.end(), [](const PlannedTensor& a, const PlannedTensor& b) {
     return a.spec.name < b.spec.name;
@@ -496,7 +781,11 @@ void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPrese
   std::vector<PlannedTensor> head;
   for (const TensorSpec& s : head_tensor_specs(h)) {
     Init init = s.shape.empty() ? Init::Zeros : layer_norm_style_init(s.name);
-    head.push_back({s, init, tensor_key(opts.seed, "joint_head." + s.name)});
+    PlannedTensor p;
+    p.spec = s;
+    p.init = init;
+    p.key = tensor_key(opts.seed, "joint_head." + s.name);
+    head.push_back(std::move(p));
   }
   std::sort(head.begin(), head.end(), [](const PlannedTensor& a, const PlannedTensor& b) {
     return a.spec.name < b.spec.name;

@@ -22,6 +22,12 @@ struct MakeModelOptions {
   uint64_t shard_bytes = uint64_t{4}
                          << 30;  // backbone shards at most this large (one file if it fits)
   int threads = 0;               // 0 = all cores
+  // "bf16", or "fp8": the backbone's big projections in HF fine-grained FP8 (e4m3, 128x128 blocks,
+  // F32 weight_scale_inv = amax / 448), quantised from exactly the bf16 values the same seed gives.
+  std::string dtype = "bf16";
+  // "gaussian" (HF-style N(0, 0.02²) init) or "realistic": heavy tails and outlier channels
+  // (docs/engine.md "Realistic weights"). The vision tower and the joint head are the same in both.
+  std::string weights = "gaussian";
   std::function<void(const std::string&)> progress;
 };
 

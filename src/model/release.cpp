@@ -42,16 +42,17 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 // Checks `found` (canonical name -> tensor) against `expected`: same names, same shapes, float
-// dtypes.
+// dtypes (F8_E4M3 is checked by attach_fp8_scales, which runs first).
 void check_tensors(const std::map<std::string, Tensor>& found,
-                   const std::vector<TensorSpec>& expected, const std::string& where) {
+                   const std::vector<TensorSpec>& expected, const std::string& where,
+                   bool allow_fp8 = false) {
   std::set<std::string> want;
   for (const TensorSpec& s : expected) {
     want.insert(s.name);
     auto it = found.find(s.name);
     if (it == found.end()) throw LoadError(where + ": missing tensor '" + s.name + "'");
     const Tensor& t = it->second;
-    if (!is_float(t.dtype)) {
+    if (!is_float(t.dtype) && !(allow_fp8 && t.dtype == DType::F8_E4M3)) {
       throw LoadError(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
                       ", expected a float type");
     }
@@ -77,6 +78,82 @@ std::string canonical_backbone_name(const std::string& n, const std::string& fil
   if (n.rfind(kModel, 0) == 0) return n.substr(kModel.size());
   throw LoadError(file + ": unexpected tensor '" + n +
                   "' (not a model./model.language_model. name)");
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+const std::string kScaleSuffix = "_scale_inv";  // "<weight name>_scale_inv" (HF fine-grained FP8)
+
+// The backbone weights an FP8 release may store in F8_E4M3: the layers' linear projections (the
+// embeddings, lm_head, norms, conv taps and GDN gates stay in a float type, as in Qwen's releases).
+bool may_be_fp8(const std::string& canonical) {
+  if (canonical.rfind("layers.", 0) != 0 || !ends_with(canonical, ".weight")) return false;
+  const std::string module = canonical.substr(0, canonical.size() - 7);
+  const std::string leaf = module.substr(module.rfind('.') + 1);
+  return ends_with(leaf, "_proj") || leaf.rfind("in_proj_", 0) == 0;
+}
+
+// Attaches every `<weight>_scale_inv` to its F8_E4M3 weight, checking the pairing, the dtypes, the
+// scale grid's shape and modules_to_not_convert. `file_names`: canonical -> name in the file (the
+// full HF module name, which modules_to_not_convert matches as a substring, as transformers does).
+void attach_fp8_scales(std::map<std::string, Tensor>& tensors,
+                       std::map<std::string, Tensor>& scales,
+                       const std::map<std::string, std::string>& file_names,
+                       const QuantizationConfig& q, const std::string& config_path) {
+  for (auto& [name, t] : tensors) {
+    if (t.dtype != DType::F8_E4M3) continue;
+    const std::string& full = file_names.at(name);
+    if (!q.fp8) {
+      throw LoadError(t.file + ": tensor '" + full + "' is F8_E4M3 but " + config_path +
+                      " has no fp8 quantization_config");
+    }
+    if (!may_be_fp8(name) || t.shape.size() != 2) {
+      throw LoadError(t.file + ": tensor '" + full +
+                      "' is F8_E4M3; only the layers' 2-D projection weights (*_proj, in_proj_*) "
+                      "may be FP8");
+    }
+    const std::string module = full.substr(0, full.size() - std::string(".weight").size());
+    for (const std::string& m : q.modules_to_not_convert) {
+      if (module.find(m) != std::string::npos) {
+        throw LoadError(t.file + ": tensor '" + full + "' is F8_E4M3 but its module matches \"" +
+                        m + "\" in quantization_config.modules_to_not_convert");
+      }
+    }
+    auto it = scales.find(name + kScaleSuffix);
+    if (it == scales.end()) {
+      throw LoadError(t.file + ": tensor '" + full + "' is F8_E4M3 but has no '" + full +
+                      kScaleSuffix + "'");
+    }
+    const Tensor& s = it->second;
+    if (s.dtype != DType::F32 && s.dtype != DType::BF16) {
+      throw LoadError(s.file + ": tensor '" + file_names.at(s.name) + "' has dtype " +
+                      dtype_name(s.dtype) + "; FP8 block scales must be F32 or BF16");
+    }
+    const int64_t b = q.block;
+    const std::vector<int64_t> grid = {(t.shape[0] + b - 1) / b, (t.shape[1] + b - 1) / b};
+    if (s.shape != grid) {
+      throw LoadError(s.file + ": tensor '" + file_names.at(s.name) + "' has shape " +
+                      shape_str(s.shape) + "; " + std::to_string(b) + "x" + std::to_string(b) +
+                      " blocks of " + shape_str(t.shape) + " need " + shape_str(grid));
+    }
+    auto bs = std::make_shared<BlockScales>();
+    bs->name = file_names.at(s.name);
+    bs->dtype = s.dtype;
+    bs->data = s.data;
+    bs->rows = grid[0];
+    bs->cols = grid[1];
+    bs->block = q.block;
+    t.scales = std::move(bs);
+    scales.erase(it);
+  }
+  if (!scales.empty()) {
+    const Tensor& s = scales.begin()->second;
+    throw LoadError(s.file + ": tensor '" + file_names.at(s.name) +
+                    "' scales a weight that is missing or not F8_E4M3");
+  }
 }
 
 }  // namespace
@@ -106,6 +183,7 @@ struct ReleaseLoader {
     const std::string config_path = file("config.json");
     BackboneConfig bc = parse_backbone_config(read_text_file(config_path), config_path);
     r->text = bc.text;
+    r->quantization = bc.quantization;
     const std::string head_config_path = file("joint_head_config.json");
     r->head = parse_head_config(read_text_file(head_config_path), head_config_path);
     if (r->head.hidden_size != r->text.hidden_size) {
@@ -148,6 +226,8 @@ struct ReleaseLoader {
     }
 
     std::vector<TensorSpec> expected = backbone_tensor_specs(r->text, !bc.tie_word_embeddings);
+    std::map<std::string, Tensor> fp8_scales;      // canonical "<weight>_scale_inv" -> tensor
+    std::map<std::string, std::string> file_name;  // canonical -> name in the file
     for (const std::string& s : shards) {
       progress("mapping " + file(s));
       auto st = SafetensorsFile::open(file(s));
@@ -164,7 +244,9 @@ struct ReleaseLoader {
         Tensor c = t;
         c.name = canon;
         c.round_to_bf16 = opts.round_to_bf16;
-        if (!r->backbone_.emplace(canon, std::move(c)).second) {
+        file_name[canon] = t.name;
+        auto& dst = ends_with(canon, ".weight" + kScaleSuffix) ? fp8_scales : r->backbone_;
+        if (!dst.emplace(canon, std::move(c)).second) {
           throw LoadError(st->path() + ": tensor '" + t.name + "' duplicates canonical '" + canon +
                           "'");
         }
@@ -178,7 +260,8 @@ struct ReleaseLoader {
       if (!present)
         throw LoadError(file(shard) + ": tensor '" + name + "' listed in the index is missing");
     }
-    check_tensors(r->backbone_, expected, dir + " (backbone safetensors)");
+    attach_fp8_scales(r->backbone_, fp8_scales, file_name, r->quantization, config_path);
+    check_tensors(r->backbone_, expected, dir + " (backbone safetensors)", true);
     if (bc.tie_word_embeddings) {
       Tensor lm = r->backbone_.at("embed_tokens.weight");
       lm.name = "lm_head.weight";

@@ -20,9 +20,21 @@ class LoadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class DType { BF16, F16, F32, F64, I64, I32, U8, BOOL };
+enum class DType { BF16, F16, F32, F64, I64, I32, U8, BOOL, F8_E4M3 };
 const char* dtype_name(DType d);
 size_t dtype_size(DType d);
+
+// The per-block scales of an FP8 weight (HF fine-grained FP8, `<name>_scale_inv`): element (r, c)
+// of the [out, in] weight dequantises to e4m3(r, c) * at(r / block, c / block), in float32.
+struct BlockScales {
+  std::string name;          // the scale tensor's name in its file
+  DType dtype = DType::F32;  // F32 or BF16
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;  // ceil(out / block), ceil(in / block)
+  int block = 128;
+
+  float at(int64_t block_row, int64_t block_col) const;
+};
 
 // A view into a memory-mapped safetensors file (the mapping lives as long as the Release).
 struct Tensor {
@@ -33,6 +45,9 @@ struct Tensor {
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
   bool round_to_bf16 = true;  // loading rule: F32/F16 values are rounded to bf16 before use
+  // F8_E4M3 weights only (2-D): their block scales. Dequantised values are e4m3 * scale in float32
+  // (not bf16-rounded: they are what the FP8 GEMM computes with).
+  std::shared_ptr<const BlockScales> scales;
 
   size_t numel() const;
   // Element i as the engine must use it (bf16-rounded per the loading rule when round_to_bf16).
@@ -63,6 +78,15 @@ struct TextConfig {
   std::vector<LayerType> layer_types;
 };
 
+// config.json's `quantization_config` (HF fine-grained FP8, the only form accepted): e4m3 weights
+// in block x block tiles with a float scale_inv per tile, activations quantised at run time.
+struct QuantizationConfig {
+  bool fp8 = false;  // false: no quantization_config (a bf16/fp32 release)
+  int block = 128;
+  // Module names kept unquantised (HF matches them as substrings of the full module name).
+  std::vector<std::string> modules_to_not_convert;
+};
+
 struct HeadConfig {
   int hidden_size = 0;  // D
   int width = 0;        // W
@@ -88,6 +112,7 @@ class Release {
   std::string revision;  // HF snapshot commit, --revision, or "unknown"
   bool weights_sha256_verified = false;
   TextConfig text;
+  QuantizationConfig quantization;
   HeadConfig head;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
 

@@ -49,8 +49,9 @@ std::optional<uint64_t> as_u64(const nlohmann::json& j) {
 
 std::optional<DType> parse_dtype(std::string_view name) {
   static constexpr std::pair<std::string_view, DType> kNames[] = {
-      {"BF16", DType::BF16}, {"F16", DType::F16}, {"F32", DType::F32}, {"F64", DType::F64},
-      {"I64", DType::I64},   {"I32", DType::I32}, {"U8", DType::U8},   {"BOOL", DType::BOOL}};
+      {"BF16", DType::BF16}, {"F16", DType::F16},   {"F32", DType::F32},
+      {"F64", DType::F64},   {"I64", DType::I64},   {"I32", DType::I32},
+      {"U8", DType::U8},     {"BOOL", DType::BOOL}, {"F8_E4M3", DType::F8_E4M3}};
   for (const auto& [n, d] : kNames) {
     if (n == name) return d;
   }

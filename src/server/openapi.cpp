@@ -321,7 +321,8 @@ constexpr const char* kDocument = R"json({
       },
       "Health": {
         "type": "object",
-        "required": ["status", "model", "backend", "device", "dtype", "kernels", "model_revision",
+        "required": ["status", "model", "backend", "device", "dtype", "quantization", "kernels",
+                     "model_revision",
                      "weights_sha256_verified", "max_length", "version", "demo"],
         "properties": {
           "status": {"type": "string", "const": "ok"},
@@ -329,6 +330,8 @@ constexpr const char* kDocument = R"json({
           "backend": {"type": "string", "enum": ["cpu", "cuda"]},
           "device": {"type": "string"},
           "dtype": {"type": "string"},
+          "quantization": {"type": "string", "enum": ["none", "fp8-e4m3-block128"],
+                           "description": "The release's weights: fp8-e4m3-block128 = HF fine-grained FP8 (docs/engine.md \"FP8\")."},
           "kernels": {"type": "object", "additionalProperties": {"type": "string"}},
           "model_revision": {"type": "string"},
           "weights_sha256_verified": {"type": "boolean"},

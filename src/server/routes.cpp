@@ -39,6 +39,7 @@ Reply health(const Core& core) {
           {"backend", core.info.backend},
           {"device", core.info.device},
           {"dtype", core.info.dtype},
+          {"quantization", rel.quantization.fp8 ? "fp8-e4m3-block128" : "none"},
           {"kernels", kernels},
           {"model_revision", rel.revision},
           {"weights_sha256_verified", rel.weights_sha256_verified},

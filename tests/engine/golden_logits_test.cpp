@@ -68,6 +68,13 @@ TEST(CpuEngineGolden, RefusesOtherDtypesAndUnknownDevices) {
   engine::EngineOptions eo;
   eo.dtype = engine::DType::BFloat16;
   EXPECT_THROW(engine::create_engine(release, eo), std::runtime_error);
+  eo.dtype = engine::DType::FP8;  // FP8 releases run as they are, in float32
+  try {
+    engine::create_engine(release, eo);
+    ADD_FAILURE() << "--dtype fp8 accepted on cpu";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("dequantised to float32"), std::string::npos) << e.what();
+  }
   eo.dtype = engine::DType::Default;
   eo.device = static_cast<engine::Device>(7);  // no such device
   EXPECT_THROW(engine::create_engine(release, eo), std::runtime_error);

@@ -276,6 +276,7 @@ TEST(ServerApi, HealthReportsTheEngineAndRelease) {
   EXPECT_EQ(h["backend"], "cpu");
   EXPECT_TRUE(h["device"].is_string() && !h["device"].get<std::string>().empty());
   EXPECT_TRUE(h["dtype"].is_string() && !h["dtype"].get<std::string>().empty());
+  EXPECT_EQ(h["quantization"], "none");  // a bf16 release
   EXPECT_TRUE(h["kernels"].is_object());
   EXPECT_TRUE(h["model_revision"].is_string());
   EXPECT_EQ(h["weights_sha256_verified"], false);

@@ -57,6 +57,10 @@ EngineInfo CpuEngine::info() const {
 
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const model::Release> release,
                                         const EngineOptions& opts) {
+  if (opts.dtype == DType::FP8)
+    throw std::runtime_error(
+        "the cpu backend runs float32 only (got --dtype fp8); it runs an FP8 release as is, its "
+        "weights dequantised to float32 (omit --dtype)");
   if (opts.dtype != DType::Default && opts.dtype != DType::Float32)
     throw std::runtime_error(std::string("the cpu backend runs float32 only (got --dtype ") +
                              name(opts.dtype) + ")");

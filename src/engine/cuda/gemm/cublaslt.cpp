@@ -170,9 +170,37 @@ std::vector<TuningEntry> Gemm::entries() const {
   return out;
 }
 
+namespace {
+
+bool scaled(const GemmProblem& p) {
+  return p.a.scale_mode != ScaleMode::None || p.b.scale_mode != ScaleMode::None;
+}
+
+// The one scaled form gemm.h documents; anything else is refused by name before cuBLASLt sees it.
+void check_fp8(const GemmProblem& p) {
+  auto refuse = [&](const std::string& why) {
+    throw std::runtime_error("gemm " + shape_text(p) + ": FP8 " + why);
+  };
+  if (p.a.dtype != DataType::F8_E4M3 || p.a.scale_mode != ScaleMode::Vec128 || !p.a.scale)
+    refuse("needs activations in e4m3 with 1x128 (Vec128) scales");
+  if (p.b.dtype != DataType::F8_E4M3 || p.b.scale_mode != ScaleMode::Block128x128 || !p.b.scale)
+    refuse("needs weights in e4m3 with 128x128 block scales");
+  if (!p.b_is_nk) refuse("needs weights stored [N, K] (cuBLASLt runs FP8 as TN only)");
+  if (p.batch != 1) refuse("is not batched");
+  if (p.M % 4 != 0)
+    refuse("needs M (tokens) a multiple of 4, got " + std::to_string(p.M) + " (pad the bucket)");
+  if (p.c_dtype != DataType::BF16 && p.c_dtype != DataType::F32) refuse("writes bf16 or fp32");
+  if (p.K % 16 != 0 || p.a.ld % 16 != 0 || p.b.ld % 16 != 0)
+    refuse("needs K and the row strides multiples of 16 (K " + std::to_string(p.K) + ", lda " +
+           std::to_string(p.a.ld) + ", ldb " + std::to_string(p.b.ld) + ")");
+  if ((static_cast<size_t>(p.ldc) * data_type_bytes(p.c_dtype)) % 16 != 0)
+    refuse("needs 16-byte output rows (ldc " + std::to_string(p.ldc) + ")");
+}
+
+}  // namespace
+
 Gemm::Plan Gemm::make_descriptors(const GemmProblem& p) const {
-  if (p.a.scale_mode != ScaleMode::None || p.b.scale_mode != ScaleMode::None)
-    throw std::runtime_error("gemm: scaled operands are not supported yet");
+  if (scaled(p)) check_fp8(p);
   Plan pl;
   try {
     CLEF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -191,6 +219,21 @@ Gemm::Plan Gemm::make_descriptors(const GemmProblem& p) const {
     set_batch(pl.a, p.batch, p.b.batch_stride);
     set_batch(pl.b, p.batch, p.a.batch_stride);
     set_batch(pl.c, p.batch, p.c_batch_stride);
+    if (scaled(p)) {  // Lt's A is our B (weights), Lt's B our A (activations)
+      const cublasLtMatmulMatrixScale_t wm = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                                        am = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      CLEF_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &wm, sizeof wm));
+      CLEF_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &am, sizeof am));
+      // The heuristic wants pointers too (INVALID_VALUE without); launch() sets each call's own.
+      const void* ws = p.b.scale;
+      const void* as = p.a.scale;
+      CLEF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                       &ws, sizeof ws));
+      CLEF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                       &as, sizeof as));
+    }
   } catch (...) {
     destroy(pl);
     throw;
@@ -201,6 +244,16 @@ Gemm::Plan Gemm::make_descriptors(const GemmProblem& p) const {
 cublasStatus_t Gemm::launch(const Plan& pl, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p,
                             void* c, cudaStream_t s) {
   const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+  if (scaled(p)) {  // plans are shared by every layer of a shape: the scales are per call
+    const void* ws = p.b.scale;
+    const void* as = p.a.scale;
+    cublasStatus_t st =
+        cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws, sizeof ws);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &as,
+                                          sizeof as);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+  }
   return cublasLtMatmul(handle_, pl.op, &alpha, p.b.ptr, pl.a, p.a.ptr, pl.b, &beta, c, pl.c, c,
                         pl.c, &algo, workspace_.get(), pl.workspace, s);
 }

@@ -28,9 +28,22 @@
 
 namespace clef::engine::cuda {
 
-// How an operand's values are scaled (FP8): none yet for bf16/fp32; room for per-tensor,
-// 128x128 weight blocks (cuBLASLt BLK128x128_32F) and 1x128 activation vectors (VEC128_32F).
+// How an operand's values are scaled (FP8). The one scaled form run (sm_90, cuBLASLt >= 12.9):
+//   a = activations [M, K] e4m3, Vec128: one float per token per 128 channels (VEC128_32F),
+//       scale(m, kb) = a.scale[kb * M + m]  (tokens fastest); M a multiple of 4 (cuBLASLt 13.1
+//       on sm_90 has no algorithm otherwise: pad the token bucket);
+//   b = weights [N, K] e4m3 (b_is_nk), Block128x128: one float per 128x128 block
+//       (BLK128x128_32F), scale(nb, kb) = b.scale[nb * fp8_weight_scale_ld(K) + kb]: the HF
+//       weight_scale_inv grid with each row padded to a multiple of 4 floats (measured on the
+//       H200 with cuBLASLt 13.1: unpadded rows give wrong results, silently, when ceil(K/128) % 4);
+//   C bf16 or fp32, batch 1, K and both row strides multiples of 16 (16-byte rows). Anything else
+//   scaled is refused with a clear error (keep that GEMM in bf16). PerTensor is not run.
 enum class ScaleMode { None, PerTensor, Block128x128, Vec128 };
+
+// Row stride (floats) of the FP8 GEMM's weight scale grid: ceil(K / 128) rounded up to 4.
+inline int fp8_weight_scale_ld(int K) {
+  return ((K + 127) / 128 + 3) / 4 * 4;
+}
 
 struct GemmOperand {
   const void* ptr = nullptr;

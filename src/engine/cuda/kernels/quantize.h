@@ -1,0 +1,28 @@
+// FP8 quantisers (docs/engine.md "FP8"): bf16 -> e4m3 with float32 scales, HF fine-grained
+// semantics: scale = amax / 448 over the block (1 for an all-zero block), code = e4m3(x / scale)
+// rounded to nearest even and saturated to ±448; dequantised = e4m3 * scale. Bit-identical to the
+// host conversions in model/fp8.h (the GPU tests compare codes and scales exactly).
+//
+// Scale layouts are given as strides so that one kernel serves cuBLASLt's layouts and the HF
+// checkpoint's; gemm.h names the ones the FP8 GEMM reads.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace clef::engine::cuda {
+
+// Activations, per token per 128 channels (cuBLASLt VEC128_32F): x [rows, cols] (row stride ldx)
+// -> q [rows, cols] (row stride ldq) and scale(row, b) = scales[row * row_stride + b *
+// block_stride] for b < ceil(cols / 128). The FP8 GEMM reads row_stride 1, block_stride rows.
+void quantize_rows_e4m3(const __nv_bfloat16* x, int rows, int cols, int ldx, uint8_t* q, int ldq,
+                        float* scales, int64_t row_stride, int64_t block_stride, cudaStream_t s);
+
+// Weights, per 128x128 block (cuBLASLt BLK128x128_32F; used at load for a bf16 release): w [n, k]
+// row-major -> q [n, k] and scale(bn, bk) = scales[bn * row_stride + bk * block_stride].
+void quantize_blocks_e4m3(const __nv_bfloat16* w, int n, int k, uint8_t* q, float* scales,
+                          int64_t row_stride, int64_t block_stride, cudaStream_t s);
+
+}  // namespace clef::engine::cuda
