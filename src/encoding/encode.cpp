@@ -109,6 +109,16 @@ EncodedRequest encode_request(const ValidatedRequest& req, const tokenizer::Toke
     enc.questions.push_back(std::move(eq));
   }
   const std::vector<int32_t> suffix = pieces(kSuffix, body_loc);
+  if (req.has_media() && opts.media.tokens.valid()) {
+    const media::VisionTokens& vt = opts.media.tokens;
+    const size_t vocab = tok.vocab_size();
+    for (int32_t id : {vt.image_pad, vt.video_pad, vt.vision_start, vt.vision_end})
+      if (static_cast<size_t>(id) >= vocab)
+        refuse({"body", req.images.empty() ? "videos" : "images"},
+               "this model takes no images or videos (its config.json's vision token id " +
+                   std::to_string(id) + " is outside its tokenizer's vocabulary)",
+               "not_supported");
+  }
   // Images and videos, sized from their headers: their tokens are part of the fixed length.
   const MediaBlock media_block =
       plan_media(req, opts,
