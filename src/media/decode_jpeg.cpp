@@ -82,6 +82,10 @@ bool run(const uint8_t* data, size_t size, uint8_t* pixels, int* w, int* h, int*
       return false;
     }
     cinfo.out_color_space = JCS_RGB;
+    // libjpeg-turbo's defaults, set explicitly: the reference decodes with exactly these.
+    cinfo.dct_method = JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = TRUE;
+    cinfo.do_block_smoothing = TRUE;
     jpeg_start_decompress(&cinfo);
     if (cinfo.output_width != cinfo.image_width || cinfo.output_height != cinfo.image_height ||
         cinfo.output_components != 3) {
