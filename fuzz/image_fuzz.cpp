@@ -1,7 +1,9 @@
 // libFuzzer: raw file bytes -> sniff -> probe -> decode -> resize -> patchify, and the same bytes
 // as a request string (data URI / raw base64). Invariants for any input: no crash, no UB, refusals
 // only as MediaError, a decoded image exactly as large as its header said and within the pixel
-// limit.
+// limit. Seeds (fuzz/corpus/image): the files of tests/golden/media/encode-media-tiny-r2m.jsonl
+// cases 4 (png_tiny), 8 (png_palette), 7 (png_gray), 13 image 1 (jpeg_small) and 9 (webp_lossy),
+// decoded from their base64.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
