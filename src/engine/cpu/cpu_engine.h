@@ -16,10 +16,12 @@ class CpuEngine : public Engine {
       const std::vector<const encoding::EncodedRequest*>& batch) override;
   EngineInfo info() const override;
 
-  // One request: backbone then head.
+  // One request: vision tower (media requests; refused when the model has none), backbone, head.
   ForwardOutput run(const encoding::EncodedRequest& enc) const;
 
  private:
+  ForwardOutput run_text(const encoding::EncodedRequest& enc) const;
+
   std::shared_ptr<const model::Release> release_;
   int threads_;
 };

@@ -79,6 +79,11 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
   size_t staged = 0;
   for (const auto* req : batch) {
     if (!req) throw std::runtime_error("cuda engine: null request");
+    if (req->has_media()) {
+      throw std::runtime_error(
+          "cuda engine: images and videos are not supported on the GPU yet (no vision tower "
+          "there); serve this model with --device cpu for media requests");
+    }
     check_ids(req->input_ids);
     staged += static_cast<size_t>(bucket_tokens(static_cast<int>(req->input_ids.size())));
   }
