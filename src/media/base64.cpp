@@ -1,0 +1,46 @@
+#include <array>
+
+#include "media/image.h"
+
+namespace clef::media {
+
+std::vector<uint8_t> base64_decode(std::string_view text) {
+  static const std::array<int8_t, 256> kValue = [] {
+    std::array<int8_t, 256> t{};
+    t.fill(-1);
+    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; ++i) t[static_cast<uint8_t>(alphabet[i])] = static_cast<int8_t>(i);
+    return t;
+  }();
+  std::vector<uint8_t> out;
+  out.reserve(text.size() / 4 * 3 + 3);
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t pad = 0, symbols = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    if (c == '=') {
+      ++pad;
+      continue;
+    }
+    const int8_t v = kValue[c];
+    if (v < 0 || pad > 0)
+      throw MediaError(v < 0 ? "invalid base64: unexpected character at offset " + std::to_string(i)
+                             : std::string("invalid base64: data after '=' padding"));
+    ++symbols;
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<uint8_t>((acc >> bits) & 0xFF));
+    }
+  }
+  // A final group of one symbol cannot carry a byte; padding, when present, must complete the
+  // group.
+  if (symbols % 4 == 1 || pad > 2 || (pad > 0 && (symbols + pad) % 4 != 0))
+    throw MediaError("invalid base64: truncated or badly padded");
+  return out;
+}
+
+}  // namespace clef::media

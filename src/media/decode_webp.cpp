@@ -1,0 +1,30 @@
+// WebP via libwebp with WebPDecodeRGB semantics (alpha dropped), as torchvision's decode_webp;
+// animated files are refused, as the reference does.
+#include <webp/decode.h>
+
+#include "media/image.h"
+
+namespace clef::media {
+
+ImageInfo probe_webp(const uint8_t* data, size_t size) {
+  WebPBitstreamFeatures f;
+  if (WebPGetFeatures(data, size, &f) != VP8_STATUS_OK) throw MediaError("malformed WebP");
+  if (f.has_animation) throw MediaError("animated WebP images are not supported");
+  return {f.width, f.height};
+}
+
+Image decode_webp(const uint8_t* data, size_t size, uint64_t max_pixels) {
+  const ImageInfo info = probe_webp(data, size);
+  if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
+    throw MediaError("WebP image over the pixel limit");
+  Image out;
+  out.width = info.width;
+  out.height = info.height;
+  const size_t stride = static_cast<size_t>(info.width) * 3;
+  out.rgb.resize(stride * static_cast<size_t>(info.height));
+  if (!WebPDecodeRGBInto(data, size, out.rgb.data(), out.rgb.size(), static_cast<int>(stride)))
+    throw MediaError("malformed WebP: decoding failed");
+  return out;
+}
+
+}  // namespace clef::media

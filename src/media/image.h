@@ -1,0 +1,66 @@
+// Decoding request images (docs/spec/media.md §1-2): a data URI or raw base64 of a PNG, JPEG or
+// WebP file -> RGB uint8, exactly as the reference's torchvision.io.decode_image(mode=RGB).
+// Nothing is ever fetched: URLs and file paths are refused.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace clef::media {
+
+// A request's media is unusable (bad encoding, unsupported format, over a limit): the caller turns
+// it into a 422 naming the field. The message is meant for the client.
+class MediaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ImageFormat { Png, Jpeg, Webp };
+const char* format_name(ImageFormat f);
+
+// RGB uint8, row-major HWC, no padding.
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> rgb;
+};
+
+// The compressed file a request string carries.
+struct EncodedImage {
+  ImageFormat format = ImageFormat::Png;
+  std::vector<uint8_t> bytes;
+};
+
+// Size from the file's header alone (nothing decoded).
+struct ImageInfo {
+  int width = 0;
+  int height = 0;
+};
+
+// "data:image/{png,jpeg,jpg,webp};base64,..." or raw base64; the format is sniffed from the bytes.
+// Throws MediaError for URLs, other data URI types, bad base64, GIF/TIFF/unknown files.
+EncodedImage parse_image_string(std::string_view text);
+
+// Reads the header only; throws MediaError when it is malformed or width*height > max_pixels, so
+// that nothing is allocated for a huge image.
+ImageInfo probe_image(const EncodedImage& img, uint64_t max_pixels);
+
+// Decodes to RGB (header checked against max_pixels first). Throws MediaError.
+Image decode_image(const EncodedImage& img, uint64_t max_pixels);
+
+// Per-format decoders (decode_png.cpp, decode_jpeg.cpp, decode_webp.cpp).
+ImageInfo probe_png(const uint8_t* data, size_t size);
+ImageInfo probe_jpeg(const uint8_t* data, size_t size);
+ImageInfo probe_webp(const uint8_t* data, size_t size);
+Image decode_png(const uint8_t* data, size_t size, uint64_t max_pixels);
+Image decode_jpeg(const uint8_t* data, size_t size, uint64_t max_pixels);
+Image decode_webp(const uint8_t* data, size_t size, uint64_t max_pixels);
+
+// Standard base64 (RFC 4648 alphabet, '=' padding optional, ASCII whitespace skipped).
+std::vector<uint8_t> base64_decode(std::string_view text);
+
+}  // namespace clef::media

@@ -1,0 +1,79 @@
+#include "media/patchify.h"
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace clef::media {
+namespace {
+
+constexpr int kPatch = 16;
+constexpr int kMerge = 2;
+constexpr int kTemporal = 2;
+
+// The 256 possible normalised values, each computed exactly as the reference does.
+std::array<float, 256> normalised_table() {
+  std::array<float, 256> t{};
+  for (int x = 0; x < 256; ++x) t[x] = (static_cast<float>(x) - 127.5f) / 127.5f;
+  return t;
+}
+
+}  // namespace
+
+Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vector<float>& out) {
+  if (frames.empty() || frames.size() % kTemporal != 0)
+    throw std::invalid_argument("patchify: needs an even, non-zero number of frames");
+  if (h <= 0 || w <= 0 || h % (kPatch * kMerge) != 0 || w % (kPatch * kMerge) != 0)
+    throw std::invalid_argument("patchify: sizes must be positive multiples of 32");
+  const std::array<float, 256> norm = normalised_table();
+  const Grid grid{static_cast<int32_t>(frames.size() / kTemporal), h / kPatch, w / kPatch};
+  const size_t base = out.size();
+  out.resize(base + static_cast<size_t>(grid.patches()) * kPatchValues);
+  float* row = out.data() + base;
+  const size_t stride = static_cast<size_t>(w) * 3;
+  // Row order (t, by, bx, dy, dx); values within a row (channel, temporal, y, x).
+  for (int t = 0; t < grid.t; ++t)
+    for (int by = 0; by < grid.h / kMerge; ++by)
+      for (int bx = 0; bx < grid.w / kMerge; ++bx)
+        for (int dy = 0; dy < kMerge; ++dy)
+          for (int dx = 0; dx < kMerge; ++dx) {
+            const int y0 = (by * kMerge + dy) * kPatch;
+            const int x0 = (bx * kMerge + dx) * kPatch;
+            for (int c = 0; c < 3; ++c)
+              for (int k = 0; k < kTemporal; ++k) {
+                const uint8_t* f = frames[static_cast<size_t>(t) * kTemporal + k];
+                for (int y = 0; y < kPatch; ++y) {
+                  const uint8_t* px =
+                      f + static_cast<size_t>(y0 + y) * stride + static_cast<size_t>(x0) * 3 + c;
+                  for (int x = 0; x < kPatch; ++x) *row++ = norm[px[x * 3]];
+                }
+              }
+          }
+  return grid;
+}
+
+std::string sha256_f32le(const std::vector<float>& values) {
+  static_assert(sizeof(float) == 4);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("sha256: OpenSSL init failed");
+  // The build targets little-endian hosts only (x86-64, aarch64): the bytes are the LE bytes.
+  if (EVP_DigestUpdate(ctx.get(), values.data(), values.size() * sizeof(float)) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1)
+    throw std::runtime_error("sha256: OpenSSL digest failed");
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) {
+    hex += kHex[digest[i] >> 4];
+    hex += kHex[digest[i] & 15];
+  }
+  return hex;
+}
+
+}  // namespace clef::media

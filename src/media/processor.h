@@ -1,0 +1,50 @@
+// The reference processor's path for one image or one frame-video (docs/spec/media.md §1-5), in two
+// steps so that a request can be sized (tokens) from the files' headers before any pixel is
+// decoded: plan_* parses, probes and sizes; render_* decodes, resizes, normalises and patchifies.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "media/geometry.h"
+#include "media/image.h"
+#include "media/visual_input.h"
+
+namespace clef::media {
+
+struct ImagePlan {
+  EncodedImage file;
+  Size source;
+  Size target;
+  Grid grid;  // {1, h'/16, w'/16}
+};
+
+// Throws MediaError (bad string or file, over max_pixels, aspect ratio above 200).
+ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t max_pixels);
+// Appends the image's rows to `out` (its two temporal slices are copies). Throws MediaError.
+void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<float>& out);
+
+struct VideoPlan {
+  std::vector<EncodedImage> frames;  // every frame of the request, in order
+  std::vector<int> sampled;        // indices into frames, in order (an odd count repeats the last)
+  std::vector<double> timestamps;  // seconds, one per temporal group
+  Size source;
+  Size target;
+  Grid grid;  // {groups, h'/16, w'/16}
+};
+
+// `source_fps`: the request's fps (nullopt: the processor's 24). Throws MediaError (a bad frame,
+// frames of different sizes, fewer than 2 sampled frames, aspect ratio above 200).
+VideoPlan plan_video(const std::vector<std::string>& frames, std::optional<double> source_fps,
+                     const Sampling& sampling, const PixelBudget& budget, uint64_t max_pixels);
+void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>& out);
+
+// Decode + resize only (what the fixtures keep as `case{N}_image{K}`): RGB HWC at plan.target.
+std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels);
+
+inline constexpr double kDefaultSourceFps = 24.0;
+
+}  // namespace clef::media

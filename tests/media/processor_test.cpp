@@ -1,0 +1,132 @@
+// The whole preprocessing path (decode -> smart_resize -> resize -> normalise -> patchify) against
+// every fixture case: the resized uint8 images where the fixture keeps them, and the sha256 of the
+// pixel values of all cases (docs/spec/media.md §8).
+#include "media/processor.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "json/value.h"
+#include "media/patchify.h"
+#include "model/safetensors.h"
+
+namespace {
+
+using clef::json::Value;
+namespace media = clef::media;
+
+const std::string kMedia = std::string(CLEF_SOURCE_DIR) + "/tests/golden/media/";
+constexpr uint64_t kMaxPixels = 16777216;
+
+std::vector<Value> cases() {
+  std::ifstream in(kMedia + "encode-media-tiny-r2m.jsonl");
+  std::vector<Value> out;
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(*clef::json::parse(line, nullptr));
+  return out;
+}
+
+media::PixelBudget image_budget(const Value& request) {
+  media::PixelBudget b = media::kImageBudget;
+  if (const Value* kw = request.find("media_kwargs"))
+    if (const Value* mn = kw->find("min_pixels")) {
+      b.min_pixels = *mn->as_int64();
+      b.max_pixels = *kw->find("max_pixels")->as_int64();
+    }
+  return b;
+}
+
+media::Sampling sampling(const Value& request) {
+  media::Sampling s;
+  if (const Value* kw = request.find("media_kwargs")) {
+    if (const Value* f = kw->find("fps")) {
+      if (f->is_null())
+        s.target_fps.reset();
+      else
+        s.target_fps = f->as_double();
+    }
+    if (const Value* n = kw->find("num_frames")) s.num_frames = static_cast<int>(*n->as_int64());
+  }
+  return s;
+}
+
+TEST(MediaProcessor, EveryFixtureCase) {
+  auto resized = clef::model::SafetensorsFile::open(kMedia + "tiny-r2m.media-resized.safetensors");
+  const std::vector<Value> all = cases();
+  ASSERT_EQ(all.size(), 24u);
+  int compared_images = 0, compared_sha = 0, refusals = 0;
+  for (size_t n = 0; n < all.size(); ++n) {
+    const Value& request = *all[n].find("request");
+    const Value& expected = *all[n].find("expected");
+    SCOPED_TRACE("case " + std::to_string(n) + " " + all[n].find("label")->as_string());
+    std::vector<float> image_rows, video_rows;
+    std::vector<media::Grid> grids, vgrids;
+    try {
+      if (const Value* images = request.find("images"))
+        for (size_t k = 0; k < images->items().size(); ++k) {
+          const media::ImagePlan plan =
+              media::plan_image(images->items()[k].as_string(), image_budget(request), kMaxPixels);
+          grids.push_back(plan.grid);
+          if (const auto* t =
+                  resized->find("case" + std::to_string(n) + "_image" + std::to_string(k))) {
+            const std::vector<uint8_t> got = media::resized_image(plan, kMaxPixels);
+            ASSERT_EQ(t->shape[0], plan.target.height);
+            ASSERT_EQ(t->shape[1], plan.target.width);
+            ASSERT_EQ(got.size(), t->nbytes);
+            size_t diffs = 0;
+            int worst = 0;
+            for (size_t i = 0; i < got.size(); ++i)
+              if (got[i] != t->data[i]) {
+                ++diffs;
+                worst = std::max(worst, std::abs(int(got[i]) - int(t->data[i])));
+              }
+            EXPECT_EQ(diffs, 0u) << "resized image " << k << ": worst " << worst;
+            ++compared_images;
+          }
+          media::render_image(plan, kMaxPixels, image_rows);
+        }
+      if (const Value* videos = request.find("videos"))
+        for (const Value& v : videos->items()) {
+          std::vector<std::string> frames;
+          for (const Value& f : v.find("frames")->items()) frames.push_back(f.as_string());
+          std::optional<double> fps;
+          if (const Value* f = v.find("fps")) fps = f->as_double();
+          const media::VideoPlan plan =
+              media::plan_video(frames, fps, sampling(request), media::kVideoBudget, kMaxPixels);
+          vgrids.push_back(plan.grid);
+          media::render_video(plan, kMaxPixels, video_rows);
+        }
+    } catch (const media::MediaError& e) {
+      ASSERT_NE(expected.find("error"), nullptr) << e.what();
+      ++refusals;
+      continue;
+    }
+    ASSERT_EQ(expected.find("error"), nullptr);
+    auto grid_json = [](const std::vector<media::Grid>& g) {
+      Value a = Value::array();
+      for (const auto& x : g)
+        a.push_back(Value::array({Value::integer(x.t), Value::integer(x.h), Value::integer(x.w)}));
+      return clef::json::dumps(a);
+    };
+    if (const Value* e = expected.find("image_grid_thw")) {
+      EXPECT_EQ(grid_json(grids), clef::json::dumps(*e));
+      EXPECT_EQ(media::sha256_f32le(image_rows),
+                expected.find("pixel_values")->find("sha256_f32le")->as_string());
+      ++compared_sha;
+    }
+    if (const Value* e = expected.find("video_grid_thw")) {
+      EXPECT_EQ(grid_json(vgrids), clef::json::dumps(*e));
+      EXPECT_EQ(media::sha256_f32le(video_rows),
+                expected.find("pixel_values_videos")->find("sha256_f32le")->as_string());
+      ++compared_sha;
+    }
+  }
+  EXPECT_EQ(compared_images, 18);
+  EXPECT_EQ(compared_sha, 23);
+  EXPECT_EQ(refusals, 2);
+}
+
+}  // namespace
