@@ -257,7 +257,7 @@ TEST(CudaEngine, RefusesBadInputAndOptions) {
 }
 
 // No vision tower on the GPU yet: a request with an image is refused with a message, before
-// anything is enqueued (a text request still runs after it).
+// anything is enqueued.
 TEST(CudaEngine, RefusesMediaRequests) {
   CLEF_REQUIRE_GPU();
   auto eng = make("tiny-r2m", "float32");
