@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/media_flags.h"
 #include "encoding/encode.h"
 #include "encoding/request.h"
 #include "engine/engine.h"
@@ -25,6 +26,7 @@ struct DecideArgs {
   std::string model_dir;
   engine::EngineOptions engine_options;
   int max_length = encoding::kDefaultMaxLength;
+  encoding::Limits limits;
   std::string truncation = "error";
   bool raw = false;
   std::string verify;
@@ -51,6 +53,7 @@ int run_decide(const DecideArgs& a) {
   }
 
   service::DeciderOptions opts;
+  opts.limits = a.limits;
   opts.encode.max_length = a.max_length;
   opts.encode.truncation =
       a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
@@ -89,6 +92,7 @@ void add_decide(CLI::App& app, int& exit_code) {
   cmd->add_option("--truncation", args->truncation,
                   "default when the request does not say: allow or error")
       ->check(CLI::IsMember({"allow", "error"}));
+  add_media_limit_options(cmd, args->limits);
   cmd->add_flag("--raw", args->raw, "add unrounded per-option logits and probabilities");
   cmd->add_option("--verify", args->verify, "sha256sum-format file to check the release against");
   cmd->add_option("--revision", args->revision, "revision to record for the model");

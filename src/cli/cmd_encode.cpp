@@ -9,9 +9,11 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/media_flags.h"
 #include "encoding/encode.h"
 #include "encoding/request.h"
 #include "json/value.h"
+#include "media/media_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace clef::cli {
@@ -20,6 +22,7 @@ namespace {
 struct EncodeArgs {
   std::string model_dir;
   int max_length = encoding::kDefaultMaxLength;
+  encoding::Limits limits;
   std::string truncation = "error";
 };
 
@@ -44,8 +47,12 @@ std::string describe(const encoding::RequestError& e) {
 
 int run_encode(const EncodeArgs& a) {
   std::optional<tokenizer::Tokenizer> tok;
+  media::MediaConfig media_config;
   try {
     tok.emplace(tokenizer::Tokenizer::load(a.model_dir));
+    // A release folder also gives the vision token ids and pixel budgets (a bare tokenizer.json
+    // gives none: media requests are then refused).
+    media_config = media::load_media_config(a.model_dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clefserve encode: %s\n", e.what());
     return 1;
@@ -58,9 +65,11 @@ int run_encode(const EncodeArgs& a) {
     return 2;
   }
   try {
-    const encoding::ValidatedRequest req = encoding::validate_request(*body);
+    const encoding::ValidatedRequest req = encoding::validate_request(*body, a.limits);
     encoding::EncodeOptions opts;
     opts.max_length = a.max_length;
+    opts.media = media_config;
+    opts.max_image_pixels = a.limits.max_image_pixels;
     opts.truncation =
         a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
     const encoding::EncodedRequest enc = encoding::encode_request(req, *tok, opts);
@@ -91,6 +100,7 @@ void add_encode(CLI::App& app, int& exit_code) {
                   "Over-long state when the request does not say: error (refuse) or allow (cut)")
       ->check(CLI::IsMember({"error", "allow"}))
       ->capture_default_str();
+  add_media_limit_options(cmd, args->limits);
   cmd->callback([args, &exit_code] { exit_code = run_encode(*args); });
 }
 

@@ -22,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/media_flags.h"
 #include "encoding/encode.h"
 #include "encoding/request.h"
 #include "engine/engine.h"
@@ -43,6 +44,7 @@ struct ServeArgs {
   int port = 8000;
   engine::EngineOptions engine_options;
   int max_length = encoding::kDefaultMaxLength;
+  encoding::Limits limits;
   std::string truncation = "error";
   size_t max_queue = 64;
   size_t max_batch_tokens = 0;  // 0 = --max-length
@@ -53,8 +55,8 @@ struct ServeArgs {
   double shutdown_timeout = 30.0;
   double drain_delay = 0.0;
   std::string log_format = "text";
-  std::string tuning_cache;  // "" = the default folder; "off" = none
-  size_t max_body_bytes = 8u << 20;
+  std::string tuning_cache;           // "" = the default folder; "off" = none
+  size_t max_body_bytes = 32u << 20;  // room for base64 images and video frames
   size_t max_header_bytes = 16u << 10;
   double header_timeout = 10, body_timeout = 30, keep_alive_timeout = 60;
   size_t max_connections = 1024;
@@ -165,6 +167,7 @@ int run_serve(const ServeArgs& a) {
                         {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}});
 
     service::DeciderOptions dopts;
+    dopts.limits = a.limits;
     dopts.encode.max_length = a.max_length;
     dopts.encode.truncation =
         a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
@@ -268,6 +271,7 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "Default when a request does not say: error | allow")
       ->capture_default_str()
       ->check(CLI::IsMember({"error", "allow"}));
+  add_media_limit_options(cmd, args->limits);
   cmd->add_option("--max-queue", args->max_queue, "Requests waiting for the engine; beyond -> 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

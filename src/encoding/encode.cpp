@@ -3,10 +3,14 @@
 // encode_record.
 #include "encoding/encode.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <string>
 #include <unordered_map>
 
+#include "encoding/encode_media.h"
 #include "encoding/render.h"
+#include "media/patchify.h"
 
 namespace clef::encoding {
 namespace {
@@ -105,14 +109,32 @@ EncodedRequest encode_request(const ValidatedRequest& req, const tokenizer::Toke
     enc.questions.push_back(std::move(eq));
   }
   const std::vector<int32_t> suffix = pieces(kSuffix, body_loc);
+  if (req.has_media() && opts.media.tokens.valid()) {
+    const media::VisionTokens& vt = opts.media.tokens;
+    const size_t vocab = tok.vocab_size();
+    for (int32_t id : {vt.image_pad, vt.video_pad, vt.vision_start, vt.vision_end})
+      if (static_cast<size_t>(id) >= vocab)
+        refuse({"body", req.images.empty() ? "videos" : "images"},
+               "this model takes no images or videos (its config.json's vision token id " +
+                   std::to_string(id) + " is outside its tokenizer's vocabulary)",
+               "not_supported");
+  }
+  // Images and videos, sized from their headers: their tokens are part of the fixed length.
+  const MediaBlock media_block =
+      plan_media(req, opts,
+                 [&pieces](const std::string& piece, const std::vector<std::string>& loc)
+                     -> const std::vector<int32_t>& { return pieces(piece, loc); });
 
   // Length limit (§4): everything but the state must fit; the state gets what is left.
-  const size_t fixed = prefix.size() + schema.size() + suffix.size();
+  const size_t fixed = prefix.size() + media_block.ids.size() + schema.size() + suffix.size();
   const size_t max_length = opts.max_length > 0 ? static_cast<size_t>(opts.max_length) : 0;
   if (fixed > max_length)
     refuse({"body", "questions"},
-           "schema requires " + std::to_string(fixed) + " tokens before state; maximum is " +
-               std::to_string(max_length),
+           "schema requires " + std::to_string(fixed) + " tokens before state" +
+               (media_block.ids.empty() ? std::string()
+                                        : " (of which images and videos " +
+                                              std::to_string(media_block.ids.size()) + ")") +
+               "; maximum is " + std::to_string(max_length),
            "schema_too_long");
   const size_t room = max_length - fixed;
   const Truncation policy = req.truncation.value_or(opts.truncation);
@@ -131,6 +153,9 @@ EncodedRequest encode_request(const ValidatedRequest& req, const tokenizer::Toke
 
   enc.input_ids.reserve(fixed + state.size());
   append(enc.input_ids, prefix);
+  enc.media_token_offset = static_cast<int32_t>(enc.input_ids.size());
+  enc.media_tokens = static_cast<int32_t>(media_block.ids.size());
+  append(enc.input_ids, media_block.ids);
   append(enc.input_ids, state);
   const int32_t offset = static_cast<int32_t>(enc.input_ids.size());
   append(enc.input_ids, schema);
@@ -142,6 +167,25 @@ EncodedRequest encode_request(const ValidatedRequest& req, const tokenizer::Toke
       s.start += offset;
       s.end += offset;
     }
+  }
+  if (req.has_media()) {
+    const media::VisionTokens& vt = opts.media.tokens;
+    // The processor would expand a literal pad token in the text into an image placeholder.
+    for (size_t i = 0; i < enc.input_ids.size(); ++i) {
+      const bool in_block = i >= static_cast<size_t>(enc.media_token_offset) &&
+                            i < enc.media_token_offset + media_block.ids.size();
+      if (!in_block && (enc.input_ids[i] == vt.image_pad || enc.input_ids[i] == vt.video_pad))
+        refuse({"body"},
+               "the request text contains an image or video pad token (<|image_pad|> or "
+               "<|video_pad|>), which a request with media cannot hold",
+               "value_error");
+    }
+    enc.mm_token_type_ids.assign(enc.input_ids.size(), 0);
+    std::copy(media_block.types.begin(), media_block.types.end(),
+              enc.mm_token_type_ids.begin() + enc.media_token_offset);
+    enc.position_ids = rope_positions(enc.input_ids.size(),
+                                      static_cast<size_t>(enc.media_token_offset), media_block);
+    render_media(media_block, opts, enc.visual);
   }
   return enc;
 }
@@ -170,6 +214,49 @@ json::Value encoded_to_json(const EncodedRequest& enc) {
   json::Value out = json::Value::object();
   out.set("input_ids", std::move(ids));
   out.set("questions", std::move(questions));
+  if (!enc.has_media()) return out;
+  auto ints = [](auto begin, auto end) {
+    json::Value a = json::Value::array();
+    for (auto it = begin; it != end; ++it) a.push_back(json::Value::integer(*it));
+    return a;
+  };
+  auto grids = [](const std::vector<media::Grid>& gs) {
+    json::Value a = json::Value::array();
+    for (const media::Grid& g : gs)
+      a.push_back(json::Value::array(
+          {json::Value::integer(g.t), json::Value::integer(g.h), json::Value::integer(g.w)}));
+    return a;
+  };
+  auto pixels = [&enc](size_t row0, size_t rows) {
+    const float* p = enc.visual.pixel_values.data() + row0 * media::kPatchValues;
+    return json::Value::object(
+        {{"shape", json::Value::array({json::Value::integer(static_cast<int64_t>(rows)),
+                                       json::Value::integer(media::kPatchValues)})},
+         {"sha256_f32le",
+          json::Value::string(media::sha256_f32le(p, rows * media::kPatchValues))}});
+  };
+  size_t image_rows = 0, video_rows = 0;
+  for (const media::Grid& g : enc.visual.image_grids)
+    image_rows += static_cast<size_t>(g.patches());
+  for (const media::Grid& g : enc.visual.video_grids)
+    video_rows += static_cast<size_t>(g.patches());
+  const size_t offset = static_cast<size_t>(enc.media_token_offset);
+  out.set("media_token_offset", json::Value::integer(enc.media_token_offset));
+  out.set("mm_token_type_ids",
+          ints(enc.mm_token_type_ids.begin() + static_cast<std::ptrdiff_t>(offset),
+               enc.mm_token_type_ids.begin() +
+                   static_cast<std::ptrdiff_t>(offset + static_cast<size_t>(enc.media_tokens))));
+  if (!enc.visual.image_grids.empty()) out.set("image_grid_thw", grids(enc.visual.image_grids));
+  if (!enc.visual.video_grids.empty()) out.set("video_grid_thw", grids(enc.visual.video_grids));
+  if (image_rows) out.set("pixel_values", pixels(0, image_rows));
+  if (video_rows) out.set("pixel_values_videos", pixels(image_rows, video_rows));
+  json::Value positions = json::Value::array();
+  const size_t t = enc.input_ids.size();
+  for (size_t axis = 0; axis < 3; ++axis)
+    positions.push_back(
+        ints(enc.position_ids.begin() + static_cast<std::ptrdiff_t>(axis * t),
+             enc.position_ids.begin() + static_cast<std::ptrdiff_t>((axis + 1) * t)));
+  out.set("position_ids", std::move(positions));
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "encoding/request.h"
+#include "media/media_config.h"
 #include "media/visual_input.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,6 +34,8 @@ struct EncodedRequest {
   // Images and videos (docs/spec/media.md). All empty for a text-only request, whose rotary
   // position is its index (p, p, p) and whose token types are all 0.
   media::VisualInput visual;
+  int32_t media_token_offset = 0;          // where the media block starts (the prefix length)
+  int32_t media_tokens = 0;                // its length (images, videos, the "\n" after them)
   std::vector<uint8_t> mm_token_type_ids;  // size T when media: 1 image pad, 2 video pad, else 0
   std::vector<int32_t> position_ids;       // 3*T when media: [3][T] (temporal, height, width)
   bool has_media() const { return !visual.empty(); }
@@ -45,14 +48,20 @@ inline constexpr int32_t kDefaultMaxLength = 16384;
 struct EncodeOptions {
   int32_t max_length = kDefaultMaxLength;
   Truncation truncation = Truncation::Error;  // default when the request does not say
+  // Images and videos: the release's vision token ids and pixel budgets (media::load_media_config),
+  // and the decoded-size limit (Limits::max_image_pixels, --max-image-pixels).
+  media::MediaConfig media;
+  uint64_t max_image_pixels = Limits{}.max_image_pixels;
 };
 
 // Throws RequestError: schema_too_long, state_too_long (with token counts), lone surrogates, empty
-// spans.
+// spans, and 422 for media that cannot be decoded or sized (docs/spec/media.md).
 EncodedRequest encode_request(const ValidatedRequest& req, const tokenizer::Tokenizer& tok,
                               const EncodeOptions& opts);
 
-// The fixtures' "expected" format: {"input_ids", "questions": [{"id","type","question_span",...}]}.
+// The fixtures' "expected" format: {"input_ids", "questions": [{"id","type","question_span",...}]};
+// with media also media_token_offset, mm_token_type_ids (from the offset on), image_grid_thw /
+// video_grid_thw, pixel_values / pixel_values_videos as {shape, sha256_f32le}, position_ids [3][T].
 json::Value encoded_to_json(const EncodedRequest& enc);
 
 }  // namespace clef::encoding

@@ -3,6 +3,7 @@
 #include "encoding/request.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "encoding/render.h"
@@ -57,20 +58,6 @@ void check_request_options(const json::Value& body) {
       refuse({"body", "thinking", "enabled"},
              "thinking is not supported: Clef models answer without thinking", "value_error");
   }
-  // docs/spec/protocol.md: absent, null or [] is a text request; anything else is a media request,
-  // which this server refuses (422), never ignores: "", 0, false and {} included.
-  for (const char* media : {"images", "videos"}) {
-    const json::Value* m = body.find(media);
-    if (!m || m->is_null() || (m->is_array() && m->items().empty())) continue;
-    if (!m->is_array())
-      refuse({"body", media},
-             std::string(media) + " must be a list (or null), not " + kind_name(*m) +
-                 "; and media is not supported: this server runs the text path only",
-             "list_type");
-    refuse({"body", media},
-           std::string(media) + " are not supported: this server runs the text path only",
-           "not_supported");
-  }
 }
 
 // docs/spec/encoding.md §1: a number that overflows a double (1e400) is infinity in Python and
@@ -83,6 +70,138 @@ void refuse_non_finite(const json::Value& v, std::vector<std::string> loc,
            what + *path +
                " is a number too large for a double (such as 1e400): it would render as "
                "Infinity, which is not JSON",
+           "value_error");
+}
+
+// An absent, null or [] media field is a text request; anything else must be a list.
+const std::vector<json::Value>* media_list(const json::Value& body, const char* field) {
+  const json::Value* m = body.find(field);
+  if (!m || m->is_null()) return nullptr;
+  if (!m->is_array())
+    refuse({"body", field}, std::string(field) + " must be a list (or null), not " + kind_name(*m),
+           "list_type");
+  return m->items().empty() ? nullptr : &m->items();
+}
+
+std::string image_string(const json::Value& v, std::vector<std::string> loc) {
+  if (!v.is_string() || v.as_string().empty())
+    refuse(std::move(loc),
+           std::string("an image must be a non-empty string (a data:image/...;base64, URI or raw "
+                       "base64), not ") +
+               kind_name(v),
+           "string_type");
+  return v.as_string();
+}
+
+bool positive_finite(const json::Value& v) {
+  return v.is_number() && std::isfinite(v.as_double()) && v.as_double() > 0;
+}
+
+void validate_media(const json::Value& body, const Limits& limits, ValidatedRequest& out) {
+  if (const auto* images = media_list(body, "images")) {
+    if (images->size() > limits.max_images)
+      refuse({"body", "images"},
+             "too many images: " + std::to_string(images->size()) + " (limit " +
+                 std::to_string(limits.max_images) + ", --max-images)",
+             "too_many_images");
+    for (size_t k = 0; k < images->size(); ++k)
+      out.images.push_back(image_string((*images)[k], {"body", "images", std::to_string(k)}));
+  }
+  if (const auto* videos = media_list(body, "videos")) {
+    if (videos->size() > limits.max_videos)
+      refuse({"body", "videos"},
+             "too many videos: " + std::to_string(videos->size()) + " (limit " +
+                 std::to_string(limits.max_videos) + ", --max-videos)",
+             "too_many_videos");
+    for (size_t k = 0; k < videos->size(); ++k) {
+      const json::Value& v = (*videos)[k];
+      const std::string ks = std::to_string(k);
+      if (!v.is_object())
+        refuse({"body", "videos", ks},
+               std::string("a video must be an object {\"frames\": [...], \"fps\": ...}, not ") +
+                   kind_name(v),
+               "dict_type");
+      if (v.find("data"))
+        refuse({"body", "videos", ks, "data"},
+               "video files (\"data\") are not supported yet: send the video as decoded frames, "
+               "{\"frames\": [image, ...], \"fps\": source frames per second}",
+               "not_supported");
+      for (const auto& [key, value] : v.members())
+        if (key != "frames" && key != "fps")
+          refuse({"body", "videos", ks, key},
+                 "unknown video field \"" + key + "\" (expected \"frames\" and \"fps\")",
+                 "extra_forbidden");
+      const json::Value* frames = v.find("frames");
+      if (!frames || !frames->is_array())
+        refuse({"body", "videos", ks, "frames"}, "a video needs \"frames\": a list of images",
+               frames ? "list_type" : "missing");
+      if (frames->items().size() < 2)
+        refuse({"body", "videos", ks, "frames"},
+               "a video needs at least 2 frames, got " + std::to_string(frames->items().size()),
+               "value_error");
+      if (frames->items().size() > limits.max_video_frames)
+        refuse({"body", "videos", ks, "frames"},
+               "too many frames: " + std::to_string(frames->items().size()) + " (limit " +
+                   std::to_string(limits.max_video_frames) + ", --max-video-frames)",
+               "too_many_frames");
+      VideoInput in;
+      for (size_t i = 0; i < frames->items().size(); ++i)
+        in.frames.push_back(
+            image_string(frames->items()[i], {"body", "videos", ks, "frames", std::to_string(i)}));
+      if (const json::Value* fps = v.find("fps"); fps && !fps->is_null()) {
+        if (!positive_finite(*fps))
+          refuse({"body", "videos", ks, "fps"}, "fps must be a positive number", "value_error");
+        in.fps = fps->as_double();
+      }
+      out.videos.push_back(std::move(in));
+    }
+  }
+  const json::Value* kw = body.find("media_kwargs");
+  if (!kw || kw->is_null()) return;
+  if (!kw->is_object())
+    refuse({"body", "media_kwargs"},
+           std::string("media_kwargs must be an object, not ") + kind_name(*kw), "dict_type");
+  MediaKwargs& mk = out.media_kwargs;
+  for (const auto& [key, value] : kw->members()) {
+    const std::vector<std::string> loc{"body", "media_kwargs", key};
+    if (key == "fps") {
+      if (value.is_null()) {
+        mk.fps_null = true;
+      } else {
+        if (!positive_finite(value))
+          refuse(loc, "fps must be a positive number or null", "value_error");
+        mk.fps = value.as_double();
+      }
+    } else if (key == "num_frames") {
+      const std::optional<int64_t> n = value.is_int() ? value.as_int64() : std::nullopt;
+      if (!n || *n < 2 || static_cast<uint64_t>(*n) > limits.max_video_frames)
+        refuse(loc,
+               "num_frames must be an integer from 2 to " + std::to_string(limits.max_video_frames),
+               "value_error");
+      mk.num_frames = static_cast<int>(*n);
+    } else if (key == "min_pixels" || key == "max_pixels") {
+      const std::optional<int64_t> n = value.is_int() ? value.as_int64() : std::nullopt;
+      // 2^40: far above anything --max-length admits, low enough that no size arithmetic overflows.
+      if (!n || *n <= 0 || *n > (int64_t{1} << 40))
+        refuse(loc, key + " must be a positive integer", "value_error");
+      (key == "min_pixels" ? mk.min_pixels : mk.max_pixels) = *n;
+    } else {
+      refuse(loc,
+             "unsupported media_kwargs key \"" + key +
+                 "\" (accepted: fps, num_frames, min_pixels with max_pixels)",
+             "extra_forbidden");
+    }
+  }
+  if (mk.min_pixels.has_value() != mk.max_pixels.has_value())
+    refuse({"body", "media_kwargs", mk.min_pixels ? "max_pixels" : "min_pixels"},
+           "min_pixels and max_pixels must be given together (one alone would be ignored)",
+           "missing");
+  if (mk.min_pixels && *mk.min_pixels > *mk.max_pixels)
+    refuse({"body", "media_kwargs", "min_pixels"}, "min_pixels must not exceed max_pixels",
+           "value_error");
+  if (mk.num_frames && !mk.fps_null)
+    refuse({"body", "media_kwargs", "num_frames"},
+           "num_frames samples a fixed count and needs \"fps\": null (the default fps is 2)",
            "value_error");
 }
 
@@ -140,6 +259,7 @@ ValidatedRequest validate_request(const json::Value& body, const Limits& limits)
   out.state = *state;
   if (const json::Value* t = body.find("truncation"); t && t->is_string())
     out.truncation = t->as_string() == "allow" ? Truncation::Allow : Truncation::Error;
+  validate_media(body, limits, out);
 
   // 4. Per question, in request order: type, then non-empty criteria for choice/score.
   for (const auto& [qid, q] : questions->members()) {

@@ -3,6 +3,7 @@
 // limits, and throws RequestError naming the field (FastAPI-style loc) on the first failure.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -46,18 +47,41 @@ struct Question {
   json::Value criteria;               // as sent (score legend uses it unchanged)
 };
 
+// One entry of `videos` (docs/spec/media.md §1): its frames as image strings, and the source
+// frame rate when the client knows it.
+struct VideoInput {
+  std::vector<std::string> frames;
+  std::optional<double> fps;
+};
+
+// `media_kwargs`, the subset of the processor's kwargs clefserve accepts.
+struct MediaKwargs {
+  bool fps_null = false;                          // "fps": null (then num_frames may be given)
+  std::optional<double> fps;                      // target sampling rate (default 2)
+  std::optional<int> num_frames;                  // only with fps_null
+  std::optional<int64_t> min_pixels, max_pixels;  // both or neither (images)
+};
+
 struct ValidatedRequest {
   std::string model;
   json::Value state;
   std::vector<Question> questions;       // request order
   std::optional<Truncation> truncation;  // the request's own "truncation", if given
+  std::vector<std::string> images;       // request order; data URIs or raw base64
+  std::vector<VideoInput> videos;
+  MediaKwargs media_kwargs;
+  bool has_media() const { return !images.empty() || !videos.empty(); }
 };
 
 struct Limits {
   size_t max_questions = 64;
   size_t max_options_per_question = 255;
   size_t max_options_per_request = 2048;
-  size_t max_question_id_chars = 256;  // code points
+  size_t max_question_id_chars = 256;    // code points
+  size_t max_images = 8;                 // per request (--max-images)
+  uint64_t max_image_pixels = 16777216;  // decoded width x height, each image or frame
+  size_t max_videos = 2;                 // per request (--max-videos)
+  size_t max_video_frames = 768;         // per video, before sampling (--max-video-frames)
 };
 
 ValidatedRequest validate_request(const json::Value& body, const Limits& limits = {});

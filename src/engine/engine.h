@@ -57,6 +57,9 @@ class Engine {
   virtual std::vector<ForwardOutput> forward(
       const std::vector<const encoding::EncodedRequest*>& batch) = 0;
   virtual EngineInfo info() const = 0;
+  // Whether forward() takes requests with images or videos (EncodedRequest::has_media); an engine
+  // without a vision tower must never see one (the Decider refuses them first).
+  virtual bool supports_media() const { return false; }
   // Called once before serving; the CPU engine has nothing to prepare.
   virtual PrepareReport prepare(const PrepareOptions&) { return {}; }
   // Bytes in use on the engine's device (for /metrics), -1 when not known (the CPU engine).

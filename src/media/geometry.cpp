@@ -1,6 +1,7 @@
 #include "media/geometry.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -10,15 +11,12 @@
 namespace clef::media {
 namespace {
 
-// Python's repr of a float for the aspect-ratio message ("250.0").
+// Python's repr of a float for the aspect-ratio message ("250.0"): shortest round-trip digits.
 std::string py_float(double x) {
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, x);
-    if (std::strtod(buf, nullptr) == x) break;
-  }
-  std::string s(buf);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  char buf[400];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed);
+  std::string s(buf, r.ptr);
+  if (s.find('.') == std::string::npos) s += ".0";
   return s;
 }
 

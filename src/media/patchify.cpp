@@ -56,7 +56,7 @@ Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vect
   return grid;
 }
 
-std::string sha256_f32le(const std::vector<float>& values) {
+std::string sha256_f32le(const float* values, size_t count) {
   static_assert(sizeof(float) == 4);
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -64,7 +64,7 @@ std::string sha256_f32le(const std::vector<float>& values) {
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
     throw std::runtime_error("sha256: OpenSSL init failed");
   // The build targets little-endian hosts only (x86-64, aarch64): the bytes are the LE bytes.
-  if (EVP_DigestUpdate(ctx.get(), values.data(), values.size() * sizeof(float)) != 1 ||
+  if (EVP_DigestUpdate(ctx.get(), values, count * sizeof(float)) != 1 ||
       EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1)
     throw std::runtime_error("sha256: OpenSSL digest failed");
   static const char* kHex = "0123456789abcdef";

@@ -1,6 +1,7 @@
 // Normalise and patchify resized frames into the vision tower's patch rows (docs/spec/media.md §4).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vect
 
 // sha256 (lowercase hex) of the float32 little-endian bytes of `values`: how the fixtures name
 // pixel values.
-std::string sha256_f32le(const std::vector<float>& values);
+std::string sha256_f32le(const float* values, size_t count);
+inline std::string sha256_f32le(const std::vector<float>& values) {
+  return sha256_f32le(values.data(), values.size());
+}
 
 }  // namespace clef::media

@@ -24,7 +24,7 @@ struct ServerOptions {
   int port = 8000;  // 0 = any free port (bind() returns it)
   size_t max_queue = 64;
   size_t max_batch_tokens = kDefaultMaxBatchTokens;  // see QueueOptions
-  size_t max_body_bytes = 8u << 20;     // counted as it arrives, chunked included -> 413
+  size_t max_body_bytes = 32u << 20;    // counted as it arrives, chunked included -> 413
   size_t max_header_bytes = 16u << 10;  // request line + header fields -> 431
   double header_timeout_s = 10;         // first byte of a request -> its header complete, else 408
   double body_timeout_s = 30;           // header complete -> body complete (else 408); also writes

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "answer/answer.h"
+#include "media/media_config.h"
 
 namespace clef::service {
 
@@ -13,6 +14,10 @@ Decider::Decider(std::shared_ptr<const model::Release> release,
     : release_(std::move(release)), engine_(std::move(engine)), opts_(std::move(opts)) {
   if (!release_ || !engine_) throw std::invalid_argument("Decider needs a release and an engine");
   if (!release_->tokenizer) throw std::invalid_argument("Decider: the release has no tokenizer");
+  // The release's vision token ids and pixel budgets; the decoded-size limit is the request limit.
+  if (!opts_.encode.media.tokens.valid())
+    opts_.encode.media = media::load_media_config(release_->dir);
+  opts_.encode.max_image_pixels = opts_.limits.max_image_pixels;
 }
 
 Prepared Decider::prepare(const json::Value& body) const {
@@ -23,6 +28,15 @@ Prepared Decider::prepare(const json::Value& body) const {
     throw encoding::RequestError(
         {{"body", "model"}, "The model '" + p.request.model + "' is not served here", "not_found"},
         404);
+  }
+  // Refused before any image is decoded, and never silently dropped.
+  if (p.request.has_media() && !engine_->supports_media()) {
+    const bool images = !p.request.images.empty();
+    throw encoding::RequestError({{"body", images ? "images" : "videos"},
+                                  std::string(images ? "images" : "videos") +
+                                      " are not served by this engine yet (" +
+                                      engine_->info().backend + "): send a text-only request",
+                                  "not_supported"});
   }
   p.encoded = encoding::encode_request(p.request, *release_->tokenizer, opts_.encode);
   return p;

@@ -16,7 +16,9 @@ namespace clef::service {
 
 struct DeciderOptions {
   encoding::Limits limits;
-  encoding::EncodeOptions encode;  // max_length, default truncation policy
+  // max_length, default truncation policy; `media` is read from the release when left without
+  // vision tokens, and max_image_pixels is taken from `limits`.
+  encoding::EncodeOptions encode;
   // Non-empty: only requests whose `model` is one of these are accepted (else RequestError 404).
   std::vector<std::string> served_model_names;
 };

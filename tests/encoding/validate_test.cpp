@@ -216,9 +216,10 @@ TEST(Validate, TruncationThinkingMedia) {
   EXPECT_EQ(loc(refusal(R"({"model":"m","state":"s","thinking":true,)" + kQ + "}")),
             "body/thinking");
   ok(R"({"model":"m","state":"s","images":[],"videos":null,)" + kQ + "}");
-  EXPECT_EQ(loc(refusal(R"({"model":"m","state":"s","images":["data:x"],)" + kQ + "}")),
-            "body/images");
-  EXPECT_EQ(loc(refusal(R"({"model":"m","state":"s","videos":[{}],)" + kQ + "}")), "body/videos");
+  // Media fields are validated here; their files are decoded by the encoder.
+  EXPECT_EQ(loc(refusal(R"({"model":"m","state":"s","images":[7],)" + kQ + "}")), "body/images/0");
+  EXPECT_EQ(loc(refusal(R"({"model":"m","state":"s","videos":[{}],)" + kQ + "}")),
+            "body/videos/0/frames");
   EXPECT_EQ(loc(refusal(R"({"model":"m","state":"s","images":"x",)" + kQ + "}")), "body/images");
   // Unknown keys are ignored, as in the reference.
   ok(R"({"model":"m","state":"s","temperature":0.2,)" + kQ + "}");
@@ -266,27 +267,81 @@ TEST(Validate, Limits) {
 }
 
 // docs/spec/protocol.md: images/videos absent, null or [] → a text request (the edge fixture sends
-// "images":[],"videos":null); any other type or value → 422, never silently ignored. Media is not
-// supported by this server, so every non-empty list is refused too.
+// "images":[],"videos":null); any other type → 422 list_type, never silently ignored; a list's
+// malformed items are refused naming the item (docs/spec/media.md §1).
 TEST(Validate, MediaOtherThanAbsentNullOrEmptyListIsRefused) {
   ok(R"({"model":"m","state":"s",)" + kQ + "}");
   ok(R"({"model":"m","state":"s","images":null,"videos":[],)" + kQ + "}");
   for (const char* field : {"images", "videos"}) {
-    for (const char* value : {R"("")", "0", "false", "{}", "0.0", R"("x")", "true", "1",
-                              R"({"a":1})", "[null]", "[[]]", R"([""])", R"(["data:x"])"}) {
+    for (const char* value :
+         {R"("")", "0", "false", "{}", "0.0", R"("x")", "true", "1", R"({"a":1})"}) {
       const std::string body =
           std::string(R"({"model":"m","state":"s",")") + field + "\":" + value + "," + kQ + "}";
       RequestError e = refusal(body);
       EXPECT_EQ(e.status, 422) << body;
       EXPECT_EQ(loc(e), std::string("body/") + field) << body;
+      EXPECT_EQ(e.error.type, "list_type") << body;
       EXPECT_NE(e.error.msg.find(field), std::string::npos) << e.error.msg;
     }
+    for (const char* value : {"[null]", "[[]]", R"([""])", "[7]"}) {
+      const std::string body =
+          std::string(R"({"model":"m","state":"s",")") + field + "\":" + value + "," + kQ + "}";
+      RequestError e = refusal(body);
+      EXPECT_EQ(e.status, 422) << body;
+      EXPECT_EQ(loc(e), std::string("body/") + field + "/0") << body;
+    }
   }
-  // A non-list is a type error, a list a "not supported" refusal.
-  EXPECT_EQ(refusal(R"({"model":"m","state":"s","images":"",)" + kQ + "}").error.type, "list_type");
-  EXPECT_EQ(refusal(R"({"model":"m","state":"s","videos":{},)" + kQ + "}").error.type, "list_type");
-  EXPECT_EQ(refusal(R"({"model":"m","state":"s","images":[""],)" + kQ + "}").error.type,
+  // Validation reads the fields; the files are the encoder's to decode.
+  const ValidatedRequest r =
+      ok(R"({"model":"m","state":"s","images":["a","b"],"videos":[{"frames":["c","d"],)"
+         R"("fps":30}],"media_kwargs":{"fps":null,"num_frames":6},)" +
+         kQ + "}");
+  EXPECT_EQ(r.images, (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(r.videos.size(), 1u);
+  EXPECT_EQ(r.videos[0].frames, (std::vector<std::string>{"c", "d"}));
+  EXPECT_EQ(r.videos[0].fps, 30.0);
+  EXPECT_TRUE(r.media_kwargs.fps_null);
+  EXPECT_EQ(r.media_kwargs.num_frames, 6);
+}
+
+// Media limits and media_kwargs rules (docs/spec/media.md §1).
+TEST(Validate, MediaLimitsAndKwargs) {
+  auto body = [](const std::string& extra) {
+    return R"({"model":"m","state":"s",)" + extra + "," + kQ + "}";
+  };
+  Limits tight;
+  tight.max_images = 1;
+  tight.max_videos = 1;
+  tight.max_video_frames = 3;
+  EXPECT_EQ(refusal(body(R"("images":["a","b"])"), tight).error.type, "too_many_images");
+  EXPECT_EQ(
+      refusal(body(R"("videos":[{"frames":["a","b"]},{"frames":["a","b"]}])"), tight).error.type,
+      "too_many_videos");
+  EXPECT_EQ(refusal(body(R"("videos":[{"frames":["a","b","c","d"]}])"), tight).error.type,
+            "too_many_frames");
+  EXPECT_EQ(loc(refusal(body(R"("videos":[{"frames":["a"]}])"))), "body/videos/0/frames");
+  EXPECT_EQ(loc(refusal(body(R"("videos":[{"frames":["a","b"],"fps":0}])"))), "body/videos/0/fps");
+  EXPECT_EQ(loc(refusal(body(R"("videos":[{"frames":["a","b"],"rate":2}])"))),
+            "body/videos/0/rate");
+  EXPECT_EQ(refusal(body(R"("videos":[{"data":"data:video/mp4;base64,AAAA"}])")).error.type,
             "not_supported");
+  ok(body(R"("media_kwargs":{"min_pixels":4096,"max_pixels":65536,"fps":1.5})"));
+  ok(body(R"("media_kwargs":null)"));
+  EXPECT_EQ(loc(refusal(body(R"("media_kwargs":{"min_pixels":4096})"))),
+            "body/media_kwargs/max_pixels");
+  EXPECT_EQ(loc(refusal(body(R"("media_kwargs":{"max_pixels":4096})"))),
+            "body/media_kwargs/min_pixels");
+  EXPECT_EQ(loc(refusal(body(R"("media_kwargs":{"min_pixels":9,"max_pixels":8})"))),
+            "body/media_kwargs/min_pixels");
+  EXPECT_EQ(loc(refusal(body(R"("media_kwargs":{"num_frames":6})"))),
+            "body/media_kwargs/num_frames");
+  EXPECT_EQ(loc(refusal(body(R"("media_kwargs":{"num_frames":6,"fps":2})"))),
+            "body/media_kwargs/num_frames");
+  EXPECT_EQ(loc(refusal(body(R"("media_kwargs":{"num_frames":1,"fps":null})"))),
+            "body/media_kwargs/num_frames");
+  EXPECT_EQ(loc(refusal(body(R"("media_kwargs":{"do_resize":false})"))),
+            "body/media_kwargs/do_resize");
+  EXPECT_EQ(loc(refusal(body(R"("media_kwargs":[])"))), "body/media_kwargs");
 }
 
 // docs/spec/encoding.md §1: 1e400 is infinity in Python and would render "Infinity": refused with

@@ -159,9 +159,17 @@ TEST(ServerApi, ValidationErrorsAre422WithFieldPath) {
   }
   {
     json req = base;
+    // The CPU engine has no vision tower yet: media are refused, never silently dropped.
     req["images"] = json::array({"data:image/png;base64,AAAA"});
     json item = expect_validation_error(post_json(port(), req.dump()));
-    EXPECT_NE(item["loc"].dump().find("images"), std::string::npos) << item.dump();
+    EXPECT_EQ(item["loc"], json::array({"body", "images"})) << item.dump();
+    EXPECT_EQ(item["type"], "not_supported") << item.dump();
+    EXPECT_NE(item["msg"].get<std::string>().find("not served by this engine"), std::string::npos)
+        << item.dump();
+    req.erase("images");
+    req["videos"] = json::array({{{"frames", json::array({"AAAA", "AAAA"})}}});
+    item = expect_validation_error(post_json(port(), req.dump()));
+    EXPECT_EQ(item["loc"], json::array({"body", "videos"})) << item.dump();
   }
   {
     json req = base;
@@ -185,8 +193,8 @@ TEST(ServerApi, ValidationErrorsAre422WithFieldPath) {
 }
 
 // A number beyond a double is Python's inf (the reference parses it), refused by validation where
-// it would be rendered: 422 naming the field, not a 400 parse error. Media are not served yet: any
-// images value but absent / null / [] is 422 naming the field.
+// it would be rendered: 422 naming the field, not a 400 parse error. An images value that is not a
+// list (or absent / null / []) is 422 naming the field.
 TEST(ServerApi, OverflowingNumbersAndMediaAre422NamingTheField) {
   for (const char* state : {"1e400", "-1e400"}) {
     json item =
@@ -223,11 +231,12 @@ TEST(ServerApi, ContentTypeMustBeJson) {
   }
 }
 
-TEST(ServerApi, BodyOverEightMiBIs413) {
-  std::string body = "{\"model\":\"m\",\"state\":\"" + std::string(8u << 20, 'a') + "\"}";
+// The default --max-body-bytes is 32 MiB: room for base64 images and video frames.
+TEST(ServerApi, BodyOverThirtyTwoMiBIs413) {
+  std::string body = "{\"model\":\"m\",\"state\":\"" + std::string(32u << 20, 'a') + "\"}";
   expect_detail_string(post_json(port(), body), 413);
   // Just under the limit is read and handled (refused here for a missing field, not for size).
-  std::string under = "{\"model\":\"m\",\"state\":\"" + std::string((8u << 20) - 64, 'a') + "\"}";
+  std::string under = "{\"model\":\"m\",\"state\":\"" + std::string((32u << 20) - 64, 'a') + "\"}";
   EXPECT_EQ(post_json(port(), under).status, 422);
 }
 
