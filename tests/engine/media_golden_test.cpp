@@ -19,6 +19,7 @@
 #include "engine/cpu/cpu_engine.h"
 #include "engine/golden_models.h"
 #include "media/image.h"
+#include "media/media_config.h"
 #include "media/patchify.h"
 #include "media/processor.h"
 
@@ -193,6 +194,56 @@ TEST(CpuEngineMediaGolden, TinyR2mMatchesReferenceFp32) {
               worst_p);
 }
 
+// The same cases end to end: the request through the encoder (encode_request with the release's
+// vision tokens and pixel budgets), then the engine; the refused cases are refused by the
+// encoder (422).
+TEST(CpuEngineMediaGolden, TinyR2mEndToEndThroughTheEncoder) {
+  auto release = testing::load_golden_model("tiny-r2m");
+  engine::cpu::CpuEngine eng(release, 2);
+  ASSERT_TRUE(eng.supports_media());
+  const std::vector<Value> results =
+      read_jsonl(testing::golden_dir() + "/tiny-r2m.media.expected.jsonl");
+  ASSERT_EQ(results.size(), 24u);
+  encoding::EncodeOptions opts;
+  opts.truncation = encoding::Truncation::Allow;
+  opts.media = media::load_media_config(testing::golden_dir() + "/tiny-r2m");
+  int compared = 0, refused = 0;
+  double worst_p = 0;
+  for (const Value& result : results) {
+    SCOPED_TRACE(result.find("label")->as_string());
+    const Value& request = *result.find("request");
+    if (const Value* e = result.find("expected"); e && e->find("error")) {
+      EXPECT_THROW(
+          encoding::encode_request(encoding::validate_request(request), *release->tokenizer, opts),
+          encoding::RequestError);
+      ++refused;
+      continue;
+    }
+    const encoding::EncodedRequest enc =
+        encoding::encode_request(encoding::validate_request(request), *release->tokenizer, opts);
+    ASSERT_TRUE(enc.has_media());
+    const Value& ref = *result.find("reference_fp32");
+    ASSERT_EQ(static_cast<int64_t>(enc.input_ids.size()), *ref.find("input_tokens")->as_int64());
+    const auto outs = eng.forward({&enc});
+    ASSERT_EQ(outs[0].logits.size(), enc.questions.size());
+    for (size_t k = 0; k < enc.questions.size(); ++k) {
+      const auto& q = enc.questions[k];
+      const Value& ref_p = *ref.find("probabilities")->find(q.id);
+      const std::vector<float> p = answer::softmax_f32(outs[0].logits[k]);
+      ASSERT_EQ(p.size(), ref_p.members().size()) << q.id;
+      for (size_t j = 0; j < p.size(); ++j) {
+        const double dp = std::fabs(p[j] - ref_p.find(q.option_ids[j])->as_double());
+        worst_p = std::max(worst_p, dp);
+        EXPECT_LE(dp, 1e-4) << q.id << " option " << q.option_ids[j];
+      }
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 22);
+  EXPECT_EQ(refused, 2);
+  std::printf("tiny-r2m media end to end: %d cases, max |dp| %.3g\n", compared, worst_p);
+}
+
 // A media request on a model without a tower, or with inputs that do not fit, is an error with a
 // message, never a crash.
 TEST(CpuEngineMediaGolden, RefusesMediaWithoutATowerOrWithBadInputs) {
@@ -215,6 +266,7 @@ TEST(CpuEngineMediaGolden, RefusesMediaWithoutATowerOrWithBadInputs) {
   ASSERT_FALSE(text_model->vision.has_value());
   {
     engine::cpu::CpuEngine eng(text_model, 1);
+    EXPECT_FALSE(eng.supports_media());
     try {
       eng.forward({&enc});
       ADD_FAILURE() << "a model without a tower took an image";

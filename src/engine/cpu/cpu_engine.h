@@ -15,6 +15,8 @@ class CpuEngine : public Engine {
   std::vector<ForwardOutput> forward(
       const std::vector<const encoding::EncodedRequest*>& batch) override;
   EngineInfo info() const override;
+  // Images and videos need the release's vision tower.
+  bool supports_media() const override { return release_->vision.has_value(); }
 
   // One request: vision tower (media requests; refused when the model has none), backbone, head.
   ForwardOutput run(const encoding::EncodedRequest& enc) const;
