@@ -2,8 +2,8 @@
 // tiny-r2m (tests/golden/models/tiny-r2m.media.expected.jsonl): every case's probabilities within
 // 1e-4 and logits within 1e-3. The engine's input is the reference's own encoding (token ids,
 // spans, token types, 3-D positions from tests/golden/media/encode-media-tiny-r2m.jsonl) with the
-// pixel values made by the media layer, checked against the fixture's sha256 first; the refused
-// cases are refused by the media layer.
+// pixel values made by the media layer, checked against the fixture's sha256 first (the refused
+// cases refused by the media layer); then end to end through encode_request (refused: 422).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
