@@ -1,6 +1,7 @@
 // Request strings -> compressed files -> pixels: the data URI / raw base64 forms, the format
 // sniffed from the magic bytes (as torchvision.io.decode_image does), and the per-format dispatch.
 #include <cstring>
+#include <utility>
 
 #include "media/image.h"
 
@@ -64,9 +65,13 @@ EncodedImage parse_image_string(std::string_view text) {
                      ":\"): send the file as a data URI or raw base64");
   }
   if (payload.empty()) throw MediaError("empty image");
+  return identify_image(base64_decode(payload));
+}
+
+EncodedImage identify_image(std::vector<uint8_t> bytes) {
   EncodedImage out;
-  out.bytes = base64_decode(payload);
-  out.format = sniff(out.bytes);
+  out.format = sniff(bytes);
+  out.bytes = std::move(bytes);
   return out;
 }
 

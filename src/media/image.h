@@ -45,6 +45,10 @@ struct ImageInfo {
 // Throws MediaError for URLs, other data URI types, bad base64, GIF/TIFF/unknown files.
 EncodedImage parse_image_string(std::string_view text);
 
+// The file's format from its magic bytes (as torchvision.io.decode_image sniffs it). Throws
+// MediaError for GIF, TIFF, BMP and anything else.
+EncodedImage identify_image(std::vector<uint8_t> bytes);
+
 // Reads the header only; throws MediaError when it is malformed or width*height > max_pixels, so
 // that nothing is allocated for a huge image.
 ImageInfo probe_image(const EncodedImage& img, uint64_t max_pixels);

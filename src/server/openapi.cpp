@@ -228,8 +228,35 @@ constexpr const char* kDocument = R"json({
             "type": "object",
             "properties": {"enabled": {"type": "boolean", "const": false}}
           },
-          "images": {"type": ["array", "null"], "maxItems": 0},
-          "videos": {"type": ["array", "null"], "maxItems": 0}
+          "images": {
+            "type": ["array", "null"], "maxItems": 8,
+            "items": {"type": "string", "minLength": 1, "description": "data:image/{png,jpeg,jpg,webp};base64,... or raw base64 of a PNG, JPEG or WebP file; URLs are refused (never fetched)."},
+            "description": "Images, in the prompt before any video (--max-images; decoded width x height at most --max-image-pixels). 422 not_supported while the engine has no vision tower."
+          },
+          "videos": {
+            "type": ["array", "null"], "maxItems": 2,
+            "items": {
+              "type": "object",
+              "required": ["frames"],
+              "additionalProperties": false,
+              "properties": {
+                "frames": {"type": "array", "minItems": 2, "maxItems": 768, "items": {"type": "string", "minLength": 1}, "description": "The video's frames as image strings (same forms as images), one size for all (--max-video-frames)."},
+                "fps": {"type": ["number", "null"], "exclusiveMinimum": 0, "description": "Source frames per second (default 24)."}
+              }
+            },
+            "description": "Videos as decoded frames ({\"data\": \"data:video/...\"} files are 422 not_supported yet; --max-videos)."
+          },
+          "media_kwargs": {
+            "type": ["object", "null"],
+            "additionalProperties": false,
+            "properties": {
+              "fps": {"type": ["number", "null"], "exclusiveMinimum": 0, "description": "Target sampling rate (default 2); null together with num_frames."},
+              "num_frames": {"type": "integer", "minimum": 2, "maximum": 768, "description": "Frames to sample per video; only with fps: null."},
+              "min_pixels": {"type": "integer", "minimum": 1, "description": "Image pixel budget; only together with max_pixels."},
+              "max_pixels": {"type": "integer", "minimum": 1, "description": "Image pixel budget; only together with min_pixels."}
+            },
+            "description": "The processor's sampling and sizing options (docs/spec/media.md); any other key is 422."
+          }
         }
       },
       "Question": {

@@ -1,0 +1,166 @@
+// Decoder edge cases (docs/spec/media.md §1-2): malformed, truncated and huge-dimension files are
+// refused with MediaError, huge ones from the header before any pixel buffer exists; URLs are never
+// fetched; base64 and data URI forms.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "media/image.h"
+
+namespace {
+
+namespace media = clef::media;
+
+constexpr uint64_t kLimit = 16777216;
+
+std::vector<uint8_t> seed(const std::string& name) {
+  std::ifstream in(std::string(CLEF_SOURCE_DIR) + "/fuzz/corpus/image/" + name, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string base64(const std::vector<uint8_t>& b) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < b.size(); i += 3) {
+    uint32_t v = uint32_t{b[i]} << 16;
+    if (i + 1 < b.size()) v |= uint32_t{b[i + 1]} << 8;
+    if (i + 2 < b.size()) v |= b[i + 2];
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < b.size() ? k[(v >> 6) & 63] : '=';
+    out += i + 2 < b.size() ? k[v & 63] : '=';
+  }
+  return out;
+}
+
+void put_be16(std::vector<uint8_t>& b, size_t at, uint16_t v) {
+  b[at] = static_cast<uint8_t>(v >> 8);
+  b[at + 1] = static_cast<uint8_t>(v);
+}
+
+void put_be32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (24 - 8 * i));
+}
+
+std::string refusal(const std::vector<uint8_t>& bytes, uint64_t limit = kLimit) {
+  try {
+    media::decode_image(media::identify_image(bytes), limit);
+  } catch (const media::MediaError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MediaDecode, SeedsDecodeToTheirHeaderSize) {
+  for (const char* name :
+       {"png_tiny.png", "png_palette.png", "png_gray.png", "jpeg_small.jpg", "webp_lossy.webp"}) {
+    const media::EncodedImage file = media::identify_image(seed(name));
+    const media::ImageInfo info = media::probe_image(file, kLimit);
+    const media::Image img = media::decode_image(file, kLimit);
+    EXPECT_EQ(img.width, info.width) << name;
+    EXPECT_EQ(img.height, info.height) << name;
+    EXPECT_EQ(img.rgb.size(), static_cast<size_t>(info.width) * info.height * 3) << name;
+  }
+  EXPECT_EQ(media::identify_image(seed("png_tiny.png")).format, media::ImageFormat::Png);
+  EXPECT_EQ(media::identify_image(seed("jpeg_small.jpg")).format, media::ImageFormat::Jpeg);
+  EXPECT_EQ(media::identify_image(seed("webp_lossy.webp")).format, media::ImageFormat::Webp);
+}
+
+// A header claiming 100000 x 100000 (3e10 bytes of RGB) is refused from the header: decoding it
+// would throw std::bad_alloc or exhaust memory, not MediaError.
+TEST(MediaDecode, HugeDimensionsAreRefusedBeforeDecoding) {
+  std::vector<uint8_t> png = seed("png_tiny.png");
+  put_be32(png, 16, 100000);
+  put_be32(png, 20, 100000);
+  EXPECT_NE(refusal(png).find("10000000000 pixels; the limit is 16777216"), std::string::npos)
+      << refusal(png);
+
+  std::vector<uint8_t> jpeg = seed("jpeg_small.jpg");
+  ASSERT_EQ(jpeg[158], 0xFF);
+  ASSERT_EQ(jpeg[159], 0xC0);  // SOF0: length, precision, height, width
+  put_be16(jpeg, 163, 65000);
+  put_be16(jpeg, 165, 65000);
+  EXPECT_NE(refusal(jpeg).find("4225000000 pixels"), std::string::npos) << refusal(jpeg);
+
+  std::vector<uint8_t> webp = seed("webp_lossy.webp");
+  ASSERT_EQ(webp[23], 0x9D);  // VP8 start code, then 14-bit width and height (little-endian)
+  webp[26] = webp[28] = 0xFF;
+  webp[27] = webp[29] = 0x3F;
+  EXPECT_NE(refusal(webp).find("268402689 pixels"), std::string::npos) << refusal(webp);
+
+  // And a limit below a real image's size refuses it too.
+  EXPECT_NE(refusal(seed("png_tiny.png"), 100).find("the limit is 100"), std::string::npos);
+}
+
+TEST(MediaDecode, TruncatedAndCorruptFilesAreRefused) {
+  for (const char* name :
+       {"png_tiny.png", "png_palette.png", "jpeg_small.jpg", "webp_lossy.webp"}) {
+    const std::vector<uint8_t> full = seed(name);
+    for (size_t keep : {full.size() / 2, full.size() - 20, size_t{40}}) {
+      const std::vector<uint8_t> cut(full.begin(), full.begin() + keep);
+      EXPECT_NE(refusal(cut), "") << name << " cut to " << keep;
+    }
+  }
+  // Corrupt image data after a valid header.
+  std::vector<uint8_t> png = seed("png_tiny.png");
+  for (size_t i = 60; i < png.size() - 20; ++i) png[i] ^= 0x5A;
+  EXPECT_NE(refusal(png).find("malformed PNG"), std::string::npos);
+  std::vector<uint8_t> magic_only = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  EXPECT_NE(refusal(magic_only).find("malformed PNG"), std::string::npos);
+  EXPECT_NE(refusal({0xFF, 0xD8, 0xFF, 0xE0, 0, 0}).find("malformed JPEG"), std::string::npos);
+  EXPECT_NE(refusal({'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B', 'P'}).find("malformed WebP"),
+            std::string::npos);
+}
+
+TEST(MediaDecode, SixteenBitPngAndOtherFormatsAreRefused) {
+  std::vector<uint8_t> png = seed("png_gray.png");
+  png[24] = 16;  // IHDR bit depth
+  EXPECT_NE(refusal(png).find("16-bit PNG"), std::string::npos) << refusal(png);
+  EXPECT_THROW(media::identify_image({'G', 'I', 'F', '8', '9', 'a'}), media::MediaError);
+  EXPECT_THROW(media::identify_image({'I', 'I', '*', 0, 8, 0}), media::MediaError);
+  EXPECT_THROW(media::identify_image({'B', 'M', 0, 0}), media::MediaError);
+  EXPECT_THROW(media::identify_image({}), media::MediaError);
+  EXPECT_THROW(media::identify_image({'h', 'e', 'l', 'l', 'o'}), media::MediaError);
+}
+
+TEST(MediaDecode, RequestStrings) {
+  const std::vector<uint8_t> png = seed("png_tiny.png");
+  const std::string b64 = base64(png);
+  EXPECT_EQ(media::parse_image_string("data:image/png;base64," + b64).bytes, png);
+  EXPECT_EQ(media::parse_image_string("DATA:IMAGE/PNG;BASE64," + b64).bytes, png);
+  EXPECT_EQ(media::parse_image_string(b64).bytes, png);  // raw base64, sniffed
+  // The format comes from the bytes, as in the reference: a mislabelled type still decodes.
+  EXPECT_EQ(media::parse_image_string("data:image/jpeg;base64," + b64).format,
+            media::ImageFormat::Png);
+  // Line-wrapped base64 (MIME style) and missing padding.
+  std::string wrapped;
+  for (size_t i = 0; i < b64.size(); i += 76) wrapped += b64.substr(i, 76) + "\r\n";
+  EXPECT_EQ(media::parse_image_string(wrapped).bytes, png);
+  EXPECT_EQ(media::base64_decode("YWI"), (std::vector<uint8_t>{'a', 'b'}));
+  EXPECT_EQ(media::base64_decode("YWI="), (std::vector<uint8_t>{'a', 'b'}));
+  EXPECT_THROW(media::base64_decode("YWI=x"), media::MediaError);
+  EXPECT_THROW(media::base64_decode("Y"), media::MediaError);
+  EXPECT_EQ(media::base64_decode("YW=="), (std::vector<uint8_t>{'a'}));
+  EXPECT_THROW(media::base64_decode("YWI=="), media::MediaError);
+}
+
+TEST(MediaDecode, UrlsAndOtherSchemesAreNeverFetched) {
+  for (const char* url : {"http://example.com/a.png", "https://example.com/a.png",
+                          "file:///etc/passwd", "ftp://x/y.png", "s3://bucket/key"}) {
+    try {
+      media::parse_image_string(url);
+      ADD_FAILURE() << url;
+    } catch (const media::MediaError& e) {
+      EXPECT_NE(std::string(e.what()).find("URLs are not supported"), std::string::npos) << url;
+    }
+  }
+  for (const char* uri : {"data:image/gif;base64,R0lGODlh", "data:image/png,iVBORw0KGgo",
+                          "data:text/plain;base64,aGk=", "data:image/png;base64"}) {
+    EXPECT_THROW(media::parse_image_string(uri), media::MediaError) << uri;
+  }
+  EXPECT_THROW(media::parse_image_string("data:image/png;base64,"), media::MediaError);
+}
+
+}  // namespace
