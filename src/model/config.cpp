@@ -1,5 +1,5 @@
-// Config parsing: strict about what changes the math, tolerant of keys that do not (vision,
-// generation).
+// Config parsing: strict about what changes the math (text, vision tower), tolerant of keys that
+// do not (generation, token ids).
 #include "model/config.h"
 
 #include <cmath>
@@ -92,6 +92,82 @@ void parse_rope(const json& tc, TextConfig& t, const std::string& path) {
                    " does not give an even number of rotary dims for head_dim " +
                    std::to_string(t.head_dim));
   }
+  // Multimodal RoPE: which of the rd/2 frequencies take the height and width positions. The
+  // interleaved split needs no exact sum (HF's apply_interleaved_mrope only bounds the height and
+  // width runs; the rest stay temporal).
+  const json* ms = find(*src, "mrope_section");
+  if (!ms) ms = find(tc, "mrope_section");
+  if (ms) {
+    bool ok = ms->is_array() && ms->size() == 3;
+    for (size_t i = 0; ok && i < 3; ++i) {
+      const json& e = (*ms)[i];
+      ok = e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() <= (1 << 20);
+      if (ok) t.mrope_section.push_back(static_cast<int>(e.get<int64_t>()));
+    }
+    if (!ok) fail(path, "\"mrope_section\" must be 3 non-negative integers, got " + ms->dump());
+  }
+  const json* mi = find(*src, "mrope_interleaved");
+  if (!mi) mi = find(tc, "mrope_interleaved");
+  if (mi && *mi != true) {
+    // Qwen3.5's text rotary embedding always interleaves; a blocked split is another model.
+    fail(path, "mrope_interleaved " + mi->dump() + " is not implemented (only true)");
+  }
+}
+
+// `vision_config` (docs/spec/media.md §7): strict about everything the tower's math depends on.
+VisionConfig parse_vision(const json& vc, const std::string& path) {
+  const std::string where = path + " vision_config";
+  if (!vc.is_object()) fail(path, "\"vision_config\" must be an object");
+  if (const json* mt = find(vc, "model_type")) {
+    std::string m = mt->is_string() ? mt->get<std::string>() : mt->dump();
+    if (m != "qwen3_5_vision") {
+      fail(where, "model_type \"" + m + "\" is not supported (qwen3_5_vision)");
+    }
+  }
+  if (const json* act = find(vc, "hidden_act"); act && *act != "gelu_pytorch_tanh") {
+    fail(where, "hidden_act " + act->dump() + " is not implemented (only \"gelu_pytorch_tanh\")");
+  }
+  if (const json* ds = find(vc, "deepstack_visual_indexes");
+      ds && !(ds->is_array() && ds->empty())) {
+    fail(where, "deepstack_visual_indexes " + ds->dump() + " is not implemented (only [])");
+  }
+  VisionConfig v;
+  v.depth = get_int(vc, "depth", where, 1);
+  if (v.depth > kMaxLayers) fail(where, "depth above " + std::to_string(kMaxLayers));
+  v.hidden_size = get_int(vc, "hidden_size", where, 1);
+  v.intermediate_size = get_int(vc, "intermediate_size", where, 1);
+  v.num_heads = get_int(vc, "num_heads", where, 1);
+  v.in_channels = get_int(vc, "in_channels", where, 1, 3);
+  v.patch_size = get_int(vc, "patch_size", where, 1);
+  v.temporal_patch_size = get_int(vc, "temporal_patch_size", where, 1);
+  v.spatial_merge_size = get_int(vc, "spatial_merge_size", where, 1);
+  v.out_hidden_size = get_int(vc, "out_hidden_size", where, 1);
+  v.num_position_embeddings = get_int(vc, "num_position_embeddings", where, 1);
+  // The processor's patch rows (3 x 2 x 16 x 16 values, 2 x 2 merge) are all this engine reads.
+  if (v.in_channels != 3 || v.patch_size != 16 || v.temporal_patch_size != 2 ||
+      v.spatial_merge_size != 2) {
+    fail(where,
+         "only in_channels 3, patch_size 16, temporal_patch_size 2 and spatial_merge_size "
+         "2 are implemented (the Qwen3-VL processor's patches)");
+  }
+  if (v.hidden_size % v.num_heads != 0 || v.head_dim() % 4 != 0) {
+    fail(where, "hidden_size " + std::to_string(v.hidden_size) + " over num_heads " +
+                    std::to_string(v.num_heads) +
+                    " must give a head_dim that is a multiple of 4 (2-D rotary embedding)");
+  }
+  const int side = static_cast<int>(std::lround(std::sqrt(v.num_position_embeddings)));
+  if (side * side != v.num_position_embeddings) {
+    fail(where, "num_position_embeddings " + std::to_string(v.num_position_embeddings) +
+                    " is not a square (the learned position table is side x side)");
+  }
+  if (const json* rp = find(vc, "rope_parameters")) {
+    if (!rp->is_object()) fail(where, "\"rope_parameters\" must be an object");
+    if (find(*rp, "rope_theta")) v.rope_theta = get_number(*rp, "rope_theta", where);
+  } else if (find(vc, "rope_theta")) {
+    v.rope_theta = get_number(vc, "rope_theta", where);
+  }
+  if (v.rope_theta <= 0) fail(where, "\"rope_theta\" must be positive");
+  return v;
 }
 
 // HF fine-grained FP8 exactly (transformers' FineGrainedFP8Config as Qwen's FP8 releases write it);
@@ -247,6 +323,9 @@ BackboneConfig parse_backbone_config(std::string_view config_json, const std::st
   } else if (nested) {
     if (const json* qt = find(*nested, "quantization_config"))
       out.quantization = parse_quantization(*qt, path);
+  }
+  if (const json* vc = find(root, "vision_config")) {
+    out.vision = parse_vision(*vc, path);
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // the engines do not implement.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,8 +14,9 @@ namespace clef::model {
 
 struct BackboneConfig {
   TextConfig text;
-  bool tie_word_embeddings = false;  // lm_head.weight is embed_tokens.weight
-  QuantizationConfig quantization;   // `quantization_config` (HF fine-grained FP8 only)
+  bool tie_word_embeddings = false;    // lm_head.weight is embed_tokens.weight
+  QuantizationConfig quantization;     // `quantization_config` (HF fine-grained FP8 only)
+  std::optional<VisionConfig> vision;  // from `vision_config` when present
 };
 
 BackboneConfig parse_backbone_config(std::string_view config_json, const std::string& path);

@@ -209,52 +209,66 @@ Init layer_norm_style_init(const std::string& name) {  // head and vision tower
   return Init::Normal;
 }
 
-// ---- the vision tower (ignored by the text path; written so HF loads the checkpoint without gaps)
-// ------
+// ---- the vision tower (docs/spec/media.md §7)
+// ------------------------------------------------------------------------------------------------
 
-json vision_config_json(int out_hidden) {
-  return json{{"depth", 1},
-              {"hidden_act", "gelu_pytorch_tanh"},
-              {"hidden_size", 32},
-              {"in_channels", 3},
-              {"initializer_range", 0.02},
-              {"intermediate_size", 64},
-              {"model_type", "qwen3_5_vision"},
-              {"num_heads", 2},
-              {"num_position_embeddings", 64},
-              {"out_hidden_size", out_hidden},
-              {"patch_size", 16},
-              {"rope_parameters", {{"rope_theta", 10000.0}, {"rope_type", "axial"}}},
-              {"spatial_merge_size", 2},
-              {"temporal_patch_size", 2}};
+// depth, width, MLP, heads, position table rows; the output is the backbone's width.
+VisionConfig vision_config(int depth, int width, int mlp, int heads, int positions, int out) {
+  VisionConfig v;
+  v.depth = depth;
+  v.hidden_size = width;
+  v.intermediate_size = mlp;
+  v.num_heads = heads;
+  v.num_position_embeddings = positions;
+  v.out_hidden_size = out;
+  return v;
 }
 
-std::vector<TensorSpec> vision_tensor_specs(int out_hidden) {
-  const int64_t hv = 32, iv = 64, merged = hv * 2 * 2;
-  std::vector<TensorSpec> s;
-  auto add = [&s](std::string n, std::vector<int64_t> shape) {
-    s.push_back({"model.visual." + n, DType::BF16, std::move(shape)});
+json vision_config_json(const VisionConfig& v) {
+  return json{{"depth", v.depth},
+              {"hidden_act", "gelu_pytorch_tanh"},
+              {"hidden_size", v.hidden_size},
+              {"in_channels", v.in_channels},
+              {"initializer_range", 0.02},
+              {"intermediate_size", v.intermediate_size},
+              {"model_type", "qwen3_5_vision"},
+              {"num_heads", v.num_heads},
+              {"num_position_embeddings", v.num_position_embeddings},
+              {"out_hidden_size", v.out_hidden_size},
+              {"patch_size", v.patch_size},
+              {"rope_parameters", {{"rope_theta", v.rope_theta}, {"rope_type", "axial"}}},
+              {"spatial_merge_size", v.spatial_merge_size},
+              {"temporal_patch_size", v.temporal_patch_size}};
+}
+
+// processor_config.json: the Qwen3.5 release's (Qwen3VLProcessor defaults, docs/spec/media.md §3).
+json processor_config_json(const VisionConfig& v) {
+  auto common = [&](int64_t shortest, int64_t longest) {
+    return json{{"do_convert_rgb", true},
+                {"do_normalize", true},
+                {"do_rescale", true},
+                {"do_resize", true},
+                {"image_mean", {0.5, 0.5, 0.5}},
+                {"image_std", {0.5, 0.5, 0.5}},
+                {"merge_size", v.spatial_merge_size},
+                {"patch_size", v.patch_size},
+                {"resample", 3},
+                {"rescale_factor", 1.0 / 255.0},
+                {"size", {{"longest_edge", longest}, {"shortest_edge", shortest}}},
+                {"temporal_patch_size", v.temporal_patch_size}};
   };
-  add("blocks.0.attn.proj.weight", {hv, hv});
-  add("blocks.0.attn.proj.bias", {hv});
-  add("blocks.0.attn.qkv.weight", {3 * hv, hv});
-  add("blocks.0.attn.qkv.bias", {3 * hv});
-  add("blocks.0.mlp.linear_fc1.weight", {iv, hv});
-  add("blocks.0.mlp.linear_fc1.bias", {iv});
-  add("blocks.0.mlp.linear_fc2.weight", {hv, iv});
-  add("blocks.0.mlp.linear_fc2.bias", {hv});
-  for (const char* n : {"blocks.0.norm1", "blocks.0.norm2", "merger.norm"}) {
-    add(std::string(n) + ".weight", {hv});
-    add(std::string(n) + ".bias", {hv});
-  }
-  add("merger.linear_fc1.weight", {merged, merged});
-  add("merger.linear_fc1.bias", {merged});
-  add("merger.linear_fc2.weight", {out_hidden, merged});
-  add("merger.linear_fc2.bias", {out_hidden});
-  add("patch_embed.proj.weight", {hv, 3, 2, 16, 16});
-  add("patch_embed.proj.bias", {hv});
-  add("pos_embed.weight", {64, hv});
-  return s;
+  json image = common(65536, 16777216);
+  image["image_processor_type"] = "Qwen2VLImageProcessor";
+  json video = common(4096, 25165824);
+  video["do_sample_frames"] = true;
+  video["fps"] = 2;
+  video["max_frames"] = 768;
+  video["min_frames"] = 4;
+  video["return_metadata"] = false;
+  video["video_processor_type"] = "Qwen3VLVideoProcessor";
+  return json{{"image_processor", image},
+              {"processor_class", "Qwen3VLProcessor"},
+              {"video_processor", video}};
 }
 
 // config.json in the style of the golden tiny releases (HF Qwen3_5ForConditionalGeneration, sorted
@@ -298,7 +312,7 @@ json quantization_config_json(const TextConfig& t) {
               {"weight_block_size", {kFp8Block, kFp8Block}}};
 }
 
-json config_json(const TextConfig& t) {
+json config_json(const TextConfig& t, const VisionConfig& v) {
   json layer_types = json::array();
   for (LayerType lt : t.layer_types) {
     layer_types.push_back(lt == LayerType::FullAttention ? "full_attention" : "linear_attention");
@@ -349,7 +363,7 @@ json config_json(const TextConfig& t) {
               {"tie_word_embeddings", false},
               {"transformers_version", "5.17.0"},
               {"video_token_id", 248057},
-              {"vision_config", vision_config_json(t.hidden_size)},
+              {"vision_config", vision_config_json(v)},
               {"vision_end_token_id", 248054},
               {"vision_start_token_id", 248053}};
 }
@@ -524,20 +538,23 @@ std::vector<std::string> make_model_presets() {
 
 ModelPreset make_model_preset(const std::string& name) {
   // text_config(H, L, I, heads, kv heads, head_dim, GDN key heads, value heads, dk, dv, vocab)
+  // vision_config(depth, width, MLP, heads, position rows, out): tiny-r2's tower for the test
+  // presets, Qwen3.5's (docs/spec/media.md §7) for the real ones.
   if (name == "tiny") {  // tiny-r2's shapes
-    return {text_config(64, 8, 128, 4, 2, 32, 2, 4, 16, 16, 0), head_config(64, 32, 2, 2, 4, 64)};
+    return {text_config(64, 8, 128, 4, 2, 32, 2, 4, 16, 16, 0), head_config(64, 32, 2, 2, 4, 64),
+            vision_config(1, 32, 64, 2, 64, 64)};
   }
   if (name == "small") {  // ~0.45B without embeddings, real head/state geometry, for CPU smoke runs
     return {text_config(1024, 16, 4096, 8, 2, 256, 8, 16, 128, 128, 0),
-            head_config(1024, 1024, 2, 4, 16, 4096)};
+            head_config(1024, 1024, 2, 4, 16, 4096), vision_config(1, 32, 64, 2, 64, 1024)};
   }
   if (name == "flash") {  // Clef-flash (Qwen3.5-9B backbone)
     return {text_config(4096, 32, 12288, 16, 4, 256, 16, 32, 128, 128, kRealVocab),
-            head_config(4096, 1024, 2, 4, 16, 4096)};
+            head_config(4096, 1024, 2, 4, 16, 4096), vision_config(27, 1152, 4304, 16, 2304, 4096)};
   }
   if (name == "clef") {  // Clef (27B backbone)
     return {text_config(5120, 64, 17408, 24, 4, 256, 16, 48, 128, 128, kRealVocab),
-            head_config(5120, 1024, 2, 4, 16, 4096)};
+            head_config(5120, 1024, 2, 4, 16, 4096), vision_config(27, 1152, 4304, 16, 2304, 5120)};
   }
   throw std::invalid_argument("unknown preset \"" + name + "\" (tiny, small, flash, clef)");
 }
@@ -678,9 +695,10 @@ void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPrese
                              opts.weights + "\"");
   }
   const bool fp8 = opts.dtype == "fp8", realistic = opts.weights == "realistic";
-  json config = config_json(t);
+  json config = config_json(t, preset.vision);
   if (fp8) config["quantization_config"] = quantization_config_json(t);
   write_text(tmp / "config.json", config.dump(2) + "\n");
+  write_text(tmp / "processor_config.json", processor_config_json(preset.vision).dump(2) + "\n");
   write_text(tmp / "generation_config.json", json{{"_from_model_config", true},
                                                   {"output_attentions", false},
                                                   {"output_hidden_states", false},
@@ -735,7 +753,8 @@ void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPrese
     }
     backbone.push_back(std::move(p));
   }
-  for (const TensorSpec& s : vision_tensor_specs(t.hidden_size)) {
+  for (TensorSpec s : vision_tensor_specs(preset.vision)) {
+    s.name = "model.visual." + s.name;
     PlannedTensor p;
     p.spec = s;
     p.init = layer_norm_style_init(s.name);

@@ -34,6 +34,7 @@ struct MakeModelOptions {
 struct ModelPreset {
   TextConfig text;  // vocab_size 0 = the tokenizer's size rounded up to a multiple of 64
   HeadConfig head;
+  VisionConfig vision;  // out_hidden_size = text.hidden_size
 };
 
 std::vector<std::string> make_model_presets();

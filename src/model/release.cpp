@@ -23,6 +23,13 @@ const Tensor& Release::backbone(const std::string& tensor_name) const {
   return it->second;
 }
 
+const Tensor& Release::visual(const std::string& tensor_name) const {
+  auto it = visual_.find(tensor_name);
+  if (it == visual_.end())
+    throw LoadError(dir + ": no vision tower tensor 'model.visual." + tensor_name + "'");
+  return it->second;
+}
+
 const Tensor& Release::head_tensor(const std::string& tensor_name) const {
   auto it = head_.find(tensor_name);
   if (it == head_.end()) throw LoadError(dir + ": no joint head tensor '" + tensor_name + "'");
@@ -68,11 +75,13 @@ void check_tensors(const std::map<std::string, Tensor>& found,
   }
 }
 
-// Backbone names in the file -> canonical names; "" = skipped (vision tower, multi-token
-// prediction).
+constexpr const char* kVisualPrefix = "model.visual.";
+
+// Backbone names in the file -> canonical names; "" = skipped (multi-token prediction) or the
+// vision tower's (loaded separately).
 std::string canonical_backbone_name(const std::string& n, const std::string& file) {
   static const std::string kLm = "model.language_model.", kModel = "model.";
-  if (n.rfind("model.visual.", 0) == 0 || n.rfind("mtp.", 0) == 0) return "";
+  if (n.rfind(kVisualPrefix, 0) == 0 || n.rfind("mtp.", 0) == 0) return "";
   if (n == "lm_head.weight") return n;
   if (n.rfind(kLm, 0) == 0) return n.substr(kLm.size());
   if (n.rfind(kModel, 0) == 0) return n.substr(kModel.size());
@@ -238,6 +247,15 @@ struct ReleaseLoader {
           throw LoadError(st->path() + ": tensor '" + t.name + "' is not mapped to this shard by " +
                           index_path);
         }
+        if (t.name.rfind(kVisualPrefix, 0) == 0) {
+          Tensor c = t;
+          c.name = t.name.substr(std::string(kVisualPrefix).size());
+          c.round_to_bf16 = opts.round_to_bf16;
+          if (!r->visual_.emplace(c.name, std::move(c)).second) {
+            throw LoadError(st->path() + ": tensor '" + t.name + "' appears twice");
+          }
+          continue;
+        }
         std::string canon = canonical_backbone_name(t.name, st->path());
         if (canon.empty()) continue;
         if (bc.tie_word_embeddings && canon == "lm_head.weight") continue;  // HF ties it
@@ -269,6 +287,29 @@ struct ReleaseLoader {
     }
     progress("backbone: " + std::to_string(r->backbone_.size()) + " tensors, " +
              std::to_string(r->text.num_hidden_layers) + " layers");
+
+    // The vision tower: weights without one, or a config without a `vision_config` (a text-only
+    // config, e.g. a flat one; HF ignores the weights then too), make a text model. A partial or
+    // misshapen tower is refused.
+    if (!bc.vision) r->visual_.clear();
+    if (!r->visual_.empty()) {
+      if (r->text.mrope_section.empty()) {
+        throw LoadError(config_path +
+                        ": a release with a vision tower needs the text config's "
+                        "\"mrope_section\" (multimodal rotary positions)");
+      }
+      if (bc.vision->out_hidden_size != r->text.hidden_size) {
+        throw LoadError(config_path + ": vision_config out_hidden_size " +
+                        std::to_string(bc.vision->out_hidden_size) +
+                        " differs from the text hidden_size " +
+                        std::to_string(r->text.hidden_size));
+      }
+      check_tensors(r->visual_, vision_tensor_specs(*bc.vision),
+                    dir + " (vision tower, model.visual.*)");
+      r->vision = bc.vision;
+      progress("vision tower: " + std::to_string(r->visual_.size()) + " tensors, " +
+               std::to_string(bc.vision->depth) + " blocks");
+    }
 
     const std::string head_path = file("joint_head.safetensors");
     auto hf = SafetensorsFile::open(head_path);

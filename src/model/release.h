@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -76,6 +77,29 @@ struct TextConfig {
   double rope_theta = 1e7;
   double partial_rotary_factor = 0.25;
   std::vector<LayerType> layer_types;
+  // Multimodal RoPE (docs/spec/media.md §6): rotary frequency i of the full-attention layers takes
+  // its angle from the temporal, height or width position, interleaved (i % 3 == 1 below 3·s[1]:
+  // height, i % 3 == 2 below 3·s[2]: width, else temporal). Empty when the config has none (a text
+  // model: every position is (p, p, p), so the split does not matter).
+  std::vector<int> mrope_section;
+};
+
+// The vision tower (`vision_config`, docs/spec/media.md §7).
+struct VisionConfig {
+  int depth = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_heads = 0;
+  int in_channels = 3;
+  int patch_size = 16;
+  int temporal_patch_size = 2;
+  int spatial_merge_size = 2;
+  int out_hidden_size = 0;          // the backbone's width
+  int num_position_embeddings = 0;  // a square table: side = sqrt(this)
+  double rope_theta = 10000.0;      // the 2-D axial RoPE of the blocks
+  int head_dim() const { return num_heads > 0 ? hidden_size / num_heads : 0; }
+  int patch_values() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
+  int merged_width() const { return hidden_size * spatial_merge_size * spatial_merge_size; }
 };
 
 // config.json's `quantization_config` (HF fine-grained FP8, the only form accepted): e4m3 weights
@@ -114,11 +138,16 @@ class Release {
   TextConfig text;
   QuantizationConfig quantization;
   HeadConfig head;
+  // Present when config.json has a `vision_config` and the weights hold `model.visual.*`.
+  std::optional<VisionConfig> vision;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
 
   // Backbone tensors by canonical name: "embed_tokens.weight", "norm.weight", "lm_head.weight",
   // "layers.{i}.{input_layernorm,...}.weight". Throws LoadError when absent.
   const Tensor& backbone(const std::string& name) const;
+  // Vision tower tensors by their name without "model.visual." ("blocks.0.attn.qkv.weight").
+  const Tensor& visual(const std::string& name) const;
+  const std::map<std::string, Tensor>& visual_tensors() const { return visual_; }
   // Joint head tensors by their name in joint_head.safetensors.
   const Tensor& head_tensor(const std::string& name) const;
   const std::map<std::string, Tensor>& backbone_tensors() const { return backbone_; }
@@ -131,6 +160,7 @@ class Release {
   friend struct ReleaseLoader;
   std::map<std::string, Tensor> backbone_;
   std::map<std::string, Tensor> head_;
+  std::map<std::string, Tensor> visual_;
   std::vector<std::shared_ptr<void>> mappings_;  // keeps the mmaps alive
 };
 

@@ -48,6 +48,39 @@ std::vector<TensorSpec> backbone_tensor_specs(const TextConfig& t, bool with_lm_
   return s;
 }
 
+std::vector<TensorSpec> vision_tensor_specs(const VisionConfig& v) {
+  const int64_t W = v.hidden_size, I = v.intermediate_size, M = v.merged_width();
+  std::vector<TensorSpec> s;
+  auto add = [&s](std::string name, std::vector<int64_t> shape) {
+    s.push_back({std::move(name), DType::BF16, std::move(shape)});
+  };
+  auto linear = [&](const std::string& p, int64_t out, int64_t in) {
+    add(p + ".weight", {out, in});
+    add(p + ".bias", {out});
+  };
+  auto layer_norm = [&](const std::string& p, int64_t n) {
+    add(p + ".weight", {n});
+    add(p + ".bias", {n});
+  };
+  add("patch_embed.proj.weight",
+      {W, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size});
+  add("patch_embed.proj.bias", {W});
+  add("pos_embed.weight", {v.num_position_embeddings, W});
+  for (int i = 0; i < v.depth; ++i) {
+    const std::string p = "blocks." + std::to_string(i) + ".";
+    layer_norm(p + "norm1", W);
+    layer_norm(p + "norm2", W);
+    linear(p + "attn.qkv", 3 * W, W);
+    linear(p + "attn.proj", W, W);
+    linear(p + "mlp.linear_fc1", I, W);
+    linear(p + "mlp.linear_fc2", W, I);
+  }
+  layer_norm("merger.norm", W);
+  linear("merger.linear_fc1", M, M);
+  linear("merger.linear_fc2", v.out_hidden_size, M);
+  return s;
+}
+
 std::vector<TensorSpec> head_tensor_specs(const HeadConfig& h) {
   const int64_t D = h.hidden_size, W = h.width, F = h.feedforward;
   std::vector<TensorSpec> s;

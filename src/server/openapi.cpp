@@ -231,7 +231,7 @@ constexpr const char* kDocument = R"json({
           "images": {
             "type": ["array", "null"], "maxItems": 8,
             "items": {"type": "string", "minLength": 1, "description": "data:image/{png,jpeg,jpg,webp};base64,... or raw base64 of a PNG, JPEG or WebP file; URLs are refused (never fetched)."},
-            "description": "Images, in the prompt before any video (--max-images; decoded width x height at most --max-image-pixels). 422 not_supported while the engine has no vision tower."
+            "description": "Images, in the prompt before any video (--max-images; decoded width x height at most --max-image-pixels). 422 not_supported when the engine has no vision tower (the CUDA engine today)."
           },
           "videos": {
             "type": ["array", "null"], "maxItems": 2,

@@ -5,9 +5,12 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "model/make_model.h"
 #include "model/pinning.h"
+#include "model/tensor_specs.h"
 #include "model_test_util.h"
 
 namespace clef::model {
@@ -77,6 +80,58 @@ TEST(MakeModel, PresetsHaveTheSpecDimensions) {
   EXPECT_THROW(make_model_preset("huge"), std::invalid_argument);
 }
 
+// The real presets' towers are Qwen3.5's (docs/spec/media.md §7): 27 blocks, width 1152, MLP 4304,
+// 16 heads x 72, a 48 x 48 position table, output the backbone's width.
+TEST(MakeModel, PresetVisionTowers) {
+  for (const char* name : {"flash", "clef"}) {
+    const ModelPreset p = make_model_preset(name);
+    const VisionConfig& v = p.vision;
+    SCOPED_TRACE(name);
+    EXPECT_EQ(v.depth, 27);
+    EXPECT_EQ(v.hidden_size, 1152);
+    EXPECT_EQ(v.intermediate_size, 4304);
+    EXPECT_EQ(v.num_heads, 16);
+    EXPECT_EQ(v.head_dim(), 72);
+    EXPECT_EQ(v.num_position_embeddings, 48 * 48);
+    EXPECT_EQ(v.out_hidden_size, p.text.hidden_size);
+    const std::vector<TensorSpec> specs = vision_tensor_specs(v);
+    EXPECT_EQ(specs.size(), 3u + 27u * 12u + 6u);
+    std::map<std::string, std::vector<int64_t>> shape;
+    for (const TensorSpec& s : specs) shape[s.name] = s.shape;
+    EXPECT_EQ(shape["patch_embed.proj.weight"], (std::vector<int64_t>{1152, 3, 2, 16, 16}));
+    EXPECT_EQ(shape["pos_embed.weight"], (std::vector<int64_t>{2304, 1152}));
+    EXPECT_EQ(shape["blocks.26.attn.qkv.weight"], (std::vector<int64_t>{3456, 1152}));
+    EXPECT_EQ(shape["blocks.26.attn.proj.weight"], (std::vector<int64_t>{1152, 1152}));
+    EXPECT_EQ(shape["blocks.26.mlp.linear_fc1.weight"], (std::vector<int64_t>{4304, 1152}));
+    EXPECT_EQ(shape["blocks.26.mlp.linear_fc2.weight"], (std::vector<int64_t>{1152, 4304}));
+    EXPECT_EQ(shape["merger.norm.weight"], (std::vector<int64_t>{1152}));
+    EXPECT_EQ(shape["merger.linear_fc1.weight"], (std::vector<int64_t>{4608, 4608}));
+    EXPECT_EQ(shape["merger.linear_fc2.weight"], (std::vector<int64_t>{p.text.hidden_size, 4608}));
+  }
+  EXPECT_EQ(make_model_preset("flash").vision.out_hidden_size, 4096);
+  EXPECT_EQ(make_model_preset("clef").vision.out_hidden_size, 5120);
+}
+
+TEST(MakeModel, TinyHasTheGoldenTowerAndProcessorConfig) {
+  ScratchDir tmp;
+  std::string dir = make(tmp, "tiny", MakeModelOptions{});
+  auto r = Release::load(dir);
+  ASSERT_TRUE(r->vision.has_value());
+  auto golden = Release::load(testing::golden("models/tiny-r2m"));
+  ASSERT_EQ(r->visual_tensors().size(), golden->visual_tensors().size());
+  for (const auto& [name, t] : golden->visual_tensors()) {
+    EXPECT_EQ(r->visual(name).shape, t.shape) << name;
+  }
+  EXPECT_EQ(r->text.mrope_section, golden->text.mrope_section);
+  const auto parse = [](const std::string& path) {
+    return nlohmann::json::parse(testing::read_file(path));
+  };
+  EXPECT_EQ(parse(dir + "/processor_config.json"),
+            parse(testing::golden("models/tiny-r2m/processor_config.json")));
+  EXPECT_EQ(parse(dir + "/config.json")["vision_config"],
+            parse(testing::golden("models/tiny-r2m/config.json"))["vision_config"]);
+}
+
 TEST(MakeModel, TinyLoadsWithHfStyleInit) {
   ScratchDir tmp;
   std::string dir = make(tmp, "tiny", MakeModelOptions{});
@@ -135,7 +190,7 @@ TEST(MakeModel, DeterministicPerSeed) {
   auto b = hash_release(make(tmp, "b", o));
   o.seed = 8;
   auto c = hash_release(make(tmp, "c", o));
-  ASSERT_EQ(a.size(), 7u);
+  ASSERT_EQ(a.size(), 8u);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].sha256, b[i].sha256) << a[i].path;
     bool weights = a[i].path.find(".safetensors") != std::string::npos;

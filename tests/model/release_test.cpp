@@ -49,8 +49,8 @@ TEST(Release, LoadsTinyR2) {
   EXPECT_EQ(r->head.layers, 2);
   EXPECT_EQ(r->head.heads, 4);
   EXPECT_EQ(r->head.feedforward, 64);
-  // 3 + 6 GDN layers x 14 + 2 attention layers x 11 = 109 (the 22 model.visual.* tensors are
-  // skipped)
+  // 3 + 6 GDN layers x 14 + 2 attention layers x 11 = 109 (the 21 model.visual.* tensors are the
+  // vision tower's, apart)
   EXPECT_EQ(r->backbone_tensors().size(), 109u);
   EXPECT_EQ(r->head_tensors().size(), 86u);  // 22 + 14*2 + 18*2
   for (const auto& [name, tensor] : r->backbone_tensors()) {
@@ -436,18 +436,116 @@ TEST(Release, TiedEmbeddingsAliasLmHead) {
   EXPECT_EQ(r->backbone("lm_head.weight").data, r->backbone("embed_tokens.weight").data);
 }
 
-TEST(Release, SkipsMultiTokenPredictionAndVisionTensors) {
+TEST(Release, SkipsMultiTokenPrediction) {
   ScratchDir tmp;
   std::string dir = copy_release(tmp, "tiny-r2");
   testing::rewrite_safetensors(dir + "/model.safetensors", [](std::vector<Tensor>& ts) {
     Tensor t = ts.back();
     t.name = "mtp.layers.0.mlp.up_proj.weight";
     ts.push_back(t);
-    t.name = "model.visual.extra.weight";
-    ts.push_back(t);
   });
   auto r = Release::load(dir);
   EXPECT_EQ(r->backbone_tensors().size(), 109u);
+  EXPECT_EQ(r->visual_tensors().size(), 21u);
+}
+
+// The tiny tower of tiny-r2 (docs/spec/media.md §7): its vision_config and the 21 model.visual.*
+// tensors, plus the multimodal rotary split of the text config.
+TEST(Release, LoadsTheVisionTower) {
+  auto r = Release::load(testing::golden("models/tiny-r2"));
+  ASSERT_TRUE(r->vision.has_value());
+  const VisionConfig& v = *r->vision;
+  EXPECT_EQ(v.depth, 1);
+  EXPECT_EQ(v.hidden_size, 32);
+  EXPECT_EQ(v.intermediate_size, 64);
+  EXPECT_EQ(v.num_heads, 2);
+  EXPECT_EQ(v.head_dim(), 16);
+  EXPECT_EQ(v.patch_size, 16);
+  EXPECT_EQ(v.temporal_patch_size, 2);
+  EXPECT_EQ(v.spatial_merge_size, 2);
+  EXPECT_EQ(v.out_hidden_size, 64);
+  EXPECT_EQ(v.num_position_embeddings, 64);
+  EXPECT_EQ(v.rope_theta, 10000.0);
+  EXPECT_EQ(r->text.mrope_section, (std::vector<int>{2, 1, 1}));
+  EXPECT_EQ(r->visual_tensors().size(), 21u);
+  EXPECT_EQ(r->visual("patch_embed.proj.weight").shape, (std::vector<int64_t>{32, 3, 2, 16, 16}));
+  EXPECT_EQ(r->visual("merger.linear_fc1.weight").shape, (std::vector<int64_t>{128, 128}));
+  EXPECT_THROW(r->visual("blocks.1.norm1.weight"), LoadError);
+}
+
+TEST(Release, WeightsWithoutATowerAreATextModel) {
+  ScratchDir tmp;
+  std::string dir = copy_release(tmp, "tiny-r2");
+  testing::rewrite_safetensors(dir + "/model.safetensors", [](std::vector<Tensor>& ts) {
+    std::erase_if(ts, [](const Tensor& t) { return t.name.rfind("model.visual.", 0) == 0; });
+  });
+  auto r = Release::load(dir);
+  EXPECT_FALSE(r->vision.has_value());
+  EXPECT_TRUE(r->visual_tensors().empty());
+}
+
+TEST(Release, RefusesAPartialOrMisshapenTower) {
+  ScratchDir t1, t2, t3, t4;
+  std::string extra = copy_release(t1, "tiny-r2");
+  testing::rewrite_safetensors(extra + "/model.safetensors", [](std::vector<Tensor>& ts) {
+    Tensor t = ts.back();
+    t.name = "model.visual.extra.weight";
+    ts.push_back(t);
+  });
+  std::string msg = load_error([&] { Release::load(extra); });
+  EXPECT_TRUE(contains(msg, "unexpected tensor 'extra.weight'")) << msg;
+
+  std::string missing = copy_release(t2, "tiny-r2");
+  testing::rewrite_safetensors(missing + "/model.safetensors", [](std::vector<Tensor>& ts) {
+    std::erase_if(ts, [](const Tensor& t) { return t.name == "model.visual.pos_embed.weight"; });
+  });
+  msg = load_error([&] { Release::load(missing); });
+  EXPECT_TRUE(contains(msg, "missing tensor 'pos_embed.weight'")) << msg;
+
+  std::string table = copy_release(t3, "tiny-r2");  // a 9 x 9 table for 64 rows
+  edit_json(table + "/config.json",
+            [](json& j) { j["vision_config"]["num_position_embeddings"] = 81; });
+  msg = load_error([&] { Release::load(table); });
+  EXPECT_TRUE(contains(msg, "pos_embed.weight") && contains(msg, "[81, 32]")) << msg;
+
+  // Without a vision_config the weights are ignored (a text-only config), as HF does.
+  std::string no_config = copy_release(t4, "tiny-r2");
+  edit_json(no_config + "/config.json", [](json& j) { j.erase("vision_config"); });
+  EXPECT_FALSE(Release::load(no_config)->vision.has_value());
+}
+
+TEST(Release, RefusesVisionConfigsItCannotRun) {
+  auto refuse = [&](const std::string& name, const std::function<void(json&)>& edit,
+                    const std::string& expect) {
+    ScratchDir tmp;
+    std::string dir = copy_release(tmp, "tiny-r2");
+    edit_json(dir + "/config.json", edit);
+    std::string msg = load_error([&] { Release::load(dir); });
+    EXPECT_TRUE(contains(msg, expect)) << name << ": " << msg;
+  };
+  refuse(
+      "act", [](json& j) { j["vision_config"]["hidden_act"] = "gelu"; }, "hidden_act");
+  refuse(
+      "patch", [](json& j) { j["vision_config"]["patch_size"] = 14; }, "patch_size 16");
+  refuse(
+      "heads", [](json& j) { j["vision_config"]["num_heads"] = 3; }, "head_dim");
+  refuse(
+      "square", [](json& j) { j["vision_config"]["num_position_embeddings"] = 60; },
+      "not a square");
+  refuse(
+      "deepstack", [](json& j) { j["vision_config"]["deepstack_visual_indexes"] = {0}; },
+      "deepstack");
+  refuse(
+      "out", [](json& j) { j["vision_config"]["out_hidden_size"] = 32; }, "out_hidden_size");
+  refuse(
+      "mrope", [](json& j) { j["text_config"]["rope_parameters"]["mrope_interleaved"] = false; },
+      "mrope_interleaved");
+  refuse(
+      "section",
+      [](json& j) {
+        j["text_config"]["rope_parameters"]["mrope_section"] = {2, 1};
+      },
+      "mrope_section");
 }
 
 }  // namespace

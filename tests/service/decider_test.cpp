@@ -2,6 +2,8 @@
 // systemone() responses for every golden request, plus truncation reporting and refusals.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "engine/engine.h"
 #include "engine/golden_models.h"
 #include "service/decider.h"
@@ -97,6 +99,47 @@ TEST(Decider, RefusesInvalidRequestsBeforeTheEngine) {
       json::parse(R"({"model":"m","state":"x","questions":{"q":{"type":"maybe"}}})", &err);
   ASSERT_TRUE(bad_type);
   EXPECT_THROW(decider.decide(*bad_type), encoding::RequestError);
+}
+
+// Images and videos through the whole pipeline on tiny-r2m (the release's vision tokens and pixel
+// budgets read by the Decider): every answered case's rounded response as the reference printed
+// it, the refused ones a 422.
+TEST(DeciderGolden, TinyR2mMediaResponsesMatchReference) {
+  std::ifstream in(testing::golden_dir() + "/tiny-r2m.media.expected.jsonl");
+  ASSERT_TRUE(in);
+  auto decider = make_decider("tiny-r2m", encoding::kDefaultMaxLength, encoding::Truncation::Allow);
+  int answered = 0, refused = 0;
+  std::string line;
+  for (int n = 0; std::getline(in, line); ++n) {
+    SCOPED_TRACE("tiny-r2m media line " + std::to_string(n));
+    const auto v = json::parse(line, nullptr);
+    ASSERT_TRUE(v);
+    const json::Value& request = testing::member(*v, "request");
+    if (const json::Value* e = v->find("expected"); e && e->find("error")) {
+      try {
+        decider.decide(request);
+        ADD_FAILURE() << "the reference refused this request";
+      } catch (const encoding::RequestError& err) {
+        EXPECT_EQ(err.status, 422);
+      }
+      ++refused;
+      continue;
+    }
+    testing::GoldenRecord r;
+    r.line = n;
+    const json::Value& ref = testing::member(*v, "reference_fp32");
+    for (const auto& [qid, obj] : testing::member(ref, "probabilities").members())
+      for (const auto& [oid, p] : obj.members()) r.probabilities[qid][oid] = p.as_double();
+    r.response = testing::member(ref, "response");
+    const json::Value response = decider.decide(request, /*raw=*/true);
+    std::vector<std::string> accepted;
+    const auto mismatches = testsupport::rounded_response_mismatches(response, r, &accepted);
+    EXPECT_TRUE(mismatches.empty()) << testsupport::mismatch_lines(mismatches);
+    for (const auto& a : accepted) std::printf("tiny-r2m media line %d: %s\n", n, a.c_str());
+    ++answered;
+  }
+  EXPECT_EQ(answered, 22);
+  EXPECT_EQ(refused, 2);
 }
 
 TEST(Decider, SchemaTooLongIsRefusedEvenWithTruncationAllowed) {

@@ -46,7 +46,8 @@ void mlp_residual(const model::Release& release, int layer, std::vector<float>& 
 }  // namespace
 
 std::vector<float> run_backbone(const model::Release& release, const std::vector<int32_t>& ids,
-                                int threads, std::vector<std::vector<float>>* hidden_states) {
+                                int threads, std::vector<std::vector<float>>* hidden_states,
+                                const MediaInputs* media) {
   const auto& c = release.text;
   const int T = static_cast<int>(ids.size());
   const int H = c.hidden_size, L = c.num_hidden_layers;
@@ -65,6 +66,32 @@ std::vector<float> run_backbone(const model::Release& release, const std::vector
                                " is outside the model vocabulary (" + std::to_string(vocab) + ")");
     embed.to_float(h.data() + static_cast<size_t>(t) * H, static_cast<size_t>(ids[t]) * H, H);
   }
+  if (media) {
+    // The tower's rows replace the pads' embeddings: image pads take the image rows in order,
+    // video pads the video rows.
+    if (!media->token_types || !media->position_ids ||
+        (!media->visual_rows && media->image_rows + media->video_rows > 0))
+      throw std::runtime_error("backbone: media inputs without token types, positions or rows");
+    int64_t next[3] = {0, 0, media->image_rows};
+    const int64_t end[3] = {0, media->image_rows, media->image_rows + media->video_rows};
+    for (int t = 0; t < T; ++t) {
+      const int type = media->token_types[t];
+      if (type == 0) continue;
+      if (type > 2 || next[type] >= end[type])
+        throw std::runtime_error("backbone: more " +
+                                 std::string(type == 1   ? "image"
+                                             : type == 2 ? "video"
+                                                         : "unknown") +
+                                 " pad tokens than vision rows");
+      std::copy_n(media->visual_rows + static_cast<size_t>(next[type]++) * H, H,
+                  h.data() + static_cast<size_t>(t) * H);
+    }
+    if (next[1] != end[1] || next[2] != end[2])
+      throw std::runtime_error("backbone: " + std::to_string(next[1]) + " image and " +
+                               std::to_string(next[2] - end[1]) + " video pad tokens for " +
+                               std::to_string(media->image_rows) + " image and " +
+                               std::to_string(media->video_rows) + " video rows");
+  }
   if (hidden_states) {
     hidden_states->clear();
     hidden_states->push_back(h);
@@ -77,7 +104,8 @@ std::vector<float> run_backbone(const model::Release& release, const std::vector
     rms_norm_1p(h.data(), w_in.data(), eps, T, H, u.data());
     const std::vector<float> mixed =
         c.layer_types[layer] == model::LayerType::FullAttention
-            ? gated_attention_mixer(release, layer, u.data(), T, threads)
+            ? gated_attention_mixer(release, layer, u.data(), T, threads,
+                                    media ? media->position_ids : nullptr)
             : gated_deltanet_mixer(release, layer, u.data(), T, threads);
     add_into(h, mixed);
     mlp_residual(release, layer, h, T);

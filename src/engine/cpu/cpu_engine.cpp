@@ -8,6 +8,7 @@
 #include "engine/cpu/backbone.h"
 #include "engine/cpu/joint_head.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/vision_tower.h"
 
 namespace clef::engine::cpu {
 
@@ -19,6 +20,36 @@ CpuEngine::CpuEngine(std::shared_ptr<const model::Release> release, int threads)
 }
 
 ForwardOutput CpuEngine::run(const encoding::EncodedRequest& enc) const {
+  if (!enc.has_media()) return run_text(enc);
+  const size_t T = enc.input_ids.size();
+  if (!release_->vision) {
+    throw std::runtime_error(
+        "cpu engine: this model has no vision tower (no model.visual.* "
+        "weights); it cannot take images or videos");
+  }
+  if (enc.mm_token_type_ids.size() != T || enc.position_ids.size() != 3 * T) {
+    throw std::runtime_error("cpu engine: a media request needs " + std::to_string(T) +
+                             " token types and 3 x " + std::to_string(T) + " positions, got " +
+                             std::to_string(enc.mm_token_type_ids.size()) + " and " +
+                             std::to_string(enc.position_ids.size()));
+  }
+  const std::vector<float> rows = run_vision_tower(*release_, enc.visual, threads_);
+  int64_t image_rows = 0;
+  for (const media::Grid& g : enc.visual.image_grids) image_rows += g.tokens();
+  MediaInputs media;
+  media.visual_rows = rows.data();
+  media.image_rows = image_rows;
+  media.video_rows = static_cast<int64_t>(rows.size() / release_->text.hidden_size) - image_rows;
+  media.token_types = enc.mm_token_type_ids.data();
+  media.position_ids = enc.position_ids.data();
+  const std::vector<float> hidden =
+      run_backbone(*release_, enc.input_ids, threads_, nullptr, &media);
+  ForwardOutput out;
+  out.logits = run_joint_head(*release_, hidden.data(), static_cast<int>(T), enc);
+  return out;
+}
+
+ForwardOutput CpuEngine::run_text(const encoding::EncodedRequest& enc) const {
   const std::vector<float> hidden = run_backbone(*release_, enc.input_ids, threads_);
   ForwardOutput out;
   out.logits =

@@ -15,11 +15,15 @@ class CpuEngine : public Engine {
   std::vector<ForwardOutput> forward(
       const std::vector<const encoding::EncodedRequest*>& batch) override;
   EngineInfo info() const override;
+  // Images and videos need the release's vision tower.
+  bool supports_media() const override { return release_->vision.has_value(); }
 
-  // One request: backbone then head.
+  // One request: vision tower (media requests; refused when the model has none), backbone, head.
   ForwardOutput run(const encoding::EncodedRequest& enc) const;
 
  private:
+  ForwardOutput run_text(const encoding::EncodedRequest& enc) const;
+
   std::shared_ptr<const model::Release> release_;
   int threads_;
 };

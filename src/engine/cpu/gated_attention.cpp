@@ -34,6 +34,34 @@ void rope_tables(int T, int rd, double theta, std::vector<float>& cos_t,
   }
 }
 
+void mrope_tables(int T, int rd, double theta, const std::vector<int>& section,
+                  const int32_t* position_ids, std::vector<float>& cos_t,
+                  std::vector<float>& sin_t) {
+  const int half = rd / 2;
+  if (section.size() != 3)
+    throw std::runtime_error("attention: multimodal positions need a 3-entry mrope_section");
+  std::vector<float> inv_freq(half);
+  std::vector<int> axis(half, 0);
+  for (int i = 0; i < half; ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(rd);
+    inv_freq[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(expo)));
+    if (i % 3 == 1 && i < 3 * section[1]) axis[i] = 1;
+    if (i % 3 == 2 && i < 3 * section[2]) axis[i] = 2;
+  }
+  cos_t.assign(static_cast<size_t>(T) * half, 0.0f);
+  sin_t.assign(cos_t.size(), 0.0f);
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const float pos = static_cast<float>(position_ids[static_cast<size_t>(axis[i]) * T + t]);
+      const float angle = pos * inv_freq[i];
+      cos_t[static_cast<size_t>(t) * half + i] =
+          static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_t[static_cast<size_t>(t) * half + i] =
+          static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+}
+
 void apply_rope(float* x, int heads, int head_dim, int rd, const float* cos_row,
                 const float* sin_row) {
   const int half = rd / 2;
@@ -82,7 +110,7 @@ void causal_attention(const float* q, int ldq, const float* k, const float* v, i
 }
 
 std::vector<float> gated_attention_mixer(const model::Release& release, int layer, const float* u,
-                                         int T, int threads) {
+                                         int T, int threads, const int32_t* position_ids) {
   const auto& c = release.text;
   const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
   const int rd = static_cast<int>(hd * c.partial_rotary_factor);
@@ -108,7 +136,11 @@ std::vector<float> gated_attention_mixer(const model::Release& release, int laye
   rms_norm_1p(k.data(), kn.data(), eps, static_cast<size_t>(T) * nkv, hd, k.data());
   if (rd > 0) {
     std::vector<float> cos_t, sin_t;
-    rope_tables(T, rd, c.rope_theta, cos_t, sin_t);
+    if (position_ids) {
+      mrope_tables(T, rd, c.rope_theta, c.mrope_section, position_ids, cos_t, sin_t);
+    } else {
+      rope_tables(T, rd, c.rope_theta, cos_t, sin_t);
+    }
     for (int t = 0; t < T; ++t) {
       const float* cr = cos_t.data() + static_cast<size_t>(t) * (rd / 2);
       const float* sr = sin_t.data() + static_cast<size_t>(t) * (rd / 2);

@@ -2,6 +2,7 @@
 // rotate-half RoPE, causal GQA softmax attention, sigmoid output gate.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "model/release.h"
@@ -21,8 +22,17 @@ void apply_rope(float* x, int heads, int head_dim, int rd, const float* cos_row,
 void causal_attention(const float* q, int ldq, const float* k, const float* v, int ldkv, int T,
                       int nh, int nkv, int hd, float* out, int ldo, int threads);
 
+// cos/sin tables [T, rd/2] for 3-D positions ([3][T]: temporal, height, width) with the
+// interleaved multimodal split (docs/spec/media.md §6, HF's apply_interleaved_mrope): frequency i
+// takes the height position when i % 3 == 1 and i < 3·section[1], the width position when
+// i % 3 == 2 and i < 3·section[2], else the temporal one. (p, p, p) gives rope_tables' values.
+void mrope_tables(int T, int rd, double theta, const std::vector<int>& section,
+                  const int32_t* position_ids, std::vector<float>& cos_t,
+                  std::vector<float>& sin_t);
+
 // Layer `layer`'s mixer on u = RMSNorm1p(h) [T, H]; returns [T, H] (before the residual add).
+// position_ids: [3][T] multimodal positions, or null for 0..T-1.
 std::vector<float> gated_attention_mixer(const model::Release& release, int layer, const float* u,
-                                         int T, int threads);
+                                         int T, int threads, const int32_t* position_ids = nullptr);
 
 }  // namespace clef::engine::cpu

@@ -21,6 +21,12 @@ inline float gelu_erff(float x) {
   return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
 }
 
+// Tanh-approximate GELU, as torch's gelu(approximate="tanh") ("gelu_pytorch_tanh").
+inline float gelu_tanhf(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
 // Qwen RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), per row of n. w = nullptr means no weight.
 void rms_norm_1p(const float* x, const float* w, float eps, size_t rows, size_t n, float* y);
 // PyTorch LayerNorm over rows of n (biased variance), weight and bias.

@@ -83,6 +83,11 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
   for (size_t i = 0; i < batch.size(); ++i) {
     const auto* req = batch[i];
     if (!req) throw std::runtime_error("cuda engine: null request");
+    if (req->has_media()) {
+      throw std::runtime_error(
+          "cuda engine: images and videos are not supported on the GPU yet (no vision tower "
+          "there); serve this model with --device cpu for media requests");
+    }
     check_ids(req->input_ids);
     const int T = static_cast<int>(req->input_ids.size());
     if (packs.empty() || packs.back().tokens + T > pack_tokens_ ||
