@@ -53,7 +53,11 @@ Reply health(const Core& core) {
           {"version", core.opts.version},
           {"demo", core.opts.demo}};
   if (!first.versions.empty()) {
-    ojson gpu{{"name", first.device}};
+    // The GPU itself, as before devices had indices: "NVIDIA H200, sm_90" of "cuda:0 NVIDIA ...".
+    std::string name = first.device;
+    const std::string index = engines.front().device + " ";
+    if (name.rfind(index, 0) == 0) name.erase(0, index.size());
+    ojson gpu{{"name", name}};
     for (const auto& [k, v] : first.versions) gpu[k] = v;
     h["gpu"] = gpu;
   }

@@ -62,6 +62,8 @@ TEST(ServeDevices, Cuda0ServesAsBefore) {
   EXPECT_EQ(h["devices"][0]["id"], "cuda:0");
   EXPECT_EQ(h["devices"][0]["device"].get<std::string>().rfind("cuda:0 ", 0), 0u) << h.dump();
   EXPECT_EQ(h["device"], h["devices"][0]["device"]);
+  // gpu.name is the GPU without its index, as before.
+  EXPECT_EQ("cuda:0 " + h["gpu"]["name"].get<std::string>(), h["device"].get<std::string>());
   int answered = 0;
   for (const auto& body : golden_requests("tiny-r2")) {
     const auto r = post_json(srv.port(), body);
