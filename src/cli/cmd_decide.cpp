@@ -57,7 +57,7 @@ int run_decide(const DecideArgs& a) {
   opts.encode.max_length = a.max_length;
   opts.encode.truncation =
       a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
-  service::Decider decider(release, engine, opts);
+  service::Decider decider(release, opts);
 
   const std::string body_text((std::istreambuf_iterator<char>(std::cin)),
                               std::istreambuf_iterator<char>());
@@ -68,7 +68,7 @@ int run_decide(const DecideArgs& a) {
     return 2;
   }
   try {
-    const json::Value response = decider.decide(*body, a.raw);
+    const json::Value response = decider.decide(*body, *engine, a.raw);
     std::printf("%s\n", json::dumps(response).c_str());
     return 0;
   } catch (const encoding::RequestError& e) {

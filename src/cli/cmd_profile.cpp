@@ -150,7 +150,7 @@ int run_profile(const ProfileArgs& a) {
   for (int L : lengths) {
     service::DeciderOptions o = dopts;
     o.encode.max_length = L;
-    service::Decider d(release, eng, o);
+    service::Decider d(release, o);
     const json::Value body = request_of_length(d, release->name, L);
     auto once = [&](double* host_ms) {
       const auto t0 = Clock::now();

@@ -1,7 +1,10 @@
-// `clefserve serve`: the HTTP service (docs/spec/protocol.md). Start-up order: bind the port (a
-// port in use fails at once, before any loading) -> load (progress on stderr) -> verify -> prepare
-// (every token bucket's GEMM choices, graphs and head scratch, so no request pays one-time work;
-// GEMM choices persist in the tuning cache) -> one warm-up forward -> accept ("listening").
+// `clefserve serve`: the HTTP service (docs/spec/protocol.md). Start-up order: check --device
+// against the machine (exit 2) -> bind the port (a port in use fails at once, before any loading)
+// -> load (progress on stderr) -> verify -> one engine per device of --device -> prepare (every
+// token bucket's GEMM choices, graphs and head scratch, so no request pays one-time work; GEMM
+// choices persist in the tuning cache) -> one warm-up forward on each engine -> accept
+// ("listening"). The engines are created, prepared and warmed up in parallel, one thread per
+// device; any device's failure fails start-up.
 // Connections made before that wait in the kernel's backlog, so /health never answers before the
 // warm-up. Any failure exits 1 with one clear `startup_failed` line. SIGTERM: /health 503 for
 // --drain-delay while still serving; then (SIGINT: at once) stop accepting, drain in-flight
@@ -16,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +29,7 @@
 #include "cli/media_flags.h"
 #include "encoding/encode.h"
 #include "encoding/request.h"
+#include "engine/device_spec.h"
 #include "engine/engine.h"
 #include "model/demo_model.h"
 #include "model/release.h"
@@ -43,6 +48,8 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   engine::EngineOptions engine_options;
+  engine::DeviceSpec devices;
+  std::vector<int> device_indices;  // `devices` resolved against the machine
   int max_length = encoding::kDefaultMaxLength;
   encoding::Limits limits;
   std::string truncation = "error";
@@ -73,6 +80,37 @@ std::string default_cache_dir() {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// Runs f(i) for every device at once, one thread each (a single device: on this thread), and waits
+// for all of them. Any failure fails the whole, with the first failing device named when there
+// are several.
+template <typename F>
+void on_each_device(const std::vector<std::string>& labels, F f) {
+  std::vector<std::exception_ptr> errors(labels.size());
+  auto guarded = [&](size_t i) {
+    try {
+      f(i);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  if (labels.size() == 1) {
+    guarded(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < labels.size(); ++i) threads.emplace_back(guarded, i);
+    for (auto& t : threads) t.join();
+  }
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (!errors[i]) continue;
+    if (labels.size() == 1) std::rethrow_exception(errors[i]);
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(labels[i] + ": " + e.what());
+    }
+  }
+}
 
 int run_serve(const ServeArgs& a) {
   server::Log log(a.log_format == "json" ? server::LogFormat::Json : server::LogFormat::Text);
@@ -156,15 +194,27 @@ int run_serve(const ServeArgs& a) {
     lo.progress = progress;
     auto t0 = Clock::now();
     std::shared_ptr<const model::Release> release = model::Release::load(dir, lo);
-    std::shared_ptr<engine::Engine> engine = engine::create_engine(release, a.engine_options);
-    engine::EngineInfo info = engine->info();
-    log.info("loaded", {{"model", release->dir},
-                        {"revision", release->revision},
-                        {"weights_sha256_verified", release->weights_sha256_verified},
-                        {"backend", info.backend},
-                        {"device", info.device},
-                        {"dtype", info.dtype},
-                        {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}});
+    std::vector<std::string> labels;
+    for (int index : a.device_indices)
+      labels.push_back(engine::device_label(a.engine_options.device, index));
+    std::vector<std::shared_ptr<engine::Engine>> engines(labels.size());
+    on_each_device(labels, [&](size_t i) {
+      engine::EngineOptions eo = a.engine_options;
+      eo.device_index = a.device_indices[i];
+      engines[i] = engine::create_engine(release, eo);
+    });
+    const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (size_t i = 0; i < engines.size(); ++i) {
+      const engine::EngineInfo info = engines[i]->info();
+      log.info("loaded", {{"model", release->dir},
+                          {"revision", release->revision},
+                          {"weights_sha256_verified", release->weights_sha256_verified},
+                          {"engine", labels[i]},
+                          {"backend", info.backend},
+                          {"device", info.device},
+                          {"dtype", info.dtype},
+                          {"seconds", load_s}});
+    }
 
     service::DeciderOptions dopts;
     dopts.limits = a.limits;
@@ -172,34 +222,43 @@ int run_serve(const ServeArgs& a) {
     dopts.encode.truncation =
         a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
     dopts.served_model_names = a.served_model_names;
-    auto decider = std::make_shared<service::Decider>(release, engine, dopts);
+    auto decider = std::make_shared<service::Decider>(release, dopts);
 
-    const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    engine::PrepareOptions po;
-    po.max_tokens = a.max_length;
-    po.max_questions = static_cast<int>(dopts.limits.max_questions);
-    po.max_options = static_cast<int>(dopts.limits.max_options_per_request);
-    po.tuning_cache = a.tuning_cache == "off"  ? ""
-                      : a.tuning_cache.empty() ? default_cache_dir()
-                                               : a.tuning_cache;
-    po.progress = [&log](const std::string& line) { log.info("prepare", {{"step", line}}); };
-    const engine::PrepareReport prepared = engine->prepare(po);
-    if (prepared.buckets > 0)
-      log.info("prepared", {{"seconds", prepared.total_s},
-                            {"gemm_tuning_s", prepared.tuning_s},
-                            {"graphs_s", prepared.graphs_s},
-                            {"graphs", prepared.graphs},
-                            {"head_s", prepared.head_s},
-                            {"buckets", prepared.buckets},
-                            {"max_bucket_tokens", prepared.max_bucket},
-                            {"gemm_shapes", prepared.gemm_shapes},
-                            {"gemm_shapes_from_cache", prepared.gemm_shapes_cached},
-                            {"tuning_cache", prepared.cache_status}});
+    std::vector<engine::PrepareReport> prepared(engines.size());
+    on_each_device(labels, [&](size_t i) {
+      engine::PrepareOptions po;
+      po.max_tokens = a.max_length;
+      po.max_questions = static_cast<int>(dopts.limits.max_questions);
+      po.max_options = static_cast<int>(dopts.limits.max_options_per_request);
+      po.tuning_cache = a.tuning_cache == "off"  ? ""
+                        : a.tuning_cache.empty() ? default_cache_dir()
+                                                 : a.tuning_cache;
+      const std::string& label = labels[i];
+      po.progress = [&log, &label](const std::string& line) {
+        log.info("prepare", {{"engine", label}, {"step", line}});
+      };
+      prepared[i] = engines[i]->prepare(po);
+    });
+    for (size_t i = 0; i < engines.size(); ++i) {
+      const engine::PrepareReport& p = prepared[i];
+      if (p.buckets > 0)
+        log.info("prepared", {{"engine", labels[i]},
+                              {"seconds", p.total_s},
+                              {"gemm_tuning_s", p.tuning_s},
+                              {"graphs_s", p.graphs_s},
+                              {"graphs", p.graphs},
+                              {"head_s", p.head_s},
+                              {"buckets", p.buckets},
+                              {"max_bucket_tokens", p.max_bucket},
+                              {"gemm_shapes", p.gemm_shapes},
+                              {"gemm_shapes_from_cache", p.gemm_shapes_cached},
+                              {"tuning_cache", p.cache_status}});
+    }
 
     auto t1 = Clock::now();
-    service::warm_up(*decider);
+    on_each_device(labels, [&](size_t i) { service::warm_up(*decider, *engines[i]); });
     const double warm_up_s = std::chrono::duration<double>(Clock::now() - t1).count();
-    log.info("warm_up", {{"seconds", warm_up_s}});
+    log.info("warm_up", {{"seconds", warm_up_s}, {"engines", engines.size()}});
 
     server::ServerOptions so;
     so.host = a.host;
@@ -224,7 +283,10 @@ int run_serve(const ServeArgs& a) {
     so.prepared = prepared;
     so.listener_v6 = listener.v6();
     so.listener_fd = listener.release();
-    srv = std::make_unique<server::Server>(decider, so, log);
+    std::vector<server::QueueEngine> queue_engines;
+    for (size_t i = 0; i < engines.size(); ++i)
+      queue_engines.push_back(server::QueueEngine{labels[i], engines[i]});
+    srv = std::make_unique<server::Server>(decider, std::move(queue_engines), so, log);
     port = srv->bind();
   } catch (const std::exception& e) {
     log.error("startup_failed", {{"error", e.what()}});
@@ -247,7 +309,7 @@ int run_serve(const ServeArgs& a) {
     srv.reset();
     return 1;
   }
-  srv.reset();  // joins the engine worker after its queue is empty
+  srv.reset();  // joins the engine workers after the queue is empty
   log.info("stopped", {{"drained", drained_cleanly.load()}});
   return 0;
 }
@@ -264,7 +326,7 @@ void add_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--port", args->port, "Port (0 = any free port, printed at start-up)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  add_engine_options(cmd, args->engine_options);
+  add_engine_options(cmd, args->engine_options, &args->devices);
   cmd->add_option("--max-length", args->max_length, "Context length in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
@@ -335,7 +397,18 @@ void add_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--log-format", args->log_format, "text | json")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
-  cmd->callback([args, &exit_code] { exit_code = run_serve(*args); });
+  cmd->callback([args, &exit_code] {
+    // An index the machine does not have is a usage error, before anything loads. Without any
+    // usable device nothing is checked here: engine creation fails closed with its own message.
+    try {
+      const engine::DeviceSpec& d = args->devices;
+      args->device_indices = engine::resolve_devices(
+          d, d.device == engine::Device::Cuda ? engine::cuda_device_count() : 0);
+    } catch (const std::invalid_argument& e) {
+      throw CLI::ValidationError(e.what());
+    }
+    exit_code = run_serve(*args);
+  });
 }
 
 }  // namespace clef::cli

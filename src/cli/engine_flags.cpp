@@ -1,6 +1,7 @@
 #include "cli/engine_flags.h"
 
 #include <map>
+#include <stdexcept>
 #include <string>
 
 namespace clef::cli {
@@ -28,10 +29,35 @@ CLI::Option* add_enum(CLI::App* cmd, const std::string& flag, E& value,
   return opt;
 }
 
+// --device: parsed at once, so a bad spec is a usage error (exit 2) before anything loads.
+void add_device(CLI::App* cmd, engine::EngineOptions& opts, engine::DeviceSpec* devices) {
+  auto parse = [&opts, devices](const std::string& text) {
+    engine::DeviceSpec spec;
+    try {
+      spec = engine::parse_device_spec(text);
+    } catch (const std::invalid_argument& e) {
+      throw CLI::ValidationError(e.what());
+    }
+    if (!devices && (spec.all || spec.indices.size() != 1))
+      throw CLI::ValidationError("--device '" + text +
+                                 "': this command runs one device (cpu, cuda or cuda:N); only "
+                                 "serve takes a list or cuda:all");
+    opts.device = spec.device;
+    opts.device_index = spec.indices.empty() ? 0 : spec.indices.front();
+    if (devices) *devices = spec;
+  };
+  const std::string help = devices ? std::string("Engine device(s): ") + engine::kDeviceSpecForms +
+                                         "; one engine per listed GPU, all fed from the one queue"
+                                   : "Engine device: cpu, cuda or cuda:N (cuda = cuda:0)";
+  cmd->add_option_function<std::string>("--device", parse, help)
+      ->type_name("TEXT")
+      ->default_str(engine::device_label(opts.device, opts.device_index));
+}
+
 }  // namespace
 
-void add_engine_options(CLI::App* cmd, engine::EngineOptions& opts) {
-  add_enum(cmd, "--device", opts.device, engine::kDeviceNames, "Engine device", true);
+void add_engine_options(CLI::App* cmd, engine::EngineOptions& opts, engine::DeviceSpec* devices) {
+  add_device(cmd, opts, devices);
   add_enum(cmd, "--dtype", opts.dtype, engine::kDTypeNames,
            "Engine dtype (default: the backend's, float32 on cpu, bfloat16 on cuda; cpu runs "
            "float32 only; fp8 is not implemented yet)",

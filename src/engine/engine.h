@@ -17,7 +17,7 @@ namespace clef::engine {
 
 struct EngineInfo {
   std::string backend;  // "cpu" | "cuda"
-  std::string device;   // e.g. "2-thread x86-64 CPU" or "NVIDIA H200, sm_90"
+  std::string device;   // e.g. "2-thread x86-64 CPU" or "cuda:1 NVIDIA H200, sm_90"
   std::string dtype;    // "float32" | "bfloat16"
   std::map<std::string, std::string>
       kernels;  // linear_attention, attention, gemm -> implementation
@@ -108,6 +108,7 @@ struct EngineOptions {
   DType dtype = DType::Default;
   Kernels kernels = Kernels::Auto;  // cuda only
   int threads = 0;                  // cpu: 0 = all cores
+  int device_index = 0;             // cuda: which GPU (cuda:N)
 };
 
 // Throws std::runtime_error with one clear line when the device is unavailable.

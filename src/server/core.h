@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "server/http_util.h"
 #include "server/inference_queue.h"
@@ -32,18 +33,20 @@ class Connection;
 // Everything the connections share. One event-loop thread (Server::run) owns the acceptor, every
 // connection and the registry; the worker pool and the engine worker only post back to it.
 struct Core {
-  Core(std::shared_ptr<service::Decider> d, ServerOptions o, Log& l)
+  Core(std::shared_ptr<service::Decider> d, std::vector<QueueEngine> engines, ServerOptions o,
+       Log& l)
       : decider(std::move(d)),
         opts(std::move(o)),
         log(l),
-        info(decider->engine().info()),
+        infos(engine_infos(engines)),
+        metrics(device_names(engines)),
         ioc(1),
         acceptor(ioc),
         accept_retry(ioc),
         pool(opts.worker_threads > 0
                  ? opts.worker_threads
                  : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u))),
-        queue(decider->engine(), QueueOptions{opts.max_queue, opts.max_batch_tokens}, metrics),
+        queue(std::move(engines), QueueOptions{opts.max_queue, opts.max_batch_tokens}, metrics),
         started_unix(static_cast<int64_t>(std::time(nullptr))) {
     openapi = openapi_document(opts.version, !opts.api_key.empty(), opts.ui);
     cors_any = std::find(opts.cors_origins.begin(), opts.cors_origins.end(), "*") !=
@@ -53,7 +56,7 @@ struct Core {
   std::shared_ptr<service::Decider> decider;
   ServerOptions opts;
   Log& log;
-  engine::EngineInfo info;
+  std::vector<engine::EngineInfo> infos;  // per engine, in queue order (read once)
   Metrics metrics;
   net::io_context ioc;
   tcp::acceptor acceptor;
@@ -73,6 +76,16 @@ struct Core {
   std::unordered_set<Connection*> connections;  // event-loop thread only
   bool refusing = false;                        // last accept was over --max-connections
 
+  static std::vector<engine::EngineInfo> engine_infos(const std::vector<QueueEngine>& engines) {
+    std::vector<engine::EngineInfo> out;
+    for (const auto& e : engines) out.push_back(e.engine ? e.engine->info() : engine::EngineInfo{});
+    return out;
+  }
+  static std::vector<std::string> device_names(const std::vector<QueueEngine>& engines) {
+    std::vector<std::string> out;
+    for (const auto& e : engines) out.push_back(e.device);
+    return out;
+  }
   std::string display_name() const {
     const auto& names = decider->options().served_model_names;
     return names.empty() ? opts.model_name : names.front();

@@ -3,13 +3,19 @@
 #include <chrono>
 #include <exception>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace clef::server {
 
-InferenceQueue::InferenceQueue(engine::Engine& engine, QueueOptions opts, Metrics& metrics)
-    : engine_(engine), opts_(opts), metrics_(metrics) {
-  worker_ = std::thread([this] { run(); });
+InferenceQueue::InferenceQueue(std::vector<QueueEngine> engines, QueueOptions opts,
+                               Metrics& metrics)
+    : engines_(std::move(engines)), opts_(opts), metrics_(metrics) {
+  if (engines_.empty()) throw std::invalid_argument("InferenceQueue needs at least one engine");
+  for (const auto& e : engines_)
+    if (!e.engine) throw std::invalid_argument("InferenceQueue: no engine for " + e.device);
+  workers_.reserve(engines_.size());
+  for (size_t i = 0; i < engines_.size(); ++i) workers_.emplace_back([this, i] { run(i); });
 }
 
 InferenceQueue::~InferenceQueue() {
@@ -51,10 +57,12 @@ void InferenceQueue::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
 }
 
-void InferenceQueue::run() {
+void InferenceQueue::run(size_t index) {
+  engine::Engine& eng = *engines_[index].engine;
   for (;;) {
     std::vector<Job> batch, dropped;
     size_t tokens = 0;
@@ -76,6 +84,8 @@ void InferenceQueue::run() {
         batch.push_back(std::move(jobs_.front()));
         jobs_.pop_front();
       }
+      // What the budget left is the next free worker's: wake one (a submit() woke only this one).
+      if (!jobs_.empty()) cv_.notify_one();
     }
     if (!dropped.empty()) {
       metrics_.add_dropped(dropped.size());
@@ -96,7 +106,7 @@ void InferenceQueue::run() {
     std::vector<engine::ForwardOutput> outputs;
     std::exception_ptr err;
     try {
-      outputs = engine_.forward(inputs);
+      outputs = eng.forward(inputs);
       if (outputs.size() != batch.size()) {
         throw std::runtime_error("engine returned " + std::to_string(outputs.size()) +
                                  " outputs for a batch of " + std::to_string(batch.size()));
@@ -107,7 +117,7 @@ void InferenceQueue::run() {
     // Record the batch before any caller is woken: a client that reads /metrics right after its
     // answer must see the pass that produced it.
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    metrics_.observe_batch(batch.size(), tokens, secs);
+    metrics_.observe_batch(index, batch.size(), tokens, secs);
     // Every request of a failed batch gets the error (HTTP 500, logged with its request id).
     for (size_t i = 0; i < batch.size(); ++i) {
       if (err) {
@@ -123,6 +133,7 @@ void InferenceQueue::run() {
       r.queue_s = std::chrono::duration<double>(t0 - batch[i].submitted).count();
       r.forward_s = secs;
       r.batch_size = batch.size();
+      r.engine_index = index;
       if (batch[i].done) {
         batch[i].done(&r, nullptr);
       } else {

@@ -1,8 +1,9 @@
-// The bounded queue between HTTP threads and the ONE engine worker thread. A request enters only
-// after its body was read, parsed and encoded, so a slow client never holds an inference slot. The
-// worker takes queued requests in arrival order, up to max_batch_tokens worth (always at least
-// one), into one Engine::forward call; the engine guarantees answers do not depend on batch
-// company.
+// The bounded queue between HTTP threads and the engines: one worker thread per engine (one per
+// GPU of `serve --device cuda:0,cuda:1,...`), all taking from the one deque. A request enters only
+// after its body was read, parsed and encoded, so a slow client never holds an inference slot. A
+// free worker takes queued requests in arrival order, up to max_batch_tokens worth (always at least
+// one), into one Engine::forward call on its engine, so a batch goes to the first free engine; the
+// engine guarantees answers do not depend on batch company.
 #pragma once
 
 #include <atomic>
@@ -16,7 +17,9 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "encoding/encode.h"
 #include "engine/engine.h"
@@ -41,24 +44,33 @@ class Cancelled : public std::runtime_error {
   Cancelled() : std::runtime_error("the client closed the connection before its batch") {}
 };
 
+// One engine the queue feeds, and the device it runs on ("cpu", "cuda:1": its name in /health and
+// its /metrics label).
+struct QueueEngine {
+  std::string device;
+  std::shared_ptr<engine::Engine> engine;
+};
+
 // One request's answer and where its time went (the Server-Timing header reports these).
 struct QueueResult {
   engine::ForwardOutput output;
   double queue_s = 0;    // submitted -> its batch started
   double forward_s = 0;  // the batch's Engine::forward
   size_t batch_size = 0;
+  size_t engine_index = 0;  // which of the queue's engines ran it
 };
 
 class InferenceQueue {
  public:
-  InferenceQueue(engine::Engine& engine, QueueOptions opts, Metrics& metrics);
-  ~InferenceQueue();  // finishes queued work, then joins the worker
+  // At least one engine; `metrics` counts batches per engine (Metrics::observe_batch's index).
+  InferenceQueue(std::vector<QueueEngine> engines, QueueOptions opts, Metrics& metrics);
+  ~InferenceQueue();  // finishes queued work, then joins the workers
   InferenceQueue(const InferenceQueue&) = delete;
   InferenceQueue& operator=(const InferenceQueue&) = delete;
 
   // `enc` must outlive the returned future's completion. nullopt: the queue is full.
   std::optional<std::future<QueueResult>> submit(const encoding::EncodedRequest& enc);
-  // The same, without a thread waiting: `done` runs on the engine worker thread with the result
+  // The same, without a thread waiting: `done` runs on an engine worker thread with the result
   // (error null) or the engine's error (result null); keep it short (hand the work on). `enc` must
   // outlive that call. False: the queue is full (`done` is never called). `cancelled` (optional):
   // once it reads true, the job is dropped when a batch is formed and never reaches the engine;
@@ -68,7 +80,8 @@ class InferenceQueue {
   bool submit(const encoding::EncodedRequest& enc, Done done, CancelFlag cancelled = nullptr);
   size_t depth() const;
   size_t capacity() const { return opts_.max_queue; }
-  // Stops taking new work, runs what is queued, joins the worker. Idempotent.
+  const std::vector<QueueEngine>& engines() const { return engines_; }
+  // Stops taking new work, runs what is queued, joins the workers. Idempotent.
   void stop();
 
  private:
@@ -80,16 +93,16 @@ class InferenceQueue {
     CancelFlag cancelled;
     bool is_cancelled() const { return cancelled && cancelled->load(); }
   };
-  void run();
+  void run(size_t index);
 
-  engine::Engine& engine_;
+  std::vector<QueueEngine> engines_;
   QueueOptions opts_;
   Metrics& metrics_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   bool stopping_ = false;
-  std::thread worker_;
+  std::vector<std::thread> workers_;  // workers_[i] runs engines_[i]
 };
 
 }  // namespace clef::server

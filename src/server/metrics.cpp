@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 namespace clef::server {
 
@@ -41,23 +42,34 @@ void Histogram::observe(double v) {
   ++count_;
 }
 
-void Histogram::render(std::string& out, const std::string& name) const {
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  const std::string sep = labels.empty() ? "" : ",";
+  const std::string own = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= bounds_.size(); ++i) {
     cumulative += counts_[i];
     std::string le = i < bounds_.size() ? num(bounds_[i]) : "+Inf";
-    out += name + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) + '\n';
+    out += name + "_bucket{" + labels + sep + "le=\"" + le + "\"} " + std::to_string(cumulative) +
+           '\n';
   }
-  out += name + "_sum " + num(sum_) + '\n';
-  out += name + "_count " + std::to_string(count_) + '\n';
+  out += name + "_sum" + own + " " + num(sum_) + '\n';
+  out += name + "_count" + own + " " + std::to_string(count_) + '\n';
 }
 
-Metrics::Metrics()
-    : latency_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
-      batch_requests_({1, 2, 4, 8, 16, 32, 64}),
-      batch_tokens_({64, 256, 1024, 4096, 16384, 65536, 262144}),
-      forward_seconds_(
-          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}) {}
+Metrics::Metrics(std::vector<std::string> devices)
+    : latency_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}) {
+  if (devices.empty()) throw std::invalid_argument("Metrics needs at least one device");
+  for (const auto& d : devices) {
+    // Device names are ours ("cpu", "cuda:N"): nothing to escape, but never emit a broken line.
+    if (d.find_first_of("\"\\\n") != std::string::npos)
+      throw std::invalid_argument("Metrics: bad device name");
+    engines_.push_back(PerEngine{
+        "device=\"" + d + "\"", Histogram({1, 2, 4, 8, 16, 32, 64}),
+        Histogram({64, 256, 1024, 4096, 16384, 65536, 262144}),
+        Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+        0});
+  }
+}
 
 void Metrics::observe_request(const std::string& path, int status, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -72,12 +84,13 @@ void Metrics::add_tokens(size_t input_tokens, size_t truncated_state_tokens) {
   truncated_tokens_ += truncated_state_tokens;
 }
 
-void Metrics::observe_batch(size_t requests, size_t tokens, double seconds) {
+void Metrics::observe_batch(size_t engine, size_t requests, size_t tokens, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++batches_;
-  batch_requests_.observe(static_cast<double>(requests));
-  batch_tokens_.observe(static_cast<double>(tokens));
-  forward_seconds_.observe(seconds);
+  PerEngine& e = engines_.at(engine);
+  ++e.batches;
+  e.batch_requests.observe(static_cast<double>(requests));
+  e.batch_tokens.observe(static_cast<double>(tokens));
+  e.forward_seconds.observe(seconds);
 }
 
 void Metrics::add_dropped(size_t requests) {
@@ -101,19 +114,22 @@ std::string Metrics::render(const Gauges& g) const {
   header(out, "clef_truncated_state_tokens_total", "counter",
          "State tokens cut under truncation \"allow\".");
   out += "clef_truncated_state_tokens_total " + std::to_string(truncated_tokens_) + '\n';
-  header(out, "clef_batches_total", "counter", "Engine forward passes run.");
-  out += "clef_batches_total " + std::to_string(batches_) + '\n';
+  header(out, "clef_batches_total", "counter", "Engine forward passes run, by device.");
+  for (const auto& e : engines_)
+    out += "clef_batches_total{" + e.label + "} " + std::to_string(e.batches) + '\n';
   header(out, "clef_requests_dropped_total", "counter",
          "Queued requests dropped before the engine because their client had closed the "
          "connection (logged with status 499).");
   out += "clef_requests_dropped_total " + std::to_string(dropped_) + '\n';
-  header(out, "clef_batch_size_requests", "histogram", "Requests per engine forward pass.");
-  batch_requests_.render(out, "clef_batch_size_requests");
-  header(out, "clef_batch_size_tokens", "histogram", "Tokens per engine forward pass.");
-  batch_tokens_.render(out, "clef_batch_size_tokens");
+  header(out, "clef_batch_size_requests", "histogram",
+         "Requests per engine forward pass, by device.");
+  for (const auto& e : engines_) e.batch_requests.render(out, "clef_batch_size_requests", e.label);
+  header(out, "clef_batch_size_tokens", "histogram", "Tokens per engine forward pass, by device.");
+  for (const auto& e : engines_) e.batch_tokens.render(out, "clef_batch_size_tokens", e.label);
   header(out, "clef_forward_duration_seconds", "histogram",
-         "Engine forward pass time, in seconds.");
-  forward_seconds_.render(out, "clef_forward_duration_seconds");
+         "Engine forward pass time, in seconds, by device.");
+  for (const auto& e : engines_)
+    e.forward_seconds.render(out, "clef_forward_duration_seconds", e.label);
   header(out, "clef_queue_depth", "gauge", "Requests waiting for the engine.");
   out += "clef_queue_depth " + std::to_string(g.queue_depth) + '\n';
   header(out, "clef_queue_capacity", "gauge",
@@ -122,9 +138,12 @@ std::string Metrics::render(const Gauges& g) const {
   header(out, "clef_in_flight_requests", "gauge", "HTTP requests being handled.");
   out += "clef_in_flight_requests " + std::to_string(g.in_flight) + '\n';
   header(out, "clef_gpu_memory_used_bytes", "gauge",
-         "GPU memory in use on the engine's device (0 on the CPU backend).");
-  out += "clef_gpu_memory_used_bytes " +
-         std::to_string(g.gpu_memory_used_bytes < 0 ? 0 : g.gpu_memory_used_bytes) + '\n';
+         "GPU memory in use on each engine's device (0 on the CPU backend).");
+  for (size_t i = 0; i < engines_.size(); ++i) {
+    const int64_t used = i < g.gpu_memory_used_bytes.size() ? g.gpu_memory_used_bytes[i] : -1;
+    out += "clef_gpu_memory_used_bytes{" + engines_[i].label + "} " +
+           std::to_string(used < 0 ? 0 : used) + '\n';
+  }
   return out;
 }
 

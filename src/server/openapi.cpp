@@ -349,8 +349,8 @@ constexpr const char* kDocument = R"json({
       "Health": {
         "type": "object",
         "required": ["status", "model", "backend", "device", "dtype", "quantization", "kernels",
-                     "model_revision",
-                     "weights_sha256_verified", "max_length", "version", "demo"],
+                     "devices", "model_revision", "weights_sha256_verified", "max_length",
+                     "version", "demo"],
         "properties": {
           "status": {"type": "string", "const": "ok"},
           "model": {"type": "string"},
@@ -360,6 +360,23 @@ constexpr const char* kDocument = R"json({
           "quantization": {"type": "string", "enum": ["none", "fp8-e4m3-block128"],
                            "description": "The release's weights: fp8-e4m3-block128 = HF fine-grained FP8 (docs/engine.md \"FP8\")."},
           "kernels": {"type": "object", "additionalProperties": {"type": "string"}},
+          "devices": {
+            "type": "array",
+            "description": "Every engine the one queue feeds, one per device of --device (cuda:0,cuda:1,... or cuda:all); the top-level backend, device, dtype, kernels and gpu describe the first. With a CUDA engine also prepare_s and tuning_cache.",
+            "items": {
+              "type": "object",
+              "required": ["id", "backend", "device", "dtype", "kernels"],
+              "properties": {
+                "id": {"type": "string", "description": "cpu or cuda:N, the device label of the per-engine /metrics series."},
+                "backend": {"type": "string", "enum": ["cpu", "cuda"]},
+                "device": {"type": "string"},
+                "dtype": {"type": "string"},
+                "kernels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "prepare_s": {"type": "number"},
+                "tuning_cache": {"type": "string"}
+              }
+            }
+          },
           "model_revision": {"type": "string"},
           "weights_sha256_verified": {"type": "boolean"},
           "max_length": {"type": "integer"},

@@ -32,28 +32,56 @@ Reply health(const Core& core) {
     return json_reply(
         503, dump(ojson{{"status", "draining"}, {"detail", "The server is shutting down"}}));
   const auto& rel = core.decider->release();
-  ojson kernels = ojson::object();
-  for (const auto& [k, v] : core.info.kernels) kernels[k] = v;
+  const auto kernels_of = [](const engine::EngineInfo& info) {
+    ojson k = ojson::object();
+    for (const auto& [name, v] : info.kernels) k[name] = v;
+    return k;
+  };
+  const auto& engines = core.queue.engines();
+  const engine::EngineInfo& first = core.infos.front();
+  // The top-level backend/device/dtype/kernels/gpu describe the first engine (with one device,
+  // the only one); "devices" lists every engine the queue feeds.
   ojson h{{"status", "ok"},
           {"model", core.display_name()},
-          {"backend", core.info.backend},
-          {"device", core.info.device},
-          {"dtype", core.info.dtype},
+          {"backend", first.backend},
+          {"device", first.device},
+          {"dtype", first.dtype},
           {"quantization", rel.quantization.fp8 ? "fp8-e4m3-block128" : "none"},
-          {"kernels", kernels},
+          {"kernels", kernels_of(first)},
           {"model_revision", rel.revision},
           {"weights_sha256_verified", rel.weights_sha256_verified},
           {"max_length", core.decider->options().encode.max_length},
           {"version", core.opts.version},
           {"demo", core.opts.demo}};
-  if (!core.info.versions.empty()) {
-    ojson gpu{{"name", core.info.device}};
-    for (const auto& [k, v] : core.info.versions) gpu[k] = v;
+  if (!first.versions.empty()) {
+    // The GPU itself, as before devices had indices: "NVIDIA H200, sm_90" of "cuda:0 NVIDIA ...".
+    std::string name = first.device;
+    const std::string index = engines.front().device + " ";
+    if (name.rfind(index, 0) == 0) name.erase(0, index.size());
+    ojson gpu{{"name", name}};
+    for (const auto& [k, v] : first.versions) gpu[k] = v;
     h["gpu"] = gpu;
   }
-  const auto& p = core.opts.prepared;
+  ojson devices = ojson::array();
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const engine::EngineInfo& info = core.infos[i];
+    ojson d{{"id", engines[i].device},
+            {"backend", info.backend},
+            {"device", info.device},
+            {"dtype", info.dtype},
+            {"kernels", kernels_of(info)}};
+    if (i < core.opts.prepared.size() && core.opts.prepared[i].buckets > 0) {
+      d["prepare_s"] = core.opts.prepared[i].total_s;
+      d["tuning_cache"] = core.opts.prepared[i].cache_status;
+    }
+    devices.push_back(std::move(d));
+  }
+  h["devices"] = devices;
+  static const engine::PrepareReport kNone;
+  const auto& p = core.opts.prepared.empty() ? kNone : core.opts.prepared.front();
   ojson startup{{"load_s", core.opts.load_s}, {"warm_up_s", core.opts.warm_up_s}};
   if (p.buckets > 0) {
+    // The first engine's; the others prepared at the same time (devices[].prepare_s).
     startup["prepare_s"] = p.total_s;
     startup["gemm_tuning_s"] = p.tuning_s;
     startup["graphs_s"] = p.graphs_s;
@@ -96,7 +124,8 @@ Reply metrics_text(const Core& core) {
   g.queue_depth = core.queue.depth();
   g.queue_capacity = core.queue.capacity();
   g.in_flight = core.in_flight.load();
-  g.gpu_memory_used_bytes = core.decider->engine().memory_used_bytes();
+  for (const auto& e : core.queue.engines())
+    g.gpu_memory_used_bytes.push_back(e.engine->memory_used_bytes());
   Reply r;
   r.body = core.metrics.render(g);
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -20,8 +20,9 @@ struct Server::Impl : Core {
   using Core::Core;
 };
 
-Server::Server(std::shared_ptr<service::Decider> decider, ServerOptions opts, Log& log)
-    : impl_(std::make_unique<Impl>(std::move(decider), std::move(opts), log)) {}
+Server::Server(std::shared_ptr<service::Decider> decider, std::vector<QueueEngine> engines,
+               ServerOptions opts, Log& log)
+    : impl_(std::make_unique<Impl>(std::move(decider), std::move(engines), std::move(opts), log)) {}
 
 Server::~Server() {
   begin_shutdown();

@@ -2,9 +2,9 @@
 // /health/live (liveness), /v1/models, /metrics, /openapi.json, the playground (/) over an
 // event-driven Boost.Beast (Asio) HTTP/1.1 server. One event-loop thread owns every connection
 // (reads, deadlines, limits, writes), so an idle or slow client costs only memory; a small worker
-// pool parses, validates and encodes bodies and hands encoded requests to the InferenceQueue's
-// single engine worker; answers are formatted by service::Decider::finish, the same code `clefserve
-// decide` uses.
+// pool parses, validates and encodes bodies and hands encoded requests to the InferenceQueue, whose
+// worker per engine (per GPU) runs them; answers are formatted by service::Decider::finish, the
+// same code `clefserve decide` uses.
 #pragma once
 
 #include <chrono>
@@ -38,9 +38,10 @@ struct ServerOptions {
   std::string model_name;
   bool demo = false;    // the built-in random-weights demo model (reported in /health)
   std::string version;  // clefserve version for /health and /openapi.json
-  // Start-up, reported in /health: seconds to load the weights, what prepare() did, the warm-up.
+  // Start-up, reported in /health: seconds to load the weights, what prepare() did on each engine
+  // (in the engines' order), the warm-up.
   double load_s = 0, warm_up_s = 0;
-  engine::PrepareReport prepared;
+  std::vector<engine::PrepareReport> prepared;
   // An open listening socket (Listener::release()) that bind() adopts instead of opening one.
   int listener_fd = -1;
   bool listener_v6 = false;
@@ -69,7 +70,9 @@ class Listener {
 
 class Server {
  public:
-  Server(std::shared_ptr<service::Decider> decider, ServerOptions opts, Log& log);
+  // `engines`: one or more, all prepared and warmed up; the queue feeds them all.
+  Server(std::shared_ptr<service::Decider> decider, std::vector<QueueEngine> engines,
+         ServerOptions opts, Log& log);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

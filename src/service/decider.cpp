@@ -9,10 +9,9 @@
 
 namespace clef::service {
 
-Decider::Decider(std::shared_ptr<const model::Release> release,
-                 std::shared_ptr<engine::Engine> engine, DeciderOptions opts)
-    : release_(std::move(release)), engine_(std::move(engine)), opts_(std::move(opts)) {
-  if (!release_ || !engine_) throw std::invalid_argument("Decider needs a release and an engine");
+Decider::Decider(std::shared_ptr<const model::Release> release, DeciderOptions opts)
+    : release_(std::move(release)), opts_(std::move(opts)) {
+  if (!release_) throw std::invalid_argument("Decider needs a release");
   if (!release_->tokenizer) throw std::invalid_argument("Decider: the release has no tokenizer");
   // The release's vision token ids and pixel budgets; the decoded-size limit is the request limit.
   if (!opts_.encode.media.tokens.valid())
@@ -56,9 +55,9 @@ json::Value Decider::finish(const Prepared& p, const engine::ForwardOutput& out,
   return response;
 }
 
-json::Value Decider::decide(const json::Value& body, bool raw) {
+json::Value Decider::decide(const json::Value& body, engine::Engine& engine, bool raw) const {
   const Prepared p = prepare(body);
-  const std::vector<engine::ForwardOutput> outs = engine_->forward({&p.encoded});
+  const std::vector<engine::ForwardOutput> outs = engine.forward({&p.encoded});
   if (outs.size() != 1) throw std::runtime_error("engine returned no output for the request");
   return finish(p, outs[0], raw);
 }

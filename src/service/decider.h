@@ -1,5 +1,7 @@
 // The request pipeline shared by `clefserve decide` and the HTTP server:
 // request JSON -> validated request -> token ids + spans -> engine logits -> answer JSON.
+// The Decider holds no engine: the caller runs the forward pass on its own (the server on any of
+// its engines, through the queue).
 #pragma once
 
 #include <memory>
@@ -30,24 +32,21 @@ struct Prepared {
 
 class Decider {
  public:
-  Decider(std::shared_ptr<const model::Release> release, std::shared_ptr<engine::Engine> engine,
-          DeciderOptions opts);
+  Decider(std::shared_ptr<const model::Release> release, DeciderOptions opts);
 
   // Validate, check the model name against served_model_names, encode. Throws
   // encoding::RequestError (422 invalid, 400 not an object, 404 model not served).
   Prepared prepare(const json::Value& body) const;
   // Logits -> response JSON (adds usage.truncated_state_tokens when the state was cut).
   json::Value finish(const Prepared& p, const engine::ForwardOutput& out, bool raw = false) const;
-  // prepare + one forward + finish.
-  json::Value decide(const json::Value& body, bool raw = false);
+  // prepare + one forward on `engine` + finish.
+  json::Value decide(const json::Value& body, engine::Engine& engine, bool raw = false) const;
 
   const model::Release& release() const { return *release_; }
-  engine::Engine& engine() { return *engine_; }
   const DeciderOptions& options() const { return opts_; }
 
  private:
   std::shared_ptr<const model::Release> release_;
-  std::shared_ptr<engine::Engine> engine_;
   DeciderOptions opts_;
 };
 

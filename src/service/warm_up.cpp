@@ -6,7 +6,7 @@
 
 namespace clef::service {
 
-void warm_up(Decider& decider) {
+void warm_up(const Decider& decider, engine::Engine& engine) {
   static constexpr const char* kRequest =
       R"({"model":"warm-up","state":"The service is starting.",)"
       R"("questions":{"ready":{"type":"choice","instructions":"Is it ready?",)"
@@ -19,7 +19,7 @@ void warm_up(Decider& decider) {
   const auto& names = decider.options().served_model_names;
   if (!names.empty()) body->set("model", json::Value::string(names.front()));
   // decide() formats the answer, which refuses a NaN/inf probability by throwing.
-  (void)decider.decide(*body);
+  (void)decider.decide(*body, engine);
 }
 
 }  // namespace clef::service

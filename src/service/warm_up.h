@@ -6,8 +6,8 @@
 
 namespace clef::service {
 
-// Runs one small fixed request through `decider`. Throws (std::exception) on any failure, including
-// a non-finite probability.
-void warm_up(Decider& decider);
+// Runs one small fixed request through `decider` on `engine`. Throws (std::exception) on any
+// failure, including a non-finite probability.
+void warm_up(const Decider& decider, engine::Engine& engine);
 
 }  // namespace clef::service

@@ -99,7 +99,7 @@ TEST(ServerClientGone, QueuedRequestsOfClientsThatLeaveNeverReachTheEngine) {
   EXPECT_EQ(series_value(metrics, R"(clef_http_requests_total{path="/v1/systemone",status="200"})"),
             1)
       << metrics;
-  const double reached = series_value(metrics, "clef_batch_size_requests_sum");
+  const double reached = series_value(metrics, R"(clef_batch_size_requests_sum{device="cpu"})");
   const double dropped = series_value(metrics, "clef_requests_dropped_total");
   // Each request either reached the engine or was dropped; the normal one reached it.
   EXPECT_EQ(reached + dropped, kGone + 1) << metrics;

@@ -194,23 +194,30 @@ TEST(ServerMetrics, PrometheusTextFormat) {
   EXPECT_EQ(find("clef_queue_depth", {}), 0);
   EXPECT_EQ(find("clef_queue_capacity", {}), 256);
   EXPECT_GE(find("clef_in_flight_requests", {}), 1);  // this request
-  EXPECT_GE(find("clef_batch_size_requests_count", {}), 1);
+  EXPECT_GE(find("clef_batch_size_requests_count", {{"device", "cpu"}}), 1);
+  EXPECT_GE(find("clef_batches_total", {{"device", "cpu"}}), 1);
   EXPECT_EQ(types["clef_requests_dropped_total"], "counter");
   EXPECT_GE(find("clef_requests_dropped_total", {}), 0);
-  EXPECT_EQ(find("clef_gpu_memory_used_bytes", {}), 0);  // CPU backend
+  EXPECT_EQ(find("clef_gpu_memory_used_bytes", {{"device", "cpu"}}), 0);  // CPU backend
 
-  // Histogram invariants: buckets cumulative and ending at +Inf == _count.
+  // Histogram invariants: buckets cumulative and ending at +Inf == _count, per series (the
+  // per-engine histograms carry a device label).
   for (const auto& [family, type] : types) {
     if (type != "histogram") continue;
-    double prev = 0, inf = -1;
+    std::map<std::map<std::string, std::string>, std::pair<double, double>> prev_inf;
     for (const auto& s : samples) {
       if (s.name != family + "_bucket") continue;
       ASSERT_TRUE(s.labels.count("le")) << family;
+      auto series = s.labels;
+      series.erase("le");
+      auto& [prev, inf] = prev_inf.try_emplace(series, 0.0, -1.0).first->second;
       EXPECT_GE(s.value, prev) << family << " le=" << s.labels.at("le");
       prev = s.value;
       if (s.labels.at("le") == "+Inf") inf = s.value;
     }
-    EXPECT_EQ(inf, find(family + "_count", {})) << family;
+    EXPECT_FALSE(prev_inf.empty()) << family;
+    for (const auto& [series, pi] : prev_inf)
+      EXPECT_EQ(pi.second, find(family + "_count", series)) << family;
   }
 }
 

@@ -12,16 +12,24 @@
 namespace clef {
 namespace {
 
-service::Decider make_decider(const std::string& model, int32_t max_length, encoding::Truncation tr,
-                              int threads = 0) {
+// A decider and the CPU engine its decide() runs on.
+struct EngineDecider {
+  std::shared_ptr<engine::Engine> engine;
+  service::Decider decider;
+  json::Value decide(const json::Value& body, bool raw = false) const {
+    return decider.decide(body, *engine, raw);
+  }
+};
+
+EngineDecider make_decider(const std::string& model, int32_t max_length, encoding::Truncation tr,
+                           int threads = 0) {
   auto release = testing::load_golden_model(model);
   engine::EngineOptions eo;
   eo.threads = threads;  // 0: all cores
-  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, eo);
   service::DeciderOptions opts;
   opts.encode.max_length = max_length;
   opts.encode.truncation = tr;
-  return service::Decider(release, eng, opts);
+  return EngineDecider{engine::create_engine(release, eo), service::Decider(release, opts)};
 }
 
 void check_model(const std::string& model, int threads = 0) {
@@ -152,11 +160,10 @@ TEST(Decider, SchemaTooLongIsRefusedEvenWithTruncationAllowed) {
 
 TEST(Decider, ServedModelNamesRefuseOtherModelsWith404BeforeEncoding) {
   auto release = testing::load_golden_model("tiny-r2");
-  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, {});
   service::DeciderOptions opts;
   opts.served_model_names = {"clef-flash", "@cf/cloudflare/clef-flash"};
   opts.encode.max_length = 20;  // too short for any request: encoding would refuse with 422
-  service::Decider decider(release, eng, opts);
+  service::Decider decider(release, opts);
   json::ParseError err;
   auto body =
       json::parse(R"({"model":"gpt-4","state":"x","questions":{"q":{"type":"noul"}}})", &err);

@@ -21,20 +21,28 @@ void say(const std::string& m) {
   std::fprintf(stderr, "cuda: %s\n", m.c_str());
 }
 
+// The engine's device, current before any member allocates on it (those after config_).
+const CudaEngineConfig& on_device(const CudaEngineConfig& c) {
+  CLEF_CUDA_CHECK(cudaSetDevice(c.device));
+  return c;
+}
+
 }  // namespace
 
 CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
                                const CudaEngineConfig& config)
-    : rel_(std::move(release)), cfg_(rel_->text), config_(config), graphs_(kGraphsWithoutPrepare) {
-  int dev = 0;
-  CLEF_CUDA_CHECK(cudaGetDevice(&dev));
+    : rel_(std::move(release)),
+      cfg_(rel_->text),
+      config_(on_device(config)),
+      graphs_(kGraphsWithoutPrepare) {
+  const int dev = config_.device;
   device_index_ = dev;
   cudaDeviceProp prop{};
   CLEF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   cc_ = prop.major * 10 + prop.minor;
   sm_count_ = prop.multiProcessorCount;
   device_name_ = prop.name;
-  device_ = device_name_ + ", sm_" + std::to_string(cc_);
+  device_ = "cuda:" + std::to_string(dev) + " " + device_name_ + ", sm_" + std::to_string(cc_);
   versions_ = cuda_versions();
   validate_config();
   CLEF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -50,6 +58,7 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
 }
 
 CudaEngineImpl::~CudaEngineImpl() {
+  cudaSetDevice(device_index_);  // the members free on it too; a destructor cannot throw
   graphs_.clear();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -78,6 +87,7 @@ void CudaEngineImpl::validate_config() const {
 // anything is enqueued.
 std::vector<ForwardOutput> CudaEngineImpl::forward(
     const std::vector<const encoding::EncodedRequest*>& batch) {
+  use_device();
   std::vector<Pack> packs;
   size_t staged = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -303,7 +313,12 @@ std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const model::Release> r
   if (e != cudaSuccess || n == 0)
     throw std::runtime_error(std::string("no usable CUDA device (") +
                              (e != cudaSuccess ? cudaGetErrorString(e) : "none found") + ")");
+  if (opts.device_index < 0 || opts.device_index >= n)
+    throw std::runtime_error("no CUDA device cuda:" + std::to_string(opts.device_index) +
+                             ": this machine has " + std::to_string(n) + " (cuda:0" +
+                             (n > 1 ? "..cuda:" + std::to_string(n - 1) : "") + ")");
   CudaEngineConfig c;
+  c.device = opts.device_index;
   switch (opts.dtype) {
     case DType::Default:
     case DType::BFloat16:

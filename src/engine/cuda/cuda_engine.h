@@ -43,8 +43,11 @@ class CudaEngine : public Engine {
   virtual std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) = 0;
 };
 
-// Throws std::runtime_error with one clear line when no CUDA device is usable or an option is
-// invalid.
+// CUDA devices this process can use (0 when none is, whatever the reason).
+int device_count();
+
+// Throws std::runtime_error with one clear line when no CUDA device is usable, the device
+// (opts.device_index) does not exist, or an option is invalid.
 std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const model::Release> release,
                                          const EngineOptions& opts);
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/cuda/backbone.h"
+#include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/graph_cache.h"
@@ -35,6 +36,7 @@ struct CudaEngineConfig {
   DataType activations = DataType::BF16;
   DataType weights = DataType::BF16;
   KernelPath kernels = KernelPath::Auto;
+  int device = 0;  // the CUDA device index it runs on
 };
 
 class CudaEngineImpl final : public CudaEngine {
@@ -56,6 +58,9 @@ class CudaEngineImpl final : public CudaEngine {
 
  private:
   void validate_config() const;
+  // Every public entry point that touches the GPU makes the engine's device current first: the
+  // caller's thread may run another device's engine too (serve with several GPUs).
+  void use_device() const { CLEF_CUDA_CHECK(cudaSetDevice(device_index_)); }
   // Room for Tp rows; drops the graphs when the workspace moved.
   void reserve(int Tp);
   // ids -> workspace final_hidden for the padded bucket: replays the bucket's graph (capturing it

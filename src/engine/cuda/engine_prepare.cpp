@@ -46,6 +46,7 @@ std::string CudaEngineImpl::tuning_file_name() const {
 }
 
 PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
+  use_device();
   const auto t0 = Clock::now();
   auto say = [&](const std::string& m) {
     if (o.progress) o.progress(m);

@@ -19,6 +19,7 @@ ColdWork CudaEngineImpl::cold_work() const {
 }
 
 StageTimes CudaEngineImpl::forward_profiled(const encoding::EncodedRequest& req) {
+  use_device();
   StageRecorder rec(stream_);
   run_backbone(req.input_ids, &rec);
   // The head is enqueued while the backbone still runs (as in forward) and synchronises at its
@@ -30,6 +31,7 @@ StageTimes CudaEngineImpl::forward_profiled(const encoding::EncodedRequest& req)
 }
 
 double CudaEngineImpl::gemm_floor_ms(int T, int runs) {
+  use_device();
   if (T <= 0) throw std::runtime_error("gemm_floor_ms: T must be positive");
   reserve(bucket_tokens(T));
   const Activations& a = workspace_->buffers();
@@ -43,11 +45,13 @@ double CudaEngineImpl::gemm_floor_ms(int T, int runs) {
 }
 
 double CudaEngineImpl::backbone_ms(const std::vector<int32_t>& ids, int runs) {
+  use_device();
   run_backbone(ids, nullptr);  // captures the bucket's graph if it is new
   return median_ms(stream_, runs, [&] { run_backbone(ids, nullptr); });
 }
 
 std::vector<float> CudaEngineImpl::last_hidden_state(const std::vector<int32_t>& ids) {
+  use_device();
   run_backbone(ids, nullptr);
   return hidden_host(static_cast<int>(ids.size()));
 }

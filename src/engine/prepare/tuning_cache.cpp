@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <tuple>
 
 #include "model/pinning.h"
@@ -158,8 +161,10 @@ void save_tuning_cache(const std::string& path, const TuningKey& key,
   if (ec)
     throw std::runtime_error("tuning cache: cannot create " + p.parent_path().string() + ": " +
                              ec.message());
-  // Unique per process, so two servers starting at once never write one temporary file.
-  const fs::path tmp = p.string() + ".tmp." + std::to_string(::getpid());
+  // Unique per process and thread, so two servers starting at once, or two GPUs of one server
+  // (serve --device cuda:0,cuda:1 prepares them in parallel), never write one temporary file.
+  const fs::path tmp = p.string() + ".tmp." + std::to_string(::getpid()) + "." +
+                       std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << j.dump(1) << "\n";
