@@ -57,6 +57,7 @@ int run_decide(const DecideArgs& a) {
   opts.encode.max_length = a.max_length;
   opts.encode.truncation =
       a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
+  service::media_engines(opts, {engine});
   service::Decider decider(release, opts);
 
   const std::string body_text((std::istreambuf_iterator<char>(std::cin)),

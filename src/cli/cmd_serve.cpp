@@ -222,6 +222,7 @@ int run_serve(const ServeArgs& a) {
     dopts.encode.truncation =
         a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
     dopts.served_model_names = a.served_model_names;
+    service::media_engines(dopts, engines);
     auto decider = std::make_shared<service::Decider>(release, dopts);
 
     std::vector<engine::PrepareReport> prepared(engines.size());

@@ -19,6 +19,13 @@ Decider::Decider(std::shared_ptr<const model::Release> release, DeciderOptions o
   opts_.encode.max_image_pixels = opts_.limits.max_image_pixels;
 }
 
+void media_engines(DeciderOptions& opts,
+                   const std::vector<std::shared_ptr<engine::Engine>>& engines) {
+  opts.media_supported = !engines.empty();
+  for (const auto& e : engines) opts.media_supported = opts.media_supported && e->supports_media();
+  if (!engines.empty()) opts.engine_backend = engines.front()->info().backend;
+}
+
 Prepared Decider::prepare(const json::Value& body) const {
   Prepared p;
   p.request = encoding::validate_request(body, opts_.limits);
@@ -29,12 +36,12 @@ Prepared Decider::prepare(const json::Value& body) const {
         404);
   }
   // Refused before any image is decoded, and never silently dropped.
-  if (p.request.has_media() && !engine_->supports_media()) {
+  if (p.request.has_media() && !opts_.media_supported) {
     const bool images = !p.request.images.empty();
     throw encoding::RequestError({{"body", images ? "images" : "videos"},
                                   std::string(images ? "images" : "videos") +
                                       " are not served by this engine yet (" +
-                                      engine_->info().backend + "): send a text-only request",
+                                      opts_.engine_backend + "): send a text-only request",
                                   "not_supported"});
   }
   p.encoded = encoding::encode_request(p.request, *release_->tokenizer, opts_.encode);

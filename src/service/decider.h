@@ -23,7 +23,16 @@ struct DeciderOptions {
   encoding::EncodeOptions encode;
   // Non-empty: only requests whose `model` is one of these are accepted (else RequestError 404).
   std::vector<std::string> served_model_names;
+  // What the engines behind this Decider run (the Decider holds none): media requests are refused
+  // before any decoding unless every engine supports them (Engine::supports_media); the backend
+  // names the refusal. media_engines() fills both from the engines.
+  bool media_supported = false;
+  std::string engine_backend = "engine";
 };
+
+// DeciderOptions::media_supported and engine_backend from the engines that will run the forwards.
+void media_engines(DeciderOptions& opts,
+                   const std::vector<std::shared_ptr<engine::Engine>>& engines);
 
 struct Prepared {
   encoding::ValidatedRequest request;

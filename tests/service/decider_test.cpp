@@ -29,7 +29,9 @@ EngineDecider make_decider(const std::string& model, int32_t max_length, encodin
   service::DeciderOptions opts;
   opts.encode.max_length = max_length;
   opts.encode.truncation = tr;
-  return EngineDecider{engine::create_engine(release, eo), service::Decider(release, opts)};
+  std::shared_ptr<engine::Engine> eng = engine::create_engine(release, eo);
+  service::media_engines(opts, {eng});
+  return EngineDecider{eng, service::Decider(release, opts)};
 }
 
 void check_model(const std::string& model, int threads = 0) {
