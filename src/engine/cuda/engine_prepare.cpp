@@ -135,6 +135,15 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
   // 3. The head at the largest request the limits admit: its scratch never grows later.
   const auto t2 = Clock::now();
   warm_head(rep.max_bucket, o.max_questions, o.max_options);
+  // Batch staging for batches of up to max_tokens tokens (the queue's default budget): the head's
+  // tables and logits, and the packs' ids and tables (at most two packs' worth of rows).
+  head_->reserve_batch(static_cast<size_t>(rep.max_bucket));
+  {
+    const PackTables t = pack_tables({rep.max_bucket}, rep.max_bucket, kMaxPackedSequences,
+                                     rows_per_tile(rep.max_bucket));
+    const size_t ints = 2 * (static_cast<size_t>(rep.max_bucket) + table_ints(t));
+    if (ints * sizeof(int32_t) > ids_pinned_.bytes()) ids_pinned_.resize(ints * sizeof(int32_t));
+  }
   rep.head_s = seconds_since(t2);
   rep.total_s = seconds_since(t0);
   return rep;

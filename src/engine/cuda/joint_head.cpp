@@ -364,6 +364,11 @@ void CudaJointHead::begin(const std::vector<const encoding::EncodedRequest*>& ba
   staged_ = std::move(st);
 }
 
+void CudaJointHead::reserve_batch(size_t tokens) {
+  grow(table_pinned_, 6 * tokens * sizeof(int32_t));
+  grow(logits_pinned_, std::max<size_t>(tokens, 1) * sizeof(float));
+}
+
 std::vector<std::vector<std::vector<float>>> CudaJointHead::finish(cudaStream_t s) {
   if (enqueued_ != staged_.size())
     throw std::runtime_error("joint head: finish() before every request was enqueued");

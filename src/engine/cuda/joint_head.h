@@ -108,6 +108,12 @@ class CudaJointHead {
                std::function<void(const char*)> marks = nullptr);
   std::vector<std::vector<std::vector<float>>> finish(cudaStream_t stream);
 
+  // Grows the batch staging (span tables, logits) for batches of up to `tokens` tokens in all:
+  // a request's table is 4 questions + 3 options + 1 + T ints, and each question and option has a
+  // span of its own tokens, so a batch's tables are at most 6 x its tokens and its logits at most
+  // its tokens.
+  void reserve_batch(size_t tokens);
+
   HeadPrecision precision() const { return precision_; }
   // Device or pinned buffers (re)allocated by run() so far: constant once the head has run the
   // largest request it will see (the engine's prepare() does that).
