@@ -335,9 +335,9 @@ VideoInfo probe_video(const EncodedVideo& video, const VideoLimits& limits) {
   if (st->nb_frames > 0 && packets < static_cast<uint64_t>(st->nb_frames))
     throw MediaError("truncated video: " + std::to_string(packets) + " of " +
                      std::to_string(st->nb_frames) + " frames present");
-  // A file cut between whole packets: fewer frames than its declared duration holds (one frame of
-  // slack for rounding).
-  if (seconds > 0 && static_cast<double>(packets) + 1 < std::floor(seconds * info.fps + 0.5))
+  // A file cut between whole packets: fewer frames than its declared duration holds (half a
+  // frame of slack for timestamp rounding).
+  if (seconds > 0 && static_cast<double>(packets) < seconds * info.fps - 0.5)
     throw MediaError("truncated video: " + std::to_string(packets) + " frames where its " +
                      std::to_string(seconds) + " s at " + std::to_string(info.fps) +
                      " fps hold more");
