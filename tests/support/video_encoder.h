@@ -107,6 +107,7 @@ inline std::vector<uint8_t> encode_video(const RgbFrames& frames, int fps, const
                                          const char* encoder) {
   const AVCodec* codec = avcodec_find_encoder_by_name(encoder);
   if (!codec) throw std::runtime_error(std::string("no FFmpeg encoder ") + encoder);
+  av_log_set_level(AV_LOG_ERROR);  // x264 and libvpx print their settings otherwise
   detail::MemoryWriter w;
   AVFormatContext* oc = nullptr;
   AVCodecContext* ctx = nullptr;
