@@ -103,50 +103,41 @@ class Demuxer {
     reader_ = {video.bytes.data(), video.bytes.size(), 0};
     auto* buf = static_cast<unsigned char*>(av_malloc(kIoBuffer));
     if (!buf) throw MediaError("out of memory opening the video");
-    io_ = avio_alloc_context(buf, kIoBuffer, 0, &reader_, read_packet, nullptr, seek);
-    if (!io_) {
+    o_.io = avio_alloc_context(buf, kIoBuffer, 0, &reader_, read_packet, nullptr, seek);
+    if (!o_.io) {
       av_free(buf);
       throw MediaError("out of memory opening the video");
     }
-    fmt_ = avformat_alloc_context();
-    if (!fmt_) throw MediaError("out of memory opening the video");
-    fmt_->pb = io_;
-    fmt_->flags |= AVFMT_FLAG_CUSTOM_IO;
+    o_.fmt = avformat_alloc_context();
+    if (!o_.fmt) throw MediaError("out of memory opening the video");
+    o_.fmt->pb = o_.io;
+    o_.fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
     AVDictionary* opts = nullptr;
     av_dict_set(&opts, "format_whitelist", kFormats, 0);
     av_dict_set(&opts, "protocol_whitelist", "none", 0);  // no protocol: nothing but our bytes
     av_dict_set(&opts, "enable_drefs", "0", 0);           // mov: never follow data references
-    const int err = avformat_open_input(&fmt_, nullptr, nullptr, &opts);
+    const int err = avformat_open_input(&o_.fmt, nullptr, nullptr, &opts);
     av_dict_free(&opts);
-    if (err < 0) {  // fmt_ was freed and set to null by avformat_open_input
+    if (err < 0) {  // o_.fmt was freed and set to null by avformat_open_input
       if (err == AVERROR_INVALIDDATA)
         throw MediaError(
             "not a readable MP4 or Matroska/WebM file (corrupt, truncated, or "
             "another container)");
       throw MediaError("the video file could not be opened: " + av_error(err));
     }
-    const int best = av_find_best_stream(fmt_, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+    const int best = av_find_best_stream(o_.fmt, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
     if (best < 0) throw MediaError("the file has no video stream");
-    stream_ = fmt_->streams[best];
+    stream_ = o_.fmt->streams[best];
     // The size from the container header, before anything is decoded (find_stream_info may decode
     // a frame).
     check_size(stream_->codecpar->width, stream_->codecpar->height, limits);
-    const int si = avformat_find_stream_info(fmt_, nullptr);
+    const int si = avformat_find_stream_info(o_.fmt, nullptr);
     if (si < 0) throw MediaError("corrupt video: " + av_error(si));
     check_size(stream_->codecpar->width, stream_->codecpar->height, limits);
     codec_ = avcodec_find_decoder(stream_->codecpar->codec_id);
     if (!codec_)
       throw MediaError(std::string("unsupported video codec \"") +
                        avcodec_get_name(stream_->codecpar->codec_id) + "\"");
-  }
-  ~Demuxer() {
-    avcodec_free_context(&dec_);
-    av_packet_free(&pkt_);
-    av_frame_free(&frame_);
-    sws_freeContext(sws_);
-    avformat_close_input(&fmt_);  // does not free our io_ (AVFMT_FLAG_CUSTOM_IO)
-    if (io_) av_freep(&io_->buffer);
-    avio_context_free(&io_);
   }
   Demuxer(const Demuxer&) = delete;
   Demuxer& operator=(const Demuxer&) = delete;
@@ -161,11 +152,12 @@ class Demuxer {
   }
 
   AVStream* stream() const { return stream_; }
-  AVFormatContext* fmt() const { return fmt_; }
+  AVFormatContext* fmt() const { return o_.fmt; }
 
   AVPacket* packet() {
-    if (!pkt_ && !(pkt_ = av_packet_alloc())) throw MediaError("out of memory reading the video");
-    return pkt_;
+    if (!o_.pkt && !(o_.pkt = av_packet_alloc()))
+      throw MediaError("out of memory reading the video");
+    return o_.pkt;
   }
 
   // Reads the next packet of the video stream into packet(); false at the end of the file.
@@ -173,7 +165,7 @@ class Demuxer {
     AVPacket* p = packet();
     for (;;) {
       av_packet_unref(p);
-      const int err = av_read_frame(fmt_, p);
+      const int err = av_read_frame(o_.fmt, p);
       if (err == AVERROR_EOF) return false;
       if (err < 0) throw MediaError("corrupt or truncated video: " + av_error(err));
       if (p->stream_index != stream_->index) continue;
@@ -184,30 +176,30 @@ class Demuxer {
   }
 
   AVCodecContext* decoder() {
-    if (dec_) return dec_;
-    dec_ = avcodec_alloc_context3(codec_);
-    if (!dec_) throw MediaError("out of memory opening the video decoder");
-    int err = avcodec_parameters_to_context(dec_, stream_->codecpar);
+    if (o_.dec) return o_.dec;
+    o_.dec = avcodec_alloc_context3(codec_);
+    if (!o_.dec) throw MediaError("out of memory opening the video decoder");
+    int err = avcodec_parameters_to_context(o_.dec, stream_->codecpar);
     if (err < 0) throw MediaError("unsupported video stream: " + av_error(err));
-    dec_->thread_count = 1;                  // no decoder threads per request
-    dec_->err_recognition |= AV_EF_EXPLODE;  // a damaged frame is an error, not concealed
-    err = avcodec_open2(dec_, codec_, nullptr);
+    o_.dec->thread_count = 1;                  // no decoder threads per request
+    o_.dec->err_recognition |= AV_EF_EXPLODE;  // a damaged frame is an error, not concealed
+    err = avcodec_open2(o_.dec, codec_, nullptr);
     if (err < 0)
       throw MediaError(std::string("the \"") + codec_->name +
                        "\" decoder refused this stream: " + av_error(err));
-    if (!(frame_ = av_frame_alloc())) throw MediaError("out of memory decoding the video");
-    return dec_;
+    if (!(o_.frame = av_frame_alloc())) throw MediaError("out of memory decoding the video");
+    return o_.dec;
   }
-  AVFrame* frame() const { return frame_; }
+  AVFrame* frame() const { return o_.frame; }
 
   Image to_rgb(const AVFrame* f) {
     const auto src = static_cast<AVPixelFormat>(f->format);
     const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(src);
     if (!desc) throw MediaError("the video's pixel format is unknown");
-    sws_ = sws_getCachedContext(
-        sws_, f->width, f->height, src, f->width, f->height, AV_PIX_FMT_RGB24,
+    o_.sws = sws_getCachedContext(
+        o_.sws, f->width, f->height, src, f->width, f->height, AV_PIX_FMT_RGB24,
         SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
-    if (!sws_)
+    if (!o_.sws)
       throw MediaError(std::string("cannot convert the video's pixel format ") + desc->name +
                        " to RGB");
     if (!(desc->flags & AV_PIX_FMT_FLAG_RGB)) {
@@ -231,7 +223,7 @@ class Demuxer {
           break;
       }
       const int full = f->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
-      sws_setColorspaceDetails(sws_, sws_getCoefficients(cs), full, sws_getCoefficients(cs), 1, 0,
+      sws_setColorspaceDetails(o_.sws, sws_getCoefficients(cs), full, sws_getCoefficients(cs), 1, 0,
                                1 << 16, 1 << 16);
     }
     Image img;
@@ -240,21 +232,38 @@ class Demuxer {
     img.rgb.resize(static_cast<size_t>(f->width) * static_cast<size_t>(f->height) * 3);
     uint8_t* dst[4] = {img.rgb.data(), nullptr, nullptr, nullptr};
     int dst_stride[4] = {f->width * 3, 0, 0, 0};
-    const int rows = sws_scale(sws_, f->data, f->linesize, 0, f->height, dst, dst_stride);
+    const int rows = sws_scale(o_.sws, f->data, f->linesize, 0, f->height, dst, dst_stride);
     if (rows != f->height) throw MediaError("converting a video frame to RGB failed");
     return img;
   }
 
  private:
+  // Owned FFmpeg objects, freed by their own destructor: it also runs when the Demuxer
+  // constructor throws (a Demuxer destructor would not).
+  struct Objects {
+    AVIOContext* io = nullptr;
+    AVFormatContext* fmt = nullptr;
+    AVCodecContext* dec = nullptr;
+    AVPacket* pkt = nullptr;
+    AVFrame* frame = nullptr;
+    SwsContext* sws = nullptr;
+    Objects() = default;
+    Objects(const Objects&) = delete;
+    Objects& operator=(const Objects&) = delete;
+    ~Objects() {
+      avcodec_free_context(&dec);
+      av_packet_free(&pkt);
+      av_frame_free(&frame);
+      sws_freeContext(sws);
+      avformat_close_input(&fmt);  // does not free our io (AVFMT_FLAG_CUSTOM_IO)
+      if (io) av_freep(&io->buffer);
+      avio_context_free(&io);
+    }
+  };
   MemoryReader reader_;
-  AVIOContext* io_ = nullptr;
-  AVFormatContext* fmt_ = nullptr;
+  Objects o_;  // after reader_, which o_.io reads from
   AVStream* stream_ = nullptr;
   const AVCodec* codec_ = nullptr;
-  AVCodecContext* dec_ = nullptr;
-  AVPacket* pkt_ = nullptr;
-  AVFrame* frame_ = nullptr;
-  SwsContext* sws_ = nullptr;
 };
 
 double rational(AVRational r) {
