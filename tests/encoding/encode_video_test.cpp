@@ -1,6 +1,7 @@
 // The data form of `videos` end to end (`clefserve encode` on tiny-r2m): a lossless MP4 / Matroska
 // / WebM file written here must encode exactly as the frames form of the same frames and fps (token
-// ids, spans, token types, grids, pixel sha256, positions), since both reach the same pixels.
+// ids, spans, token types, grids, pixel sha256, positions), since both reach the same pixels, and
+// `clefserve decide` on the CPU engine must give the same answer.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -72,7 +73,7 @@ TEST(EncodeVideoFile, SameEncodingAsTheFramesForm) {
                         {9, 33, 50, 4, ""},
                         {9, 33, 50, 4, R"({"fps":null,"num_frames":5})"},
                         {6, 64, 96, 30, R"({"fps":8})"}};
-  int compared = 0;
+  int compared = 0, decided = 0;
   for (const Writer& w : writers) {
     if (!usable(w.encoder)) continue;
     for (const Case& c : cases) {
@@ -96,9 +97,21 @@ TEST(EncodeVideoFile, SameEncodingAsTheFramesForm) {
       }
       EXPECT_EQ(clef::json::dumps(va), clef::json::dumps(vb));
       ++compared;
+      if (&c != &cases[0]) continue;
+      // The CPU engine (vision tower + backbone + head of tiny-r2m): the same answer, bit for bit
+      // (--raw: unrounded probabilities too), since its inputs above are equal.
+      const std::string decide = "decide " + kRelease + " --device cpu --raw";
+      const auto da = ts::run_clefserve(decide, request(frames_form(f, c.fps), c.kwargs));
+      const auto db = ts::run_clefserve(decide, request(data_form(file, w.mime), c.kwargs));
+      ASSERT_EQ(da.status, 0) << da.out.substr(0, 400);
+      ASSERT_EQ(db.status, 0) << db.out.substr(0, 400);
+      EXPECT_NE(da.out.find("\"answers\""), std::string::npos) << da.out.substr(0, 400);
+      EXPECT_EQ(da.out, db.out);
+      ++decided;
     }
   }
   EXPECT_GT(compared, 0);
+  EXPECT_EQ(decided * 4, compared);
 }
 
 TEST(EncodeVideoFile, RefusalsAre422WithTheirReason) {
