@@ -10,6 +10,7 @@ PKGS=(build-essential cmake pkg-config git ccache
       nlohmann-json3-dev libcpp-httplib-dev libboost-dev libpcre2-dev libutf8proc-dev libcli11-dev
       libopenblas-dev libssl-dev zlib1g-dev libbrotli-dev
       libjpeg62-turbo-dev libpng-dev libwebp-dev  # image decoding (src/media)
+      libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # video files (src/media)
       libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
       chromium chromium-driver python3-selenium  # the playground's browser test (tests/browser)
       haproxy yamllint python3-yaml)  # the last three: deploy/ and its tests (docs/deploy.md)

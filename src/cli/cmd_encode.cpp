@@ -70,6 +70,8 @@ int run_encode(const EncodeArgs& a) {
     opts.max_length = a.max_length;
     opts.media = media_config;
     opts.max_image_pixels = a.limits.max_image_pixels;
+    opts.max_video_frames = a.limits.max_video_frames;
+    opts.max_video_seconds = a.limits.max_video_seconds;
     opts.truncation =
         a.truncation == "allow" ? encoding::Truncation::Allow : encoding::Truncation::Error;
     const encoding::EncodedRequest enc = encoding::encode_request(req, *tok, opts);

@@ -15,6 +15,10 @@ void add_media_limit_options(CLI::App* cmd, encoding::Limits& limits) {
                   "Frames per video, before sampling")
       ->check(CLI::Range(2, 100000))
       ->capture_default_str();
+  cmd->add_option("--max-video-seconds", limits.max_video_seconds,
+                  "Duration of a video file (the data form), checked before decoding")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 }  // namespace clef::cli

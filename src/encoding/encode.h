@@ -52,6 +52,9 @@ struct EncodeOptions {
   // and the decoded-size limit (Limits::max_image_pixels, --max-image-pixels).
   media::MediaConfig media;
   uint64_t max_image_pixels = Limits{}.max_image_pixels;
+  // Video files (the data form), checked from their headers and packets before decoding.
+  size_t max_video_frames = Limits{}.max_video_frames;
+  double max_video_seconds = Limits{}.max_video_seconds;
 };
 
 // Throws RequestError: schema_too_long, state_too_long (with token counts), lone surrogates, empty

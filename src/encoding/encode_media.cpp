@@ -64,8 +64,13 @@ MediaBlock plan_media(const ValidatedRequest& req, const EncodeOptions& opts,
   for (size_t k = 0; k < req.videos.size(); ++k) {
     const std::vector<std::string> loc{"body", "videos", std::to_string(k)};
     try {
-      b.videos.push_back(media::plan_video(req.videos[k].frames, req.videos[k].fps, s,
-                                           opts.media.video, opts.max_image_pixels));
+      if (req.videos[k].data)
+        b.videos.push_back(media::plan_video_file(
+            *req.videos[k].data, s, opts.media.video,
+            {opts.max_image_pixels, opts.max_video_frames, opts.max_video_seconds}));
+      else
+        b.videos.push_back(media::plan_video(req.videos[k].frames, req.videos[k].fps, s,
+                                             opts.media.video, opts.max_image_pixels));
     } catch (const media::MediaError& e) {
       refuse(loc, "video " + std::to_string(k) + ": " + e.what());
     }

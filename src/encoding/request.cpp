@@ -118,19 +118,37 @@ void validate_media(const json::Value& body, const Limits& limits, ValidatedRequ
       const std::string ks = std::to_string(k);
       if (!v.is_object())
         refuse({"body", "videos", ks},
-               std::string("a video must be an object {\"frames\": [...], \"fps\": ...}, not ") +
+               std::string("a video must be an object {\"frames\": [...], \"fps\": ...} or "
+                           "{\"data\": file}, not ") +
                    kind_name(v),
                "dict_type");
-      if (v.find("data"))
-        refuse({"body", "videos", ks, "data"},
-               "video files (\"data\") are not supported yet: send the video as decoded frames, "
-               "{\"frames\": [image, ...], \"fps\": source frames per second}",
-               "not_supported");
+      if (const json::Value* data = v.find("data")) {
+        // The data form: one MP4 / Matroska / WebM file; its own frame rate is the fps.
+        for (const auto& [key, value] : v.members())
+          if (key != "data")
+            refuse({"body", "videos", ks, key},
+                   key == "frames" || key == "fps"
+                       ? "a video is either {\"data\": file} or {\"frames\": [...], \"fps\": "
+                         "...}, not both (a file's fps is its container's)"
+                       : "unknown video field \"" + key + "\" (expected \"data\")",
+                   "extra_forbidden");
+        if (!data->is_string() || data->as_string().empty())
+          refuse({"body", "videos", ks, "data"},
+                 std::string("\"data\" must be a non-empty string (a data:video/mp4;base64, or "
+                             "data:video/webm;base64, URI or raw base64), not ") +
+                     kind_name(*data),
+                 "string_type");
+        VideoInput in;
+        in.data = data->as_string();
+        out.videos.push_back(std::move(in));
+        continue;
+      }
       for (const auto& [key, value] : v.members())
         if (key != "frames" && key != "fps")
-          refuse({"body", "videos", ks, key},
-                 "unknown video field \"" + key + "\" (expected \"frames\" and \"fps\")",
-                 "extra_forbidden");
+          refuse(
+              {"body", "videos", ks, key},
+              "unknown video field \"" + key + "\" (expected \"frames\" and \"fps\", or \"data\")",
+              "extra_forbidden");
       const json::Value* frames = v.find("frames");
       if (!frames || !frames->is_array())
         refuse({"body", "videos", ks, "frames"}, "a video needs \"frames\": a list of images",

@@ -52,6 +52,7 @@ struct Question {
 struct VideoInput {
   std::vector<std::string> frames;
   std::optional<double> fps;
+  std::optional<std::string> data;  // the data form: an MP4 / Matroska / WebM file (frames empty)
 };
 
 // `media_kwargs`, the subset of the processor's kwargs clefserve accepts.
@@ -82,6 +83,7 @@ struct Limits {
   uint64_t max_image_pixels = 16777216;  // decoded width x height, each image or frame
   size_t max_videos = 2;                 // per request (--max-videos)
   size_t max_video_frames = 768;         // per video, before sampling (--max-video-frames)
+  double max_video_seconds = 600;        // duration of a video file (--max-video-seconds)
 };
 
 ValidatedRequest validate_request(const json::Value& body, const Limits& limits = {});

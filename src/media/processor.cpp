@@ -1,5 +1,6 @@
 #include "media/processor.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "media/patchify.h"
@@ -11,6 +12,17 @@ namespace {
 Grid grid_of(int frames, const Size& s) {
   return {static_cast<int32_t>((frames + kTemporalPatch - 1) / kTemporalPatch), s.height / 16,
           s.width / 16};
+}
+
+// What both video forms share: sampling (§5), one size for all frames (§3), timestamps.
+void size_video(VideoPlan& p, int total, double fps, const Sampling& sampling,
+                const PixelBudget& budget) {
+  p.sampled = sample_frames(total, fps, sampling);
+  const int n = static_cast<int>(p.sampled.size());
+  p.target = smart_resize_video(n, p.source.height, p.source.width, budget);
+  p.timestamps = group_timestamps(p.sampled, fps);
+  p.grid = grid_of(n, p.target);
+  if (n % kTemporalPatch != 0) p.sampled.push_back(p.sampled.back());
 }
 
 }  // namespace
@@ -55,20 +67,46 @@ VideoPlan plan_video(const std::vector<std::string>& frames, std::optional<doubl
       throw MediaError("frame " + std::to_string(i) + ": " + e.what());
     }
   }
-  const double fps = source_fps.value_or(kDefaultSourceFps);
-  p.sampled = sample_frames(static_cast<int>(frames.size()), fps, sampling);
-  const int n = static_cast<int>(p.sampled.size());
-  p.target = smart_resize_video(n, p.source.height, p.source.width, budget);
-  p.timestamps = group_timestamps(p.sampled, fps);
-  p.grid = grid_of(n, p.target);
-  if (n % kTemporalPatch != 0) p.sampled.push_back(p.sampled.back());
+  size_video(p, static_cast<int>(frames.size()), source_fps.value_or(kDefaultSourceFps), sampling,
+             budget);
+  return p;
+}
+
+VideoPlan plan_video_file(std::string_view data, const Sampling& sampling,
+                          const PixelBudget& budget, const VideoLimits& limits) {
+  VideoPlan p;
+  p.file = parse_video_string(data);
+  p.file_limits = limits;
+  const VideoInfo info = probe_video(*p.file, limits);
+  p.source = {info.height, info.width};
+  size_video(p, info.frames, info.fps, sampling, budget);
   return p;
 }
 
 void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>& out) {
+  std::vector<const uint8_t*> ptrs;
+  if (plan.file) {
+    // Decode the file once, in order, keeping the distinct sampled frames; resize each once.
+    std::vector<int> wanted = plan.sampled;
+    std::sort(wanted.begin(), wanted.end());
+    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+    const std::vector<Image> frames = decode_video_frames(*plan.file, plan.file_limits, wanted);
+    std::vector<std::vector<uint8_t>> resized;
+    for (const Image& img : frames) {
+      if (img.height != plan.source.height || img.width != plan.source.width)
+        throw MediaError("a decoded frame's size differs from the stream's header");
+      resized.push_back(resize_bicubic_aa(img.rgb.data(), img.height, img.width, plan.target.height,
+                                          plan.target.width));
+    }
+    for (int idx : plan.sampled) {
+      const auto at = std::lower_bound(wanted.begin(), wanted.end(), idx) - wanted.begin();
+      ptrs.push_back(resized[static_cast<size_t>(at)].data());
+    }
+    patchify(ptrs, plan.target.height, plan.target.width, out);
+    return;
+  }
   // Decode and resize each distinct sampled frame once, keeping only the resized copies.
   std::vector<std::vector<uint8_t>> resized(plan.frames.size());
-  std::vector<const uint8_t*> ptrs;
   for (int idx : plan.sampled) {
     std::vector<uint8_t>& r = resized[static_cast<size_t>(idx)];
     if (r.empty()) {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "media/decode_video.h"
 #include "media/geometry.h"
 #include "media/image.h"
 #include "media/visual_input.h"
@@ -28,7 +29,9 @@ ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t 
 void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<float>& out);
 
 struct VideoPlan {
-  std::vector<EncodedImage> frames;  // every frame of the request, in order
+  std::vector<EncodedImage> frames;  // every frame of the request, in order (the frames form)
+  std::optional<EncodedVideo> file;  // or the video file (the data form)
+  VideoLimits file_limits;           // what the file was probed against
   std::vector<int> sampled;        // indices into frames, in order (an odd count repeats the last)
   std::vector<double> timestamps;  // seconds, one per temporal group
   Size source;
@@ -40,6 +43,11 @@ struct VideoPlan {
 // frames of different sizes, fewer than 2 sampled frames, aspect ratio above 200).
 VideoPlan plan_video(const std::vector<std::string>& frames, std::optional<double> source_fps,
                      const Sampling& sampling, const PixelBudget& budget, uint64_t max_pixels);
+// The data form: an MP4 or Matroska/WebM file (parse_video_string), probed against `limits`
+// (nothing decoded); its packets play the role of the frame list and its average frame rate the
+// role of the frames form's fps, through the same sampling and sizing.
+VideoPlan plan_video_file(std::string_view data, const Sampling& sampling,
+                          const PixelBudget& budget, const VideoLimits& limits);
 void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>& out);
 
 // Decode + resize only (what the fixtures keep as `case{N}_image{K}`): RGB HWC at plan.target.

@@ -236,15 +236,27 @@ constexpr const char* kDocument = R"json({
           "videos": {
             "type": ["array", "null"], "maxItems": 2,
             "items": {
-              "type": "object",
-              "required": ["frames"],
-              "additionalProperties": false,
-              "properties": {
-                "frames": {"type": "array", "minItems": 2, "maxItems": 768, "items": {"type": "string", "minLength": 1}, "description": "The video's frames as image strings (same forms as images), one size for all (--max-video-frames)."},
-                "fps": {"type": ["number", "null"], "exclusiveMinimum": 0, "description": "Source frames per second (default 24)."}
-              }
+              "oneOf": [
+                {
+                  "type": "object",
+                  "required": ["frames"],
+                  "additionalProperties": false,
+                  "properties": {
+                    "frames": {"type": "array", "minItems": 2, "maxItems": 768, "items": {"type": "string", "minLength": 1}, "description": "The video's frames as image strings (same forms as images), one size for all (--max-video-frames)."},
+                    "fps": {"type": ["number", "null"], "exclusiveMinimum": 0, "description": "Source frames per second (default 24)."}
+                  }
+                },
+                {
+                  "type": "object",
+                  "required": ["data"],
+                  "additionalProperties": false,
+                  "properties": {
+                    "data": {"type": "string", "minLength": 1, "description": "A video file: data:video/{mp4,webm,x-matroska,quicktime};base64,... or raw base64 of an MP4/MOV or Matroska/WebM file. Decoded with FFmpeg in memory; its stream's average frame rate is the fps. Limits checked before decoding: --max-image-pixels per frame, --max-video-frames, --max-video-seconds. Lossy codecs decode to FFmpeg's RGB (swscale, stream's tagged matrix/range, untagged BT.601 limited), not bit-identical to other decoders."}
+                  }
+                }
+              ]
             },
-            "description": "Videos as decoded frames ({\"data\": \"data:video/...\"} files are 422 not_supported yet; --max-videos)."
+            "description": "Videos, as decoded frames or as a file (--max-videos). 422 with the reason for a corrupt, truncated, one-frame or over-limit file, an unsupported container or codec."
           },
           "media_kwargs": {
             "type": ["object", "null"],

@@ -17,6 +17,8 @@ Decider::Decider(std::shared_ptr<const model::Release> release, DeciderOptions o
   if (!opts_.encode.media.tokens.valid())
     opts_.encode.media = media::load_media_config(release_->dir);
   opts_.encode.max_image_pixels = opts_.limits.max_image_pixels;
+  opts_.encode.max_video_frames = opts_.limits.max_video_frames;
+  opts_.encode.max_video_seconds = opts_.limits.max_video_seconds;
 }
 
 void media_engines(DeciderOptions& opts,

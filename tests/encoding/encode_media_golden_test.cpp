@@ -139,7 +139,9 @@ TEST(EncodeMediaGolden, RefusalsAre422WithAClearMessage) {
   std::string nine = "[";
   for (int i = 0; i < 9; ++i) nine += (i ? ",\"" : "\"") + image + "\"";
   expect_refusal(with("images", nine + "]"), "too many images: 9 (limit 8");
-  expect_refusal(with("videos", R"([{"data":"data:video/mp4;base64,AAAA"}])"), "not supported yet");
+  // A video file whose bytes are no container (AAAA = three zero bytes).
+  expect_refusal(with("videos", R"([{"data":"data:video/mp4;base64,AAAA"}])"),
+                 "not an MP4 or Matroska/WebM video file");
   expect_refusal(with("media_kwargs", R"({"min_pixels":4096})"), "must be given together");
   expect_refusal(with("media_kwargs", R"({"num_frames":4})"), "needs \\\"fps\\\": null");
   expect_refusal(with("media_kwargs", R"({"size":{}})"), "unsupported media_kwargs key");

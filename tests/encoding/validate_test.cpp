@@ -323,8 +323,14 @@ TEST(Validate, MediaLimitsAndKwargs) {
   EXPECT_EQ(loc(refusal(body(R"("videos":[{"frames":["a","b"],"fps":0}])"))), "body/videos/0/fps");
   EXPECT_EQ(loc(refusal(body(R"("videos":[{"frames":["a","b"],"rate":2}])"))),
             "body/videos/0/rate");
-  EXPECT_EQ(refusal(body(R"("videos":[{"data":"data:video/mp4;base64,AAAA"}])")).error.type,
-            "not_supported");
+  // The data form passes validation (the file is probed when the request is encoded); it takes
+  // no frames or fps beside it, and its data is a non-empty string.
+  ok(body(R"("videos":[{"data":"data:video/mp4;base64,AAAA"}])"));
+  EXPECT_EQ(loc(refusal(body(R"("videos":[{"data":"AAAA","fps":2}])"))), "body/videos/0/fps");
+  EXPECT_EQ(loc(refusal(body(R"("videos":[{"data":"AAAA","frames":["a","b"]}])"))),
+            "body/videos/0/frames");
+  EXPECT_EQ(loc(refusal(body(R"("videos":[{"data":""}])"))), "body/videos/0/data");
+  EXPECT_EQ(loc(refusal(body(R"("videos":[{"data":7}])"))), "body/videos/0/data");
   ok(body(R"("media_kwargs":{"min_pixels":4096,"max_pixels":65536,"fps":1.5})"));
   ok(body(R"("media_kwargs":null)"));
   EXPECT_EQ(loc(refusal(body(R"("media_kwargs":{"min_pixels":4096})"))),
