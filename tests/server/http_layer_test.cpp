@@ -160,7 +160,16 @@ TEST(HttpLimits, ChunkedBodyOverTheLimitIs413AndMemoryStaysSmall) {
   EXPECT_GE(sent, size_t{32} << 20) << "answered before the limit was reached";
   EXPECT_LT(sent, size_t{96} << 20) << "the server kept reading far past the limit";
   const long after = rss_bytes(srv.pid());
-  EXPECT_LT(after - before, 48L << 20) << "RSS " << before << " -> " << after;
+  // The body is held up to the limit, so the server grows by about that much. Under
+  // AddressSanitizer freed buffers stay resident in its quarantine and every block carries
+  // redzones, so that build gets a looser bound (still far below the 1 GiB offered); the release
+  // build's bound is the measurement that counts.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr long kGrowth = 160L << 20;
+#else
+  constexpr long kGrowth = 48L << 20;
+#endif
+  EXPECT_LT(after - before, kGrowth) << "RSS " << before << " -> " << after;
   // Still serving.
   EXPECT_EQ(http(srv.port(), "GET", "/health").status, 200);
 }
