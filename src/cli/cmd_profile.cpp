@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "encoding/request.h"
 #include "engine/engine.h"
 #include "json/value.h"
+#include "media/image.h"
 #include "model/release.h"
 #include "service/decider.h"
 #ifdef CLEF_HAVE_CUDA
@@ -35,6 +37,11 @@ struct ProfileArgs {
   int runs = 10, warmup = 3;
   int batch = 1;  // > 1: also a packed forward of this many requests per length
   std::string json_out, dump_hidden, ids_file;
+  // Media (issue 17/18): requests with this many synthetic images / videos instead of --lengths.
+  int images = 0, videos = 0, video_frames = 16;
+  std::string image_size = "1024x1024", video_size = "640x480";
+  double video_fps = 2.0;
+  std::string request_file;  // --dump-hidden with a request (JSON body) instead of --ids
 };
 
 using Clock = std::chrono::steady_clock;
@@ -95,10 +102,127 @@ std::vector<int> parse_lengths(const std::string& s) {
   return out;
 }
 
-int dump_hidden(const ProfileArgs& a, engine::Engine& eng, int hidden) {
+std::pair<int, int> parse_size(const std::string& s, const char* flag) {
+  const size_t x = s.find('x');
+  int w = 0, h = 0;
+  try {
+    if (x != std::string::npos) w = std::stoi(s.substr(0, x)), h = std::stoi(s.substr(x + 1));
+  } catch (const std::exception&) {
+  }
+  if (w <= 0 || h <= 0 || w > 16384 || h > 16384)
+    throw std::runtime_error(std::string(flag) + ": expected WIDTHxHEIGHT, got '" + s + "'");
+  return {w, h};
+}
+
+// A deterministic synthetic picture (smooth gradients plus a seeded texture: neither flat nor
+// noise), as a PNG data URI.
+json::Value synthetic_image(int w, int h, int seed) {
+  media::Image img;
+  img.width = w;
+  img.height = h;
+  img.rgb.resize(static_cast<size_t>(w) * h * 3);
+  uint32_t state = 2166136261u ^ static_cast<uint32_t>(seed);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      state = state * 1664525u + 1013904223u;
+      uint8_t* p = img.rgb.data() + (static_cast<size_t>(y) * w + x) * 3;
+      p[0] = static_cast<uint8_t>((x * 255 / std::max(w - 1, 1) + seed * 37) & 255);
+      p[1] = static_cast<uint8_t>((y * 255 / std::max(h - 1, 1) + (state >> 28)) & 255);
+      p[2] = static_cast<uint8_t>(((x ^ y) + seed * 11 + (state >> 26)) & 255);
+    }
+  return json::Value::string("data:image/png;base64," + media::base64_encode(media::encode_png(img)));
+}
+
+// The profile's media request: --images pictures and --videos videos (frames form at
+// --video-fps) beside a short state.
+json::Value media_request(const ProfileArgs& a, const std::string& model) {
+  json::Value body = make_request(model, 40);
+  std::vector<json::Member> members = body.members();
+  if (a.images > 0) {
+    const auto [w, h] = parse_size(a.image_size, "--image-size");
+    std::vector<json::Value> imgs;
+    for (int i = 0; i < a.images; ++i) imgs.push_back(synthetic_image(w, h, i));
+    members.emplace_back("images", json::Value::array(std::move(imgs)));
+  }
+  if (a.videos > 0) {
+    const auto [w, h] = parse_size(a.video_size, "--video-size");
+    std::vector<json::Value> vids;
+    for (int v = 0; v < a.videos; ++v) {
+      std::vector<json::Value> frames;
+      for (int f = 0; f < a.video_frames; ++f) frames.push_back(synthetic_image(w, h, 1000 * v + f));
+      vids.push_back(json::Value::object({{"frames", json::Value::array(std::move(frames))},
+                                          {"fps", json::Value::floating(a.video_fps)}}));
+    }
+    members.emplace_back("videos", json::Value::array(std::move(vids)));
+  }
+  return json::Value::object(std::move(members));
+}
+
+#ifdef CLEF_HAVE_CUDA
+void write_floats(const std::string& path, const std::vector<float>& v) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(v.data()),
+            static_cast<std::streamsize>(v.size() * sizeof(float)));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+// --dump-hidden FILE --request BODY.json: the request through the Decider's encoding, then FILE =
+// last_hidden_state [T, hidden], FILE.vision = the tower's rows [tokens, hidden], FILE.pixels =
+// pixel_values [patches, 1536] (all float32) and FILE.json = input_ids, position_ids [3][T],
+// mm_token_type_ids and the grids: what the HF parity script (scripts/device/hf_parity_media.py)
+// feeds transformers.
+int dump_request_hidden(const ProfileArgs& a, engine::cuda::CudaEngine& c,
+                        const std::shared_ptr<const model::Release>& release) {
+  std::ifstream in(a.request_file);
+  if (!in) throw std::runtime_error("cannot read --request file " + a.request_file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json::ParseError perr;
+  const std::optional<json::Value> body = json::parse(text, &perr);
+  if (!body) throw std::runtime_error("--request: not JSON: " + perr.message);
+  service::DeciderOptions o;
+  o.encode.truncation = encoding::Truncation::Allow;
+  service::media_engines(o, {std::shared_ptr<engine::Engine>(&c, [](engine::Engine*) {})});
+  const service::Decider d(release, o);
+  const service::Prepared p = d.prepare(*body);
+  const encoding::EncodedRequest& e = p.encoded;
+  std::vector<float> rows;
+  const std::vector<float> h = c.last_hidden_state(e, &rows);
+  write_floats(a.dump_hidden, h);
+  write_floats(a.dump_hidden + ".vision", rows);
+  write_floats(a.dump_hidden + ".pixels", e.visual.pixel_values);
+  auto ints = [](const auto& v) {
+    std::vector<json::Value> out;
+    for (auto x : v) out.push_back(json::Value::integer(static_cast<int64_t>(x)));
+    return json::Value::array(std::move(out));
+  };
+  auto grids = [](const std::vector<media::Grid>& gs) {
+    std::vector<json::Value> out;
+    for (const auto& g : gs)
+      out.push_back(json::Value::array(
+          {json::Value::integer(g.t), json::Value::integer(g.h), json::Value::integer(g.w)}));
+    return json::Value::array(std::move(out));
+  };
+  const json::Value meta = json::Value::object({{"input_ids", ints(e.input_ids)},
+                                                {"position_ids", ints(e.position_ids)},
+                                                {"mm_token_type_ids", ints(e.mm_token_type_ids)},
+                                                {"image_grid_thw", grids(e.visual.image_grids)},
+                                                {"video_grid_thw", grids(e.visual.video_grids)}});
+  std::ofstream mo(a.dump_hidden + ".json");
+  mo << json::dumps(meta) << "\n";
+  if (!mo) throw std::runtime_error("cannot write " + a.dump_hidden + ".json");
+  std::fprintf(stderr, "wrote last_hidden_state [%zu, %d], vision rows [%zu], pixels, meta to %s*\n",
+               e.input_ids.size(), release->text.hidden_size,
+               rows.size() / std::max(1, release->text.hidden_size), a.dump_hidden.c_str());
+  return 0;
+}
+#endif
+
+int dump_hidden(const ProfileArgs& a, engine::Engine& eng, int hidden,
+                const std::shared_ptr<const model::Release>& release) {
 #ifdef CLEF_HAVE_CUDA
   auto* c = dynamic_cast<engine::cuda::CudaEngine*>(&eng);
   if (!c) throw std::runtime_error("--dump-hidden needs --device cuda");
+  if (!a.request_file.empty()) return dump_request_hidden(a, *c, release);
   std::ifstream in(a.ids_file);
   if (!in) throw std::runtime_error("cannot read --ids file " + a.ids_file);
   std::vector<int32_t> ids;
@@ -113,9 +237,108 @@ int dump_hidden(const ProfileArgs& a, engine::Engine& eng, int hidden) {
                a.dump_hidden.c_str());
   return 0;
 #else
-  (void)a, (void)eng, (void)hidden;
+  (void)a, (void)eng, (void)hidden, (void)release;
   throw std::runtime_error("--dump-hidden needs a CUDA build");
 #endif
+}
+
+// Median wall-clock e2e (prepare + forward + finish) of `body` after warm-up; *T = its tokens.
+double e2e_ms(const ProfileArgs& a, const service::Decider& d, engine::Engine& eng,
+              const json::Value& body, int* T) {
+  auto once = [&] {
+    const service::Prepared p = d.prepare(body);
+    const auto outs = eng.forward({&p.encoded});
+    (void)d.finish(p, outs.at(0));
+    return static_cast<int>(p.encoded.input_ids.size());
+  };
+  for (int i = 0; i < std::max(a.warmup, 1); ++i) *T = once();
+  std::vector<double> t;
+  for (int i = 0; i < std::max(a.runs, 1); ++i) {
+    const auto t0 = Clock::now();
+    once();
+    t.push_back(ms_since(t0));
+  }
+  return median(t);
+}
+
+// --images / --videos: one request with that media against a text request of the same total
+// token count, the tower's GEMM floor and the stages of one eager forward (issue 17's bar:
+// media e2e <= 1.3 x (text e2e + the tower's GEMM floor)).
+int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::Release>& release,
+                      const std::shared_ptr<engine::Engine>& eng) {
+  service::DeciderOptions o;
+  o.encode.truncation = encoding::Truncation::Allow;
+  o.limits.max_images = std::max<size_t>(o.limits.max_images, static_cast<size_t>(a.images));
+  o.limits.max_videos = std::max<size_t>(o.limits.max_videos, static_cast<size_t>(a.videos));
+  service::media_engines(o, {eng});
+  const service::Decider d(release, o);
+  const json::Value body = media_request(a, release->name);
+  const auto info = eng->info();
+  std::printf("clefserve profile (media): %s %s %s, device %s; %d image(s) %s, %d video(s) of %d "
+              "frames %s at %.3g fps\n",
+              release->name.c_str(), info.backend.c_str(), info.dtype.c_str(), info.device.c_str(),
+              a.images, a.image_size.c_str(), a.videos, a.video_frames, a.video_size.c_str(),
+              a.video_fps);
+  const service::Prepared p = d.prepare(body);
+  const int T = static_cast<int>(p.encoded.input_ids.size());
+  int64_t vision_tokens = 0, patches = 0;
+  for (const auto* gs : {&p.encoded.visual.image_grids, &p.encoded.visual.video_grids})
+    for (const auto& g : *gs) vision_tokens += g.tokens(), patches += g.patches();
+  int Tm = 0;
+  const double media_e2e = e2e_ms(a, d, *eng, body, &Tm);
+  service::DeciderOptions ot = o;
+  ot.encode.max_length = T;
+  const service::Decider dt(release, ot);
+  int Tt = 0;
+  const double text_e2e = e2e_ms(a, dt, *eng, request_of_length(dt, release->name, T), &Tt);
+  double floor = 0, vision_floor = 0;
+  std::map<std::string, double> stages;
+#ifdef CLEF_HAVE_CUDA
+  if (auto* c = dynamic_cast<engine::cuda::CudaEngine*>(eng.get())) {
+    stages = c->forward_profiled(p.encoded).ms;
+    floor = c->gemm_floor_ms(T, std::max(a.runs, 5));
+    vision_floor = c->vision_gemm_floor_ms(p.encoded.visual, std::max(a.runs, 5));
+  }
+#endif
+  double vision = 0;
+  for (const auto& [k, v] : stages)
+    if (k.starts_with("vision")) vision += v;
+  const double bar = text_e2e + vision_floor;
+  std::printf("\n| tokens (vision tokens, patches) | media e2e p50 ms | text e2e p50 ms at %d tokens | "
+              "tower GEMM floor ms | tower eager ms | backbone GEMM floor ms | media / (text + "
+              "tower floor) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+              Tt);
+  std::printf("| %d (%lld, %lld) | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", T,
+              static_cast<long long>(vision_tokens), static_cast<long long>(patches), media_e2e,
+              text_e2e, vision_floor, vision, floor, bar > 0 ? media_e2e / bar : 0.0);
+  std::printf("eager stages (ms):");
+  for (const auto& [k, v] : stages) std::printf(" %s %.2f", k.c_str(), v);
+  std::printf("\n");
+  if (!a.json_out.empty()) {
+    std::vector<json::Member> st;
+    for (const auto& [k, v] : stages) st.emplace_back(k, json::Value::floating(v));
+    json::Value doc = json::Value::object(
+        {{"model", json::Value::string(release->name)},
+         {"device", json::Value::string(info.device)},
+         {"dtype", json::Value::string(info.dtype)},
+         {"images", json::Value::integer(a.images)},
+         {"image_size", json::Value::string(a.image_size)},
+         {"videos", json::Value::integer(a.videos)},
+         {"video_frames", json::Value::integer(a.video_frames)},
+         {"video_size", json::Value::string(a.video_size)},
+         {"tokens", json::Value::integer(T)},
+         {"vision_tokens", json::Value::integer(vision_tokens)},
+         {"patches", json::Value::integer(patches)},
+         {"media_e2e_p50_ms", json::Value::floating(media_e2e)},
+         {"text_e2e_p50_ms", json::Value::floating(text_e2e)},
+         {"text_tokens", json::Value::integer(Tt)},
+         {"tower_gemm_floor_ms", json::Value::floating(vision_floor)},
+         {"backbone_gemm_floor_ms", json::Value::floating(floor)},
+         {"stages_ms", json::Value::object(st)}});
+    std::ofstream out(a.json_out);
+    out << json::dumps(doc) << "\n";
+  }
+  return 0;
 }
 
 int run_profile(const ProfileArgs& a) {
@@ -123,7 +346,8 @@ int run_profile(const ProfileArgs& a) {
   lo.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   auto release = model::Release::load(a.model_dir, lo);
   std::shared_ptr<engine::Engine> eng = engine::create_engine(release, a.engine_options);
-  if (!a.dump_hidden.empty()) return dump_hidden(a, *eng, release->text.hidden_size);
+  if (!a.dump_hidden.empty()) return dump_hidden(a, *eng, release->text.hidden_size, release);
+  if (a.images > 0 || a.videos > 0) return run_media_profile(a, release, eng);
   const std::vector<int> lengths = parse_lengths(a.lengths);
   service::DeciderOptions dopts;
   dopts.encode.max_length = 0;
@@ -306,6 +530,26 @@ void add_profile(CLI::App& app, int& exit_code) {
   cmd->add_option("--dump-hidden", args->dump_hidden,
                   "write last_hidden_state (float32) for --ids and exit");
   cmd->add_option("--ids", args->ids_file, "token ids (whitespace-separated) for --dump-hidden");
+  cmd->add_option("--request", args->request_file,
+                  "a request body (JSON, may hold images / videos) for --dump-hidden: also writes "
+                  "the vision rows, pixel values and positions beside it");
+  cmd->add_option("--images", args->images,
+                  "profile one request with this many synthetic PNG images instead of --lengths")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--image-size", args->image_size, "WIDTHxHEIGHT of each --images picture")
+      ->capture_default_str();
+  cmd->add_option("--videos", args->videos,
+                  "profile one request with this many synthetic videos (frames form)")
+      ->check(CLI::Range(0, 16));
+  cmd->add_option("--video-frames", args->video_frames, "frames of each --videos video")
+      ->check(CLI::Range(2, 768))
+      ->capture_default_str();
+  cmd->add_option("--video-size", args->video_size, "WIDTHxHEIGHT of each video frame")
+      ->capture_default_str();
+  cmd->add_option("--video-fps", args->video_fps,
+                  "the videos' source frame rate (2 = every frame sampled)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->callback([args, &exit_code] {
     try {
       exit_code = run_profile(*args);

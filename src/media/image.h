@@ -66,5 +66,10 @@ Image decode_webp(const uint8_t* data, size_t size, uint64_t max_pixels);
 
 // Standard base64 (RFC 4648 alphabet, '=' padding optional, ASCII whitespace skipped).
 std::vector<uint8_t> base64_decode(std::string_view text);
+// Standard base64 with '=' padding (what a client sends).
+std::string base64_encode(const std::vector<uint8_t>& bytes);
+
+// An RGB image as a PNG file (encode_png.cpp; 8-bit RGB). Throws MediaError.
+std::vector<uint8_t> encode_png(const Image& img);
 
 }  // namespace clef::media

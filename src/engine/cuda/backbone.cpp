@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include <stdexcept>
 #include <type_traits>
 
 #include "engine/cuda/attention/attention_core.h"
@@ -10,6 +11,7 @@
 #include "engine/cuda/kernels/elementwise.h"
 #include "engine/cuda/kernels/gdn_prep.h"
 #include "engine/cuda/kernels/norm.h"
+#include "engine/cuda/kernels/vision.h"
 #include "engine/cuda/profile.h"
 
 namespace clef::engine::cuda {
@@ -85,16 +87,19 @@ void CudaBackbone::enqueue_gemms_only(const Activations& a, int Tp, cudaStream_t
 }
 
 void CudaBackbone::enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
-                           const PackView* pack) const {
+                           const PackView* pack, const MediaView* media) const {
+  if (media && pack) throw std::logic_error("cuda backbone: media requests run alone");
+  if (media && media->positions && cfg_.mrope_section.size() != 3)
+    throw std::runtime_error("cuda backbone: multimodal positions need a 3-entry mrope_section");
   if (w_.activations == DataType::F32)
-    enqueue_as<float>(a, Tp, s, rec, pack);
+    enqueue_as<float>(a, Tp, s, rec, pack, media);
   else
-    enqueue_as<bf16>(a, Tp, s, rec, pack);
+    enqueue_as<bf16>(a, Tp, s, rec, pack, media);
 }
 
 template <typename E>
 void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
-                              const PackView* pack) const {
+                              const PackView* pack, const MediaView* media) const {
   const auto& c = cfg_;
   const int D = c.hidden_size, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -107,6 +112,8 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   E* mid = static_cast<E*>(a.mixer_out);
   mark("start");
   embed_gather<E>(static_cast<const E*>(w_.embed), a.ids, h, Tp, D, path_, s);
+  if (media && media->n > 0)
+    scatter_rows<E>(h, D, static_cast<const E*>(media->rows), media->pad_rows, media->n, D, s);
   mark("norms_elementwise");
   for (const LayerWeights& L : w_.layers) {
     const std::array<GemmProblem, 4> g = layer_gemms(L, a, Tp);
@@ -150,6 +157,10 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
                       eps,
                       w_.rope_inv_freq,
                       pack ? pack->positions : nullptr};
+      if (media && media->positions) {
+        pa.mrope_positions = media->positions;
+        for (int i = 0; i < 3; ++i) pa.mrope_section[i] = c.mrope_section[i];
+      }
       E* q = static_cast<E*>(a.attn_q);
       E* k = static_cast<E*>(a.attn_k);
       E* v = static_cast<E*>(a.attn_v);

@@ -23,6 +23,16 @@ namespace clef::engine::cuda {
 
 class StageRecorder;
 
+// What a request with images or videos adds to a forward (one sequence, docs/spec/media.md §6):
+// the vision tower's rows replace the pad tokens' embeddings, and the full-attention layers rotate
+// with the 3-D positions (interleaved mrope_section). Device pointers.
+struct MediaView {
+  const void* rows = nullptr;         // act [n, hidden]: image rows, then video rows
+  const int32_t* pad_rows = nullptr;  // [n]: the token row each replaces
+  int n = 0;
+  const int32_t* positions = nullptr;  // [3][Tp]: temporal, height, width
+};
+
 class CudaBackbone {
  public:
   CudaBackbone(const model::TextConfig& config, const BackboneWeights& weights, Gemm& gemm,
@@ -30,9 +40,10 @@ class CudaBackbone {
 
   // ids (a.ids, Tp rows, already on the device) -> a.final_hidden. `rec` (optional) marks each op
   // with its stage: "gemm", "gdn_core", "attention", "norms_elementwise". `pack` (optional): the
-  // rows hold several sequences (packing.h); none: one sequence.
+  // rows hold several sequences (packing.h); none: one sequence. `media` (optional, one sequence
+  // only): a request with images or videos.
   void enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec = nullptr,
-               const PackView* pack = nullptr) const;
+               const PackView* pack = nullptr, const MediaView* media = nullptr) const;
   // Chooses the algorithm of every GEMM at Tp rows (timing: never inside a capture).
   void tune(const Activations& a, int Tp, cudaStream_t s) const;
   // Every linear layer of the forward at Tp rows, in order: the GEMM floor of a forward.
@@ -51,7 +62,7 @@ class CudaBackbone {
  private:
   template <typename E>
   void enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
-                  const PackView* pack) const;
+                  const PackView* pack, const MediaView* media) const;
 
   const model::TextConfig& cfg_;
   const BackboneWeights& w_;

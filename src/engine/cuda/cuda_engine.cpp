@@ -55,6 +55,10 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
       *rel_,
       config_.activations == DataType::F32 ? HeadPrecision::Float32 : HeadPrecision::BFloat16,
       gemm_, nullptr, [](const std::string& m) { say("head: " + m); });
+  if (rel_->vision) {
+    vision_ = std::make_unique<CudaVisionTower>(*rel_, config_.activations, gemm_, say);
+    say("vision tower on device");
+  }
 }
 
 CudaEngineImpl::~CudaEngineImpl() {
@@ -93,16 +97,14 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
   for (size_t i = 0; i < batch.size(); ++i) {
     const auto* req = batch[i];
     if (!req) throw std::runtime_error("cuda engine: null request");
-    if (req->has_media()) {
-      throw std::runtime_error(
-          "cuda engine: images and videos are not supported on the GPU yet (no vision tower "
-          "there); serve this model with --device cpu for media requests");
-    }
     check_ids(req->input_ids);
+    const bool media = req->has_media();
+    if (media) check_media(*req);
     const int T = static_cast<int>(req->input_ids.size());
-    if (packs.empty() || packs.back().tokens + T > pack_tokens_ ||
+    // A request with media runs alone (its rows and positions are its own).
+    if (media || packs.empty() || packs.back().media || packs.back().tokens + T > pack_tokens_ ||
         packs.back().count == kMaxPackedSequences)
-      packs.push_back({i, 0, 0, {}, {}});
+      packs.push_back({i, 0, 0, media, {}, {}});
     Pack& p = packs.back();
     p.lengths.push_back(T);
     p.tokens += T;
@@ -135,6 +137,11 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
     }
     std::fill(pinned, ids + Tp, 0);
     pinned = ids + Tp;
+    if (p.media) {
+      run_media(*batch[p.first], ids, Tp, nullptr);
+      head_->enqueue(workspace_->buffers().final_hidden, stream_);
+      continue;
+    }
     if (p.count == 1) {
       run_backbone(ids, Tp, nullptr);
       head_->enqueue(workspace_->buffers().final_hidden, stream_);
@@ -268,6 +275,55 @@ void CudaEngineImpl::run_backbone(const int32_t* padded_ids, int Tp, StageRecord
   backbone_->enqueue(a, Tp, stream_);  // eager: chooses this bucket's GEMM algorithms
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   graphs_.capture(key, stream_, [&] { backbone_->enqueue(a, Tp, stream_); });
+}
+
+void CudaEngineImpl::check_media(const encoding::EncodedRequest& req) const {
+  if (!vision_)
+    throw std::runtime_error("cuda engine: this model has no vision tower (images and videos)");
+  CudaVisionTower::check(req.visual);
+  const size_t T = req.input_ids.size();
+  if (req.mm_token_type_ids.size() != T || req.position_ids.size() != 3 * T)
+    throw std::runtime_error("cuda engine: a media request needs token types [T] and positions "
+                             "[3][T]");
+  int64_t pads = 0, tokens = 0;
+  for (uint8_t t : req.mm_token_type_ids) pads += (t == 1 || t == 2) ? 1 : 0;
+  for (const auto& g : req.visual.image_grids) tokens += g.tokens();
+  for (const auto& g : req.visual.video_grids) tokens += g.tokens();
+  if (pads != tokens)
+    throw std::runtime_error("cuda engine: " + std::to_string(pads) + " pad tokens for " +
+                             std::to_string(tokens) + " vision rows");
+}
+
+void CudaEngineImpl::run_media(const encoding::EncodedRequest& req, const int32_t* padded_ids,
+                               int Tp, StageRecorder* rec) {
+  reserve(Tp);
+  const Activations& a = workspace_->buffers();
+  // The tower first: it synchronises the stream before staging its inputs, so the tables below
+  // (one pinned area) are never overwritten while an earlier request's upload reads them.
+  const void* rows = vision_->enqueue(req.visual, stream_, rec);
+  const int T = static_cast<int>(req.input_ids.size());
+  // Pad rows in the tower's order: every image pad (type 1) in order, then every video pad.
+  std::vector<int32_t> pad_rows;
+  for (uint8_t want : {uint8_t{1}, uint8_t{2}})
+    for (int t = 0; t < T; ++t)
+      if (req.mm_token_type_ids[t] == want) pad_rows.push_back(t);
+  const size_t n = pad_rows.size(), ints = n + 3 * static_cast<size_t>(Tp);
+  media_pinned_.resize(ints * sizeof(int32_t));
+  media_tables_.resize(ints * sizeof(int32_t));
+  int32_t* h = media_pinned_.get<int32_t>();
+  std::copy(pad_rows.begin(), pad_rows.end(), h);
+  for (int axis = 0; axis < 3; ++axis) {
+    int32_t* dst = h + n + static_cast<size_t>(axis) * Tp;
+    std::copy_n(req.position_ids.begin() + static_cast<size_t>(axis) * T, T, dst);
+    std::fill(dst + T, dst + Tp, 0);  // padding rows: causal, never seen by the real ones
+  }
+  int32_t* d = media_tables_.get<int32_t>();
+  CLEF_CUDA_CHECK(
+      cudaMemcpyAsync(d, h, ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  CLEF_CUDA_CHECK(
+      cudaMemcpyAsync(a.ids, padded_ids, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  const MediaView mv{rows, d, static_cast<int>(n), d + n};
+  backbone_->enqueue(a, Tp, stream_, rec, nullptr, &mv);
 }
 
 std::vector<float> CudaEngineImpl::hidden_host(int T) {

@@ -41,6 +41,12 @@ class CudaEngine : public Engine {
   virtual double backbone_ms(const std::vector<int32_t>& ids, int runs) = 0;
   // The backbone's last_hidden_state (after the final norm) for these ids, [T, hidden] as float.
   virtual std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) = 0;
+  // The same for a request (with images or videos: the tower, merged rows and 3-D positions);
+  // `vision_rows` (optional) receives the tower's output [tokens, hidden] as float.
+  virtual std::vector<float> last_hidden_state(const encoding::EncodedRequest& req,
+                                               std::vector<float>* vision_rows) = 0;
+  // Median time (ms) of every GEMM of the vision tower for these grids (its GEMM floor), eager.
+  virtual double vision_gemm_floor_ms(const media::VisualInput& visual, int runs) = 0;
 };
 
 // CUDA devices this process can use (0 when none is, whatever the reason).

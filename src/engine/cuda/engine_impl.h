@@ -19,6 +19,7 @@
 #include "engine/cuda/joint_head.h"
 #include "engine/cuda/kernel_path.h"
 #include "engine/cuda/packing.h"
+#include "engine/cuda/vision/vision_tower.h"
 #include "engine/cuda/weights.h"
 #include "engine/cuda/workspace.h"
 #include "engine/prepare/tuning_cache.h"
@@ -49,12 +50,16 @@ class CudaEngineImpl final : public CudaEngine {
   EngineInfo info() const override;
   PrepareReport prepare(const PrepareOptions& o) override;
   int64_t memory_used_bytes() const override;
+  bool supports_media() const override { return vision_ != nullptr; }
 
   ColdWork cold_work() const override;
   StageTimes forward_profiled(const encoding::EncodedRequest& req) override;
   double gemm_floor_ms(int T, int runs) override;
   double backbone_ms(const std::vector<int32_t>& ids, int runs) override;
   std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) override;
+  std::vector<float> last_hidden_state(const encoding::EncodedRequest& req,
+                                       std::vector<float>* vision_rows) override;
+  double vision_gemm_floor_ms(const media::VisualInput& visual, int runs) override;
 
  private:
   void validate_config() const;
@@ -73,6 +78,12 @@ class CudaEngineImpl final : public CudaEngine {
   // bucket) graph, capturing it first when new.
   void run_packed(const int32_t* padded_ids, const PackTables& t, int32_t* staging);
   PackView pack_view(int Tp, int seq_slots) const;
+  // A request with images or videos (checked by check_media): the vision tower, then the backbone
+  // eagerly (no graph: the tower's rows and 3-D positions are per request) on Tp right-padded ids
+  // in pinned memory.
+  void run_media(const encoding::EncodedRequest& req, const int32_t* padded_ids, int Tp,
+                 StageRecorder* rec);
+  void check_media(const encoding::EncodedRequest& req) const;
   int rows_per_tile(int Tp) const;
   static size_t table_ints(const PackTables& t);
   void check_ids(const std::vector<int32_t>& ids) const;
@@ -97,6 +108,9 @@ class CudaEngineImpl final : public CudaEngine {
   std::unique_ptr<CudaBackbone> backbone_;
   GraphCache graphs_;
   std::unique_ptr<CudaJointHead> head_;
+  std::unique_ptr<CudaVisionTower> vision_;  // when the release has a tower
+  PinnedBuffer media_pinned_;                 // a media request's pad rows and 3-D positions
+  DeviceBuffer media_tables_;
   PinnedBuffer ids_pinned_;  // a batch's padded ids and pack tables
   // Rows one packed forward takes at most: the largest prepared bucket (the default request
   // length until prepare() says otherwise).
@@ -105,6 +119,7 @@ class CudaEngineImpl final : public CudaEngine {
   struct Pack {
     size_t first = 0;
     int count = 0, tokens = 0;
+    bool media = false;  // one request with images or videos (count 1)
     std::vector<int> lengths;
     PackTables tables;  // count > 1
   };

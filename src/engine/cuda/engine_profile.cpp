@@ -6,6 +6,7 @@
 #include "engine/cuda/engine_impl.h"
 #include "engine/cuda/profile.h"
 #include "engine/prepare/token_buckets.h"
+#include "model/bf16.h"
 
 namespace clef::engine::cuda {
 
@@ -21,7 +22,16 @@ ColdWork CudaEngineImpl::cold_work() const {
 StageTimes CudaEngineImpl::forward_profiled(const encoding::EncodedRequest& req) {
   use_device();
   StageRecorder rec(stream_);
-  run_backbone(req.input_ids, &rec);
+  if (req.has_media()) {
+    check_ids(req.input_ids);
+    check_media(req);
+    const int Tp = bucket_tokens(static_cast<int>(req.input_ids.size()));
+    std::vector<int32_t> padded(req.input_ids);
+    padded.resize(Tp, 0);
+    run_media(req, padded.data(), Tp, &rec);
+  } else {
+    run_backbone(req.input_ids, &rec);
+  }
   // The head is enqueued while the backbone still runs (as in forward) and synchronises at its
   // end, so this last interval is what the head adds to a request: its device time, the logits'
   // copy and the host's wake-up.
@@ -54,6 +64,43 @@ std::vector<float> CudaEngineImpl::last_hidden_state(const std::vector<int32_t>&
   use_device();
   run_backbone(ids, nullptr);
   return hidden_host(static_cast<int>(ids.size()));
+}
+
+std::vector<float> CudaEngineImpl::last_hidden_state(const encoding::EncodedRequest& req,
+                                                     std::vector<float>* vision_rows) {
+  use_device();
+  if (!req.has_media()) {
+    if (vision_rows) vision_rows->clear();
+    return last_hidden_state(req.input_ids);
+  }
+  check_ids(req.input_ids);
+  check_media(req);
+  const int T = static_cast<int>(req.input_ids.size()), Tp = bucket_tokens(T);
+  std::vector<int32_t> padded(req.input_ids);
+  padded.resize(Tp, 0);
+  run_media(req, padded.data(), Tp, nullptr);
+  std::vector<float> h = hidden_host(T);
+  if (vision_rows) {  // the tower's rows are still in its workspace (nothing ran it since)
+    const size_t n = static_cast<size_t>(vision_->tokens()) * vision_->out_width();
+    vision_rows->assign(n, 0.0f);
+    const void* rows = vision_->last_rows();
+    if (config_.activations == DataType::F32) {
+      CLEF_CUDA_CHECK(cudaMemcpy(vision_rows->data(), rows, n * 4, cudaMemcpyDeviceToHost));
+    } else {
+      std::vector<uint16_t> raw(n);
+      CLEF_CUDA_CHECK(cudaMemcpy(raw.data(), rows, n * 2, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < n; ++i) (*vision_rows)[i] = model::bf16_to_float(raw[i]);
+    }
+  }
+  return h;
+}
+
+double CudaEngineImpl::vision_gemm_floor_ms(const media::VisualInput& visual, int runs) {
+  use_device();
+  if (!vision_) throw std::runtime_error("vision_gemm_floor_ms: this model has no vision tower");
+  vision_->enqueue_gemms_only(visual, stream_);  // chooses every shape, grows the workspace
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return median_ms(stream_, runs, [&] { vision_->enqueue_gemms_only(visual, stream_); });
 }
 
 }  // namespace clef::engine::cuda

@@ -283,26 +283,6 @@ TEST(CudaEngine, RefusesBadInputAndOptions) {
               info.kernels.count("gemm"));
 }
 
-// No vision tower on the GPU yet: a request with an image is refused with a message, before
-// anything is enqueued.
-TEST(CudaEngine, RefusesMediaRequests) {
-  CLEF_REQUIRE_GPU();
-  auto eng = make("tiny-r2m", "float32");
-  encoding::EncodedRequest enc;
-  enc.input_ids = {1, 3, 5, 4, 2};
-  enc.visual.image_grids.push_back({1, 2, 2});
-  enc.visual.pixel_values.assign(4 * media::kPatchValues, 0.0f);
-  enc.mm_token_type_ids = {0, 0, 1, 0, 0};
-  enc.position_ids = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
-  try {
-    eng->forward({&enc});
-    ADD_FAILURE() << "the CUDA engine took an image";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("not supported on the GPU"), std::string::npos)
-        << e.what();
-  }
-}
-
 TEST(CudaEngine, ProfileAndGemmFloorRun) {
   CLEF_REQUIRE_GPU();
   auto eng = make("tiny-r2", "bfloat16");

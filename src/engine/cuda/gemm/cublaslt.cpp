@@ -132,7 +132,8 @@ Gemm::Key Gemm::key_of(const GemmProblem& p) {
          bs * p.c_batch_stride,
          al.a,
          al.b,
-         al.c};
+         al.c,
+         p.bias ? 1 : 0};
   return k;
 }
 
@@ -219,6 +220,16 @@ Gemm::Plan Gemm::make_descriptors(const GemmProblem& p) const {
     set_batch(pl.a, p.batch, p.b.batch_stride);
     set_batch(pl.b, p.batch, p.a.batch_stride);
     set_batch(pl.c, p.batch, p.c_batch_stride);
+    if (p.bias) {  // Lt's rows are our columns: its per-row bias is our per-column (per output) one
+      const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+      CLEF_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+      const cudaDataType_t bt = lt_type(p.c_dtype);
+      CLEF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                       &bt, sizeof bt));
+      CLEF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &p.bias, sizeof p.bias));
+    }
     if (scaled(p)) {  // Lt's A is our B (weights), Lt's B our A (activations)
       const cublasLtMatmulMatrixScale_t wm = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                                         am = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
@@ -252,6 +263,11 @@ cublasStatus_t Gemm::launch(const Plan& pl, const cublasLtMatmulAlgo_t& algo, co
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &as,
                                           sizeof as);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+  }
+  if (p.bias) {  // shared plans too: the bias is per call
+    const cublasStatus_t st = cublasLtMatmulDescSetAttribute(
+        pl.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
   }
   return cublasLtMatmul(handle_, pl.op, &alpha, p.b.ptr, pl.a, p.a.ptr, pl.b, &beta, c, pl.c, c,

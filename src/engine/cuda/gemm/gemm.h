@@ -67,6 +67,10 @@ struct GemmProblem {
   int64_t c_batch_stride = 0;
   int batch = 1;            // strided batches (the head's attention: one per head)
   bool accumulate = false;  // C += A op(B) (beta = 1): the residual add, fused
+  // [N] in c_dtype, added to every output row before the one rounding to c_dtype
+  // (CUBLASLT_EPILOGUE_BIAS): a Linear's bias, fused. 16-byte aligned. Heuristic problems only
+  // (the tuning cache's shapes do not name it).
+  const void* bias = nullptr;
   GemmTuning tuning = GemmTuning::Timed;
 };
 
@@ -94,7 +98,7 @@ class Gemm {
   // Everything cuBLASLt's choice can depend on. Alignments matter only for Heuristic problems
   // (Timed operands are whole allocations, 256-byte aligned).
   struct Key {
-    std::array<int64_t, 21> v{};
+    std::array<int64_t, 22> v{};
     bool operator<(const Key& o) const { return v < o.v; }
   };
   struct Plan {

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Images and videos on the GPU (issues 17/18): the GPU tests (GTEST_FILTER), the flash release,
+# HF transformers parity of the vision tower and the backbone on one 1024x1024 image request
+# (scripts/device/hf_parity_media.py), the media profile (1 and 4 images of 512x512 and
+# 1024x1024, one 16-frame 640x480 video) and the text profile beside it; table last. Logs in $OUT.
+# Usage (repo root on the device): STEPS="tests model parity media text" scripts/device/media_check.sh
+set -uo pipefail
+STEPS="${STEPS:-tests model parity media text}"
+source scripts/device/setup.sh > /dev/null
+mkdir -p build-dev && ln -sf /tmp/c/bin/clefserve build-dev/clefserve
+M=/tmp/flash
+L=$OUT
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+summary=()
+if has tests; then
+  timeout "${TEST_TIMEOUT:-280}" test_gpu --gtest_brief=1 --gtest_filter="${GTEST_FILTER:--GdnTiming*}" > "$L/test_gpu.log" 2>&1
+  summary+=("test_gpu: rc $? :: $(grep -E '^\[  (PASSED|FAILED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
+  while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|media on CUDA|GPU tower|packed vs alone|fp8|seed" "$L/test_gpu.log" | grep -v seed | head -24)
+fi
+if has model; then
+  t0=$(date +%s)
+  [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1
+  summary+=("model: flash ready ($(( $(date +%s) - t0 )) s)")
+fi
+if has parity; then
+  # One request with a 1024x1024 image (the profile's synthetic picture, written by a tiny C++-free
+  # route: the media profile's request is rebuilt here from a PNG python writes).
+  python3 - > "$L/parity_request.log" 2>&1 <<'PY'
+import base64, json, struct, zlib
+w = h = 1024
+rows = []
+for y in range(h):
+    r = bytearray([0])
+    for x in range(w):
+        r += bytes(((x * 255 // (w - 1)) & 255, (y * 255 // (h - 1) + (x * y) % 13) & 255, ((x ^ y) + 7) & 255))
+    rows.append(bytes(r))
+def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + \
+      chunk(b"IDAT", zlib.compress(b"".join(rows), 1)) + chunk(b"IEND", b"")
+body = {"model": "clef-flash", "state": "A photo attached to the report. The customer says the payment failed.",
+        "questions": {"q": {"type": "choice", "instructions": "What kind of document is this?",
+                            "criteria": {"invoice": "A bill", "photo": "A photo", "chart": "A chart"}}},
+        "images": ["data:image/png;base64," + base64.b64encode(png).decode()]}
+json.dump(body, open("/tmp/img_request.json", "w"))
+print("request written")
+PY
+  timeout 120 clefserve profile --model $M --device cuda --dump-hidden /tmp/media_hidden --request /tmp/img_request.json >> "$L/misc.log" 2>&1
+  summary+=("dump rc $?")
+  timeout 240 python3 scripts/device/hf_parity_media.py $M /tmp/media_hidden > "$L/parity.log" 2>&1
+  summary+=("hf parity rc $?")
+  while read -r l; do summary+=("  $l"); done < <(grep -E "PARITY|POSITIONS|Error|error" "$L/parity.log" | head -12)
+fi
+if has media; then
+  : > "$L/media_profile.txt"
+  for spec in "1 512x512" "4 512x512" "1 1024x1024" "4 1024x1024"; do
+    set -- $spec
+    timeout 120 clefserve profile --model $M --device cuda --images $1 --image-size $2 --runs 5 --warmup 2 \
+      >> "$L/media_profile.txt" 2>>"$L/misc.log"
+    summary+=("media profile $1 x $2: rc $?")
+  done
+  timeout 150 clefserve profile --model $M --device cuda --videos 1 --video-frames 16 --video-size 640x480 \
+    --video-fps 2 --runs 5 --warmup 2 >> "$L/media_profile.txt" 2>>"$L/misc.log"
+  summary+=("media profile video 16 x 640x480: rc $?")
+fi
+if has text; then
+  timeout 150 clefserve profile --model $M --device cuda --lengths "${LENGTHS:-361,961}" --runs 5 --warmup 2 \
+    > "$L/profile.txt" 2>>"$L/misc.log"
+  summary+=("text profile rc $?")
+fi
+echo "================ SUMMARY ================"
+for s in "${summary[@]}"; do echo "$s"; done
+[ -f "$L/media_profile.txt" ] && grep -E "^\| [0-9]|^clefserve profile|eager stages" "$L/media_profile.txt"
+[ -f "$L/profile.txt" ] && grep -E "^\| [0-9]" "$L/profile.txt"
