@@ -104,19 +104,19 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
     // A request with media runs alone (its rows and positions are its own).
     if (media || packs.empty() || packs.back().media || packs.back().tokens + T > pack_tokens_ ||
         packs.back().count == kMaxPackedSequences)
-      packs.push_back({i, 0, 0, media, {}, {}});
+      packs.push_back({i, 0, 0, 0, media, {}, {}});
     Pack& p = packs.back();
     p.lengths.push_back(T);
     p.tokens += T;
     ++p.count;
   }
   for (Pack& p : packs) {
-    const int Tp = bucket_tokens(p.tokens);
+    p.Tp = bucket_tokens(p.tokens);
     if (p.count > 1) {
-      p.tables = pack_tables(p.lengths, Tp, sequence_bucket(p.count), rows_per_tile(Tp));
+      p.tables = pack_tables(p.lengths, p.Tp, sequence_bucket(p.count), rows_per_tile(p.Tp));
       staged += table_ints(p.tables);
     }
-    staged += static_cast<size_t>(Tp);
+    staged += static_cast<size_t>(p.Tp);
   }
   head_->begin(batch, stream_);
   // The ids (and tables) of every pack in pinned memory: their uploads queue behind earlier work
@@ -129,7 +129,7 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
   const size_t row_bytes =
       static_cast<size_t>(cfg_.hidden_size) * data_type_bytes(config_.activations);
   for (const Pack& p : packs) {
-    const int Tp = bucket_tokens(p.tokens);
+    const int Tp = p.Tp;
     int32_t* ids = pinned;
     for (int j = 0; j < p.count; ++j) {
       const auto& in = batch[p.first + j]->input_ids;
@@ -187,14 +187,19 @@ void CudaEngineImpl::run_packed(const int32_t* padded_ids, const PackTables& t, 
   upload(a.seq_chunk0, t.seq_chunk0);
   upload(a.tiles, t.tiles);
   const PackView view = pack_view(t.rows, t.seq_slots);
-  const GraphKey key{Tp, t.seq_slots, config_.weights};
+  launch_or_capture(GraphKey{Tp, t.seq_slots, config_.weights}, &view);
+}
+
+void CudaEngineImpl::launch_or_capture(const GraphKey& key, const PackView* view) {
   if (cudaGraphExec_t ge = graphs_.find(key)) {
     CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
     return;
   }
-  backbone_->enqueue(a, Tp, stream_, nullptr, &view);  // eager: this bucket's GEMM choices
+  const Activations& a = workspace_->buffers();
+  backbone_->enqueue(a, key.tokens, stream_, nullptr, view);  // eager: the bucket's GEMM choices
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  graphs_.capture(key, stream_, [&] { backbone_->enqueue(a, Tp, stream_, nullptr, &view); });
+  graphs_.capture(key, stream_,
+                  [&] { backbone_->enqueue(a, key.tokens, stream_, nullptr, view); });
 }
 
 PackView CudaEngineImpl::pack_view(int Tp, int seq_slots) const {
@@ -267,14 +272,7 @@ void CudaEngineImpl::run_backbone(const int32_t* padded_ids, int Tp, StageRecord
     backbone_->enqueue(a, Tp, stream_, rec);
     return;
   }
-  const GraphKey key{Tp, 1, config_.weights};
-  if (cudaGraphExec_t ge = graphs_.find(key)) {
-    CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
-    return;
-  }
-  backbone_->enqueue(a, Tp, stream_);  // eager: chooses this bucket's GEMM algorithms
-  CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  graphs_.capture(key, stream_, [&] { backbone_->enqueue(a, Tp, stream_); });
+  launch_or_capture(GraphKey{Tp, 1, config_.weights}, nullptr);
 }
 
 void CudaEngineImpl::check_media(const encoding::EncodedRequest& req) const {

@@ -77,6 +77,9 @@ class CudaEngineImpl final : public CudaEngine {
   // tables (through `staging`, pinned, table_ints(t) ints) and replays the (bucket, sequence
   // bucket) graph, capturing it first when new.
   void run_packed(const int32_t* padded_ids, const PackTables& t, int32_t* staging);
+  // Replays the graph of `key` (the inputs already uploaded), capturing it first when new after
+  // one eager run (which chooses the bucket's GEMM algorithms outside the capture).
+  void launch_or_capture(const GraphKey& key, const PackView* view);
   PackView pack_view(int Tp, int seq_slots) const;
   // A request with images or videos (checked by check_media): the vision tower, then the backbone
   // eagerly (no graph: the tower's rows and 3-D positions are per request) on Tp right-padded ids
@@ -118,7 +121,7 @@ class CudaEngineImpl final : public CudaEngine {
   // A batch's run of consecutive requests sharing one forward.
   struct Pack {
     size_t first = 0;
-    int count = 0, tokens = 0;
+    int count = 0, tokens = 0, Tp = 0;  // Tp: the padded bucket
     bool media = false;  // one request with images or videos (count 1)
     std::vector<int> lengths;
     PackTables tables;  // count > 1

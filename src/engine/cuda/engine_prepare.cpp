@@ -139,9 +139,9 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
   // tables and logits, and the packs' ids and tables (at most two packs' worth of rows).
   head_->reserve_batch(static_cast<size_t>(rep.max_bucket));
   {
-    const PackTables t = pack_tables({rep.max_bucket}, rep.max_bucket, kMaxPackedSequences,
-                                     rows_per_tile(rep.max_bucket));
-    const size_t ints = 2 * (static_cast<size_t>(rep.max_bucket) + table_ints(t));
+    const size_t ints =
+        2 * (static_cast<size_t>(rep.max_bucket) +
+             pack_table_ints(rep.max_bucket, kMaxPackedSequences, rows_per_tile(rep.max_bucket)));
     if (ints * sizeof(int32_t) > ids_pinned_.bytes()) ids_pinned_.resize(ints * sizeof(int32_t));
   }
   rep.head_s = seconds_since(t2);

@@ -77,4 +77,10 @@ PackTables pack_tables(const std::vector<int>& lengths, int rows, int seq_slots,
   return t;
 }
 
+size_t pack_table_ints(int rows, int seq_slots, int rows_per_tile) {
+  return static_cast<size_t>(rows) + 2 * static_cast<size_t>(gdn_chunk_slots(rows, seq_slots)) +
+         static_cast<size_t>(seq_slots) + 1 +
+         4 * static_cast<size_t>(attention_tile_slots(rows, seq_slots, rows_per_tile));
+}
+
 }  // namespace clef::engine::cuda

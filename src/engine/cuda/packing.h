@@ -45,6 +45,9 @@ struct PackTables {
 // the rest); seq_slots >= lengths.size(). Attention tiles of rows_per_tile query rows, heaviest
 // (most keys) first so the longest CTAs start first.
 PackTables pack_tables(const std::vector<int>& lengths, int rows, int seq_slots, int rows_per_tile);
+// The int32 values of any such packing's tables (positions, chunk_row0, chunk_valid, seq_chunk0,
+// tiles): what their staging needs.
+size_t pack_table_ints(int rows, int seq_slots, int rows_per_tile);
 
 // What the backbone's kernels read for a packed forward (device pointers into the workspace);
 // none: one sequence.
