@@ -130,7 +130,8 @@ json::Value synthetic_image(int w, int h, int seed) {
       p[1] = static_cast<uint8_t>((y * 255 / std::max(h - 1, 1) + (state >> 28)) & 255);
       p[2] = static_cast<uint8_t>(((x ^ y) + seed * 11 + (state >> 26)) & 255);
     }
-  return json::Value::string("data:image/png;base64," + media::base64_encode(media::encode_png(img)));
+  return json::Value::string("data:image/png;base64," +
+                             media::base64_encode(media::encode_png(img)));
 }
 
 // The profile's media request: --images pictures and --videos videos (frames form at
@@ -149,7 +150,8 @@ json::Value media_request(const ProfileArgs& a, const std::string& model) {
     std::vector<json::Value> vids;
     for (int v = 0; v < a.videos; ++v) {
       std::vector<json::Value> frames;
-      for (int f = 0; f < a.video_frames; ++f) frames.push_back(synthetic_image(w, h, 1000 * v + f));
+      for (int f = 0; f < a.video_frames; ++f)
+        frames.push_back(synthetic_image(w, h, 1000 * v + f));
       vids.push_back(json::Value::object({{"frames", json::Value::array(std::move(frames))},
                                           {"fps", json::Value::floating(a.video_fps)}}));
     }
@@ -210,7 +212,8 @@ int dump_request_hidden(const ProfileArgs& a, engine::cuda::CudaEngine& c,
   std::ofstream mo(a.dump_hidden + ".json");
   mo << json::dumps(meta) << "\n";
   if (!mo) throw std::runtime_error("cannot write " + a.dump_hidden + ".json");
-  std::fprintf(stderr, "wrote last_hidden_state [%zu, %d], vision rows [%zu], pixels, meta to %s*\n",
+  std::fprintf(stderr,
+               "wrote last_hidden_state [%zu, %d], vision rows [%zu], pixels, meta to %s*\n",
                e.input_ids.size(), release->text.hidden_size,
                rows.size() / std::max(1, release->text.hidden_size), a.dump_hidden.c_str());
   return 0;
@@ -274,11 +277,11 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
   const service::Decider d(release, o);
   const json::Value body = media_request(a, release->name);
   const auto info = eng->info();
-  std::printf("clefserve profile (media): %s %s %s, device %s; %d image(s) %s, %d video(s) of %d "
-              "frames %s at %.3g fps\n",
-              release->name.c_str(), info.backend.c_str(), info.dtype.c_str(), info.device.c_str(),
-              a.images, a.image_size.c_str(), a.videos, a.video_frames, a.video_size.c_str(),
-              a.video_fps);
+  std::printf(
+      "clefserve profile (media): %s %s %s, device %s; %d image(s) %s, %d video(s) of %d "
+      "frames %s at %.3g fps\n",
+      release->name.c_str(), info.backend.c_str(), info.dtype.c_str(), info.device.c_str(),
+      a.images, a.image_size.c_str(), a.videos, a.video_frames, a.video_size.c_str(), a.video_fps);
   const service::Prepared p = d.prepare(body);
   const int T = static_cast<int>(p.encoded.input_ids.size());
   int64_t vision_tokens = 0, patches = 0;
@@ -304,10 +307,11 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
   for (const auto& [k, v] : stages)
     if (k.starts_with("vision")) vision += v;
   const double bar = text_e2e + vision_floor;
-  std::printf("\n| tokens (vision tokens, patches) | media e2e p50 ms | text e2e p50 ms at %d tokens | "
-              "tower GEMM floor ms | tower eager ms | backbone GEMM floor ms | media / (text + "
-              "tower floor) |\n|---|---:|---:|---:|---:|---:|---:|\n",
-              Tt);
+  std::printf(
+      "\n| tokens (vision tokens, patches) | media e2e p50 ms | text e2e p50 ms at %d tokens | "
+      "tower GEMM floor ms | tower eager ms | backbone GEMM floor ms | media / (text + "
+      "tower floor) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+      Tt);
   std::printf("| %d (%lld, %lld) | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", T,
               static_cast<long long>(vision_tokens), static_cast<long long>(patches), media_e2e,
               text_e2e, vision_floor, vision, floor, bar > 0 ? media_e2e / bar : 0.0);
@@ -317,24 +321,24 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
   if (!a.json_out.empty()) {
     std::vector<json::Member> st;
     for (const auto& [k, v] : stages) st.emplace_back(k, json::Value::floating(v));
-    json::Value doc = json::Value::object(
-        {{"model", json::Value::string(release->name)},
-         {"device", json::Value::string(info.device)},
-         {"dtype", json::Value::string(info.dtype)},
-         {"images", json::Value::integer(a.images)},
-         {"image_size", json::Value::string(a.image_size)},
-         {"videos", json::Value::integer(a.videos)},
-         {"video_frames", json::Value::integer(a.video_frames)},
-         {"video_size", json::Value::string(a.video_size)},
-         {"tokens", json::Value::integer(T)},
-         {"vision_tokens", json::Value::integer(vision_tokens)},
-         {"patches", json::Value::integer(patches)},
-         {"media_e2e_p50_ms", json::Value::floating(media_e2e)},
-         {"text_e2e_p50_ms", json::Value::floating(text_e2e)},
-         {"text_tokens", json::Value::integer(Tt)},
-         {"tower_gemm_floor_ms", json::Value::floating(vision_floor)},
-         {"backbone_gemm_floor_ms", json::Value::floating(floor)},
-         {"stages_ms", json::Value::object(st)}});
+    json::Value doc =
+        json::Value::object({{"model", json::Value::string(release->name)},
+                             {"device", json::Value::string(info.device)},
+                             {"dtype", json::Value::string(info.dtype)},
+                             {"images", json::Value::integer(a.images)},
+                             {"image_size", json::Value::string(a.image_size)},
+                             {"videos", json::Value::integer(a.videos)},
+                             {"video_frames", json::Value::integer(a.video_frames)},
+                             {"video_size", json::Value::string(a.video_size)},
+                             {"tokens", json::Value::integer(T)},
+                             {"vision_tokens", json::Value::integer(vision_tokens)},
+                             {"patches", json::Value::integer(patches)},
+                             {"media_e2e_p50_ms", json::Value::floating(media_e2e)},
+                             {"text_e2e_p50_ms", json::Value::floating(text_e2e)},
+                             {"text_tokens", json::Value::integer(Tt)},
+                             {"tower_gemm_floor_ms", json::Value::floating(vision_floor)},
+                             {"backbone_gemm_floor_ms", json::Value::floating(floor)},
+                             {"stages_ms", json::Value::object(st)}});
     std::ofstream out(a.json_out);
     out << json::dumps(doc) << "\n";
   }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "media/image.h"
+
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -222,18 +224,10 @@ inline std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int widt
   return out;
 }
 
+// A client's base64 (the media layer's encoder; tests/media/decode_test.cpp checks it against
+// RFC 4648's vectors).
 inline std::string base64(const std::vector<uint8_t>& b) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < b.size(); i += 3) {
-    const uint32_t v = (uint32_t(b[i]) << 16) | (i + 1 < b.size() ? uint32_t(b[i + 1]) << 8 : 0) |
-                       (i + 2 < b.size() ? uint32_t(b[i + 2]) : 0);
-    out += k[(v >> 18) & 63];
-    out += k[(v >> 12) & 63];
-    out += i + 1 < b.size() ? k[(v >> 6) & 63] : '=';
-    out += i + 2 < b.size() ? k[v & 63] : '=';
-  }
-  return out;
+  return media::base64_encode(b);
 }
 
 }  // namespace clef::testsupport

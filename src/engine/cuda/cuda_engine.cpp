@@ -198,8 +198,7 @@ void CudaEngineImpl::launch_or_capture(const GraphKey& key, const PackView* view
   const Activations& a = workspace_->buffers();
   backbone_->enqueue(a, key.tokens, stream_, nullptr, view);  // eager: the bucket's GEMM choices
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  graphs_.capture(key, stream_,
-                  [&] { backbone_->enqueue(a, key.tokens, stream_, nullptr, view); });
+  graphs_.capture(key, stream_, [&] { backbone_->enqueue(a, key.tokens, stream_, nullptr, view); });
 }
 
 PackView CudaEngineImpl::pack_view(int Tp, int seq_slots) const {
@@ -281,8 +280,9 @@ void CudaEngineImpl::check_media(const encoding::EncodedRequest& req) const {
   CudaVisionTower::check(req.visual);
   const size_t T = req.input_ids.size();
   if (req.mm_token_type_ids.size() != T || req.position_ids.size() != 3 * T)
-    throw std::runtime_error("cuda engine: a media request needs token types [T] and positions "
-                             "[3][T]");
+    throw std::runtime_error(
+        "cuda engine: a media request needs token types [T] and positions "
+        "[3][T]");
   int64_t pads = 0, tokens = 0;
   for (uint8_t t : req.mm_token_type_ids) pads += (t == 1 || t == 2) ? 1 : 0;
   for (const auto& g : req.visual.image_grids) tokens += g.tokens();
@@ -316,8 +316,7 @@ void CudaEngineImpl::run_media(const encoding::EncodedRequest& req, const int32_
     std::fill(dst + T, dst + Tp, 0);  // padding rows: causal, never seen by the real ones
   }
   int32_t* d = media_tables_.get<int32_t>();
-  CLEF_CUDA_CHECK(
-      cudaMemcpyAsync(d, h, ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  CLEF_CUDA_CHECK(cudaMemcpyAsync(d, h, ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   CLEF_CUDA_CHECK(
       cudaMemcpyAsync(a.ids, padded_ids, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   const MediaView mv{rows, d, static_cast<int>(n), d + n};

@@ -112,7 +112,7 @@ class CudaEngineImpl final : public CudaEngine {
   GraphCache graphs_;
   std::unique_ptr<CudaJointHead> head_;
   std::unique_ptr<CudaVisionTower> vision_;  // when the release has a tower
-  PinnedBuffer media_pinned_;                 // a media request's pad rows and 3-D positions
+  PinnedBuffer media_pinned_;                // a media request's pad rows and 3-D positions
   DeviceBuffer media_tables_;
   PinnedBuffer ids_pinned_;  // a batch's padded ids and pack tables
   // Rows one packed forward takes at most: the largest prepared bucket (the default request
@@ -122,7 +122,7 @@ class CudaEngineImpl final : public CudaEngine {
   struct Pack {
     size_t first = 0;
     int count = 0, tokens = 0, Tp = 0;  // Tp: the padded bucket
-    bool media = false;  // one request with images or videos (count 1)
+    bool media = false;                 // one request with images or videos (count 1)
     std::vector<int> lengths;
     PackTables tables;  // count > 1
   };

@@ -164,7 +164,8 @@ TEST(GemmModule, FusedBiasMatchesReference) {
       p.bias = db.get();
       p.tuning = GemmTuning::Heuristic;
       gemm.run(p, 0);
-      const auto got = c.bf16 ? to_host<__nv_bfloat16>(dc, c0.size()) : to_host<float>(dc, c0.size());
+      const auto got =
+          c.bf16 ? to_host<__nv_bfloat16>(dc, c0.size()) : to_host<float>(dc, c0.size());
       std::vector<float> ref(c0);
       engine::ref::gemm_batched_ref(a.data(), c.K, 0, w.data(), c.K, 0, true, ref.data(), c.N, 0,
                                     c.M, c.N, c.K, 1, c.accumulate);

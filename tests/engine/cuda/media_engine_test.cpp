@@ -122,10 +122,11 @@ Worst run_cases(engine::DType dtype) {
       }
     }
   }
-  std::printf("tiny-r2m media on CUDA %s: %zu cases, max |dp| %.3g, max |dlogit| %.3g, "
-              "reference_bf16 max |dp| %.3g\n",
-              dtype == engine::DType::Float32 ? "float32" : "bfloat16", cases.size(), w.p, w.logit,
-              w.ref_bf16_p);
+  std::printf(
+      "tiny-r2m media on CUDA %s: %zu cases, max |dp| %.3g, max |dlogit| %.3g, "
+      "reference_bf16 max |dp| %.3g\n",
+      dtype == engine::DType::Float32 ? "float32" : "bfloat16", cases.size(), w.p, w.logit,
+      w.ref_bf16_p);
   return w;
 }
 

@@ -74,8 +74,8 @@ TEST(PackTables, CoverEverySequenceWithoutStraddling) {
       ASSERT_EQ(t.begin.size(), lengths.size() + 1);
       // The closed form prepare() sizes the staging with.
       EXPECT_EQ(pack_table_ints(rows, slots, rpt), t.positions.size() + t.chunk_row0.size() +
-                                                       t.chunk_valid.size() +
-                                                       t.seq_chunk0.size() + t.tiles.size());
+                                                       t.chunk_valid.size() + t.seq_chunk0.size() +
+                                                       t.tiles.size());
       EXPECT_EQ(t.begin.back(), rows);  // the last sequence takes the padding
       for (int s = 0; s < S; ++s) {
         const int b = t.begin[s], e = t.begin[s + 1];

@@ -195,9 +195,19 @@ CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, int tile_slots) 
     at[i] = p;
     p += align256(sizes[i]);
   }
-  return {at[0],  at[1],  at[2],  at[3],  at[4],
-          at[5],  at[6],  at[7],  at[8],  at[9],
-          at[10], static_cast<int32_t*>(at[11]), static_cast<int32_t*>(at[12])};
+  return {at[0],
+          at[1],
+          at[2],
+          at[3],
+          at[4],
+          at[5],
+          at[6],
+          at[7],
+          at[8],
+          at[9],
+          at[10],
+          static_cast<int32_t*>(at[11]),
+          static_cast<int32_t*>(at[12])};
 }
 
 void CudaVisionTower::gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate,
@@ -326,11 +336,9 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
       vision_rope_split<E>(static_cast<const E*>(b.qkv), q, k, v, ra, s);
       mark("vision.elementwise");
       if constexpr (std::is_same_v<E, float>)
-        attention_core_f32(q, k, v, static_cast<float*>(b.attn), R, heads_, heads_, hdp_, s,
-                           &seqs);
+        attention_core_f32(q, k, v, static_cast<float*>(b.attn), R, heads_, heads_, hdp_, s, &seqs);
       else
-        attention_core_bf16(q, k, v, static_cast<bf16*>(b.attn), R, heads_, heads_, hdp_, s,
-                            &seqs);
+        attention_core_bf16(q, k, v, static_cast<bf16*>(b.attn), R, heads_, heads_, hdp_, s, &seqs);
       mark("vision.attention");
     }
     gemm(blk.proj, b.attn, R, x, true, s);
@@ -357,8 +365,7 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   gemm(merger_fc1_, u, tokens, b.merged, false, s);
   mark("vision.gemm");
   if (!gemms_only) {
-    gelu_inplace<E>(static_cast<E*>(b.merged), static_cast<size_t>(tokens) * M_, GeluKind::Erf,
-                    s);
+    gelu_inplace<E>(static_cast<E*>(b.merged), static_cast<size_t>(tokens) * M_, GeluKind::Erf, s);
     mark("vision.elementwise");
   }
   gemm(merger_fc2_, b.merged, tokens, b.out, false, s);
