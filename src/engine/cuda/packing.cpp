@@ -1,6 +1,8 @@
 #include "engine/cuda/packing.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -81,6 +83,46 @@ size_t pack_table_ints(int rows, int seq_slots, int rows_per_tile) {
   return static_cast<size_t>(rows) + 2 * static_cast<size_t>(gdn_chunk_slots(rows, seq_slots)) +
          static_cast<size_t>(seq_slots) + 1 +
          4 * static_cast<size_t>(attention_tile_slots(rows, seq_slots, rows_per_tile));
+}
+
+std::vector<int32_t> segment_tiles(const std::vector<int>& lengths, int rows_per_tile) {
+  if (lengths.empty() || rows_per_tile < 1)
+    throw std::invalid_argument("segment_tiles: no segments or bad tile size");
+  int64_t total = 0;
+  for (int len : lengths) {
+    if (len < 1) throw std::invalid_argument("segment_tiles: empty segment");
+    total += len;
+    // (rows + rows_per_tile) must fit too: attention_tile_slots rounds up in int.
+    if (total + rows_per_tile > std::numeric_limits<int32_t>::max())
+      throw std::invalid_argument("segment_tiles: rows overflow int32");
+  }
+  const int S = static_cast<int>(lengths.size());
+  struct Tile {
+    int q0, b, e;
+  };
+  std::vector<Tile> tiles;
+  int b = 0;
+  for (int len : lengths) {
+    for (int q0 = b; q0 < b + len; q0 += rows_per_tile) tiles.push_back({q0, b, b + len});
+    b += len;
+  }
+  // Every tile of a segment reads all its keys: the longest segments' tiles are the heaviest.
+  // Stable, so the table (and the answers) never depend on sort internals.
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const Tile& x, const Tile& y) { return x.e - x.b > y.e - y.b; });
+  const int slots = attention_tile_slots(static_cast<int>(total), S, rows_per_tile);
+  if (static_cast<int>(tiles.size()) > slots)
+    throw std::logic_error("segment_tiles: slot bound violated");
+  std::vector<int32_t> out(static_cast<size_t>(slots) * 4, 0);
+  for (int i = 0; i < slots; ++i) {
+    int32_t* d = out.data() + 4 * i;
+    if (i < static_cast<int>(tiles.size())) {
+      d[0] = tiles[i].q0, d[1] = tiles[i].b, d[2] = tiles[i].e;
+    } else {
+      d[0] = -1;
+    }
+  }
+  return out;
 }
 
 }  // namespace clef::engine::cuda

@@ -49,6 +49,15 @@ PackTables pack_tables(const std::vector<int>& lengths, int rows, int seq_slots,
 // tiles): what their staging needs.
 size_t pack_table_ints(int rows, int seq_slots, int rows_per_tile);
 
+// The vision tower's attention table (AttnSequences with causal = false): non-causal segments (one
+// per image, one per video temporal group) laid back to back from row 0, lengths[i] (>= 1) rows
+// each. Tiles of rows_per_tile query rows (attention_rows_per_tile for the kernel that will run,
+// with the call's T, heads and padded head_dim), {q0, begin, end, 0}, longest segment first (ties
+// in row order); slots beyond the tiles get q0 = -1. The table has attention_tile_slots(sum,
+// lengths.size(), rows_per_tile) slots (its size / 4: AttnSequences::tile_slots), the most any
+// packing of that many rows and segments needs, so a grid sized for a bucket fits every packing.
+std::vector<int32_t> segment_tiles(const std::vector<int>& lengths, int rows_per_tile);
+
 // What the backbone's kernels read for a packed forward (device pointers into the workspace);
 // none: one sequence.
 struct PackView {

@@ -1,4 +1,5 @@
-// Packed batches (engine/cuda/packing.h): the host tables, and every varlen kernel against its CPU
+// Packed batches (engine/cuda/packing.h): the host tables (the backbone's and the vision tower's
+// segment_tiles), and every varlen kernel against its CPU
 // reference run on each sequence ALONE (support/ref: the sequential delta rule, the causal
 // attention), on random packings with lengths around the chunk and tile sizes (1, 63, 64, 65, ...)
 // and mixed long/short, extra unused sequence slots, and bucket padding absorbed by the last
@@ -6,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -119,6 +121,64 @@ TEST(PackTables, CoverEverySequenceWithoutStraddling) {
   EXPECT_EQ(sequence_bucket(3), 4);
   EXPECT_EQ(sequence_bucket(kMaxPackedSequences), kMaxPackedSequences);
   EXPECT_THROW(sequence_bucket(kMaxPackedSequences + 1), std::invalid_argument);
+}
+
+// The vision tower's table (host only): the hand-derived tables of two small packings, then the
+// invariants on random ones, and the refusals.
+TEST(SegmentTiles, HandBuiltTables) {
+  // Segments [0,3) [3,8) [8,10), tiles of 2 rows: the 5-row segment's tiles first, then the 3-row,
+  // then the 2-row; ceil(10 / 2) + 2 = 7 slots, the last unused.
+  EXPECT_EQ(segment_tiles({3, 5, 2}, 2),
+            (std::vector<int32_t>{3, 3, 8, 0, 5, 3, 8, 0, 7,  3, 8,  0, 0, 0,
+                                  3, 0, 2, 0, 3, 0, 8, 8, 10, 0, -1, 0, 0, 0}));
+  // A tie in length keeps row order; ceil(8 / 4) + 2 = 4 slots.
+  EXPECT_EQ(segment_tiles({2, 4, 2}, 4),
+            (std::vector<int32_t>{2, 2, 6, 0, 0, 0, 2, 0, 6, 6, 8, 0, -1, 0, 0, 0}));
+  EXPECT_EQ(segment_tiles({1}, 64), (std::vector<int32_t>{0, 0, 1, 0}));
+}
+
+TEST(SegmentTiles, CoverEverySegmentLongestFirst) {
+  auto rng = fresh_rng();
+  for (const auto& lengths : packings(rng)) {
+    SCOPED_TRACE(describe(lengths));
+    const int total = std::accumulate(lengths.begin(), lengths.end(), 0);
+    const int S = static_cast<int>(lengths.size());
+    std::vector<int> begin(1, 0);  // the segments, back to back
+    for (int l : lengths) begin.push_back(begin.back() + l);
+    for (int rpt : {32, 64, 128}) {
+      const std::vector<int32_t> t = segment_tiles(lengths, rpt);
+      ASSERT_EQ(t.size(), size_t(4) * attention_tile_slots(total, S, rpt));
+      std::vector<int> covered(total, 0);
+      int prev_len = 1 << 30, prev_q0 = -1;
+      bool unused_seen = false;
+      for (size_t i = 0; i < t.size() / 4; ++i) {
+        const int32_t* d = &t[4 * i];
+        EXPECT_EQ(d[3], 0);
+        if (d[0] < 0) {
+          unused_seen = true;
+          continue;
+        }
+        EXPECT_FALSE(unused_seen) << "a used slot after an unused one";
+        const auto it = std::find(begin.begin(), begin.end() - 1, d[1]);
+        ASSERT_NE(it, begin.end() - 1);
+        EXPECT_EQ(d[2], *(it + 1));
+        EXPECT_GE(d[0], d[1]);
+        EXPECT_LT(d[0], d[2]);
+        EXPECT_EQ((d[0] - d[1]) % rpt, 0);
+        const int len = d[2] - d[1];
+        EXPECT_LE(len, prev_len);
+        if (len == prev_len) EXPECT_GT(d[0], prev_q0);  // ties in row order
+        prev_len = len, prev_q0 = d[0];
+        for (int r = d[0]; r < std::min(d[0] + rpt, d[2]); ++r) ++covered[r];
+      }
+      for (int r = 0; r < total; ++r) ASSERT_EQ(covered[r], 1) << "row " << r;
+    }
+  }
+  EXPECT_THROW(segment_tiles({}, 64), std::invalid_argument);
+  EXPECT_THROW(segment_tiles({10, 0}, 64), std::invalid_argument);
+  EXPECT_THROW(segment_tiles({10}, 0), std::invalid_argument);
+  EXPECT_THROW(segment_tiles({std::numeric_limits<int>::max()}, 64), std::invalid_argument);
+  EXPECT_THROW(segment_tiles({1 << 30, 1 << 30}, 64), std::invalid_argument);
 }
 
 template <typename E>

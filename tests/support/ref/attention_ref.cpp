@@ -1,9 +1,10 @@
-// Causal GQA attention reference (see attention_ref.h).
+// Attention references (see attention_ref.h).
 #include "support/ref/attention_ref.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
 
 namespace clef::engine::ref {
 
@@ -32,6 +33,51 @@ void attention_ref(const std::vector<float>& q, const std::vector<float>& k,
       for (int j = 0; j <= t; ++j) {
         const float* vr = &v[(static_cast<size_t>(j) * nkv + kh) * hd];
         for (int e = 0; e < hd; ++e) o[e] += s[j] / sum * vr[e];
+      }
+    }
+  };
+  if (rows.empty())
+    for (int t = 0; t < T; ++t) one(t);
+  else
+    for (int t : rows) one(t);
+}
+
+void segment_attention_ref(const std::vector<float>& q, const std::vector<float>& k,
+                           const std::vector<float>& v, const std::vector<int>& lengths, int nh,
+                           int hd, double scale, bool causal, const std::vector<int>& rows,
+                           std::vector<double>& out) {
+  std::vector<int> seg_begin, seg_of;  // first row of each segment; each row's segment
+  int T = 0;
+  for (int len : lengths) {
+    seg_begin.push_back(T);
+    seg_of.insert(seg_of.end(), len, static_cast<int>(seg_begin.size()) - 1);
+    T += len;
+  }
+  const size_t n = static_cast<size_t>(T) * nh * hd;
+  if (q.size() != n || k.size() != n || v.size() != n)
+    throw std::invalid_argument("segment_attention_ref: q/k/v are not [sum(lengths), nh, hd]");
+  out.assign(n, 0.0);
+  std::vector<double> s(T);
+  auto one = [&](int t) {
+    const int b = seg_begin[seg_of[t]];
+    const int e = causal ? t + 1 : b + lengths[seg_of[t]];  // keys [b, e)
+    for (int h = 0; h < nh; ++h) {
+      const float* qr = &q[(static_cast<size_t>(t) * nh + h) * hd];
+      double mx = -INFINITY;
+      for (int j = b; j < e; ++j) {
+        const float* kr = &k[(static_cast<size_t>(j) * nh + h) * hd];
+        double d = 0;
+        for (int c = 0; c < hd; ++c) d += static_cast<double>(qr[c]) * kr[c];
+        s[j] = d * scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int j = b; j < e; ++j) sum += (s[j] = std::exp(s[j] - mx));
+      double* o = &out[(static_cast<size_t>(t) * nh + h) * hd];
+      for (int j = b; j < e; ++j) {
+        const float* vr = &v[(static_cast<size_t>(j) * nh + h) * hd];
+        const double w = s[j] / sum;
+        for (int c = 0; c < hd; ++c) o[c] += w * vr[c];
       }
     }
   };

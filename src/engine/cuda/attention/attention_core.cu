@@ -1,4 +1,4 @@
-// Causal GQA flash attention (see attention_core.h).
+// GQA flash attention, causal or non-causal per packed sequence (see attention_core.h).
 //
 // bf16 kernel: one CTA of 4 warps per (64-query tile, query head); each warp owns 16 query rows.
 // Key/value tiles of 64 rows stream through shared memory with cp.async; the V load of tile j
@@ -6,9 +6,11 @@
 // so one buffer each for Q, K and V suffices: 3 x 64 x (hd + 8) bf16 = 99 KiB at hd 256, which also
 // fits sm_86/sm_89 (99 KiB opt-in) and lets two CTAs share an sm_80/sm_90 SM. Rows are padded by 16
 // bytes so ldmatrix reads are bank-conflict free. Matrix products: mma.sync m16n8k16 bf16 -> fp32;
-// softmax in fp32 with exp2 and a running max.
+// softmax in fp32 with exp2 and a running max. Causal and non-causal are separate instantiations
+// (CAUSAL), so the causal kernels compile exactly as before the non-causal mode existed.
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -22,19 +24,44 @@ namespace {
 
 constexpr int kBc = 64;  // key rows per tile
 
+// The head dims both kernels are instantiated for (CLEF_HEAD_DIM_CASES below): multiples of 32,
+// and 80 for the vision tower's 72 (the bf16 kernel needs a multiple of 16 with an even number of
+// 8-column n-tiles; 80 pads 72 with 11 % more work where 96 would take 33 %).
+bool supported_head_dim(int head_dim) {
+  return head_dim > 0 && head_dim <= 256 && (head_dim % 32 == 0 || head_dim == 80);
+}
+
 void check_shape(int T, int n_heads, int n_kv_heads, int head_dim) {
   if (T < 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
     throw std::invalid_argument("attention_core: bad head counts (" + std::to_string(n_heads) +
                                 " / " + std::to_string(n_kv_heads) + ") or T " + std::to_string(T));
-  if (head_dim <= 0 || head_dim % 32 != 0 || head_dim > 256)
+  if (!supported_head_dim(head_dim))
     throw std::invalid_argument("attention_core: head_dim " + std::to_string(head_dim) +
-                                " is not a multiple of 32 in [32, 256]");
+                                " is not 80 or a multiple of 32 in [32, 256] (zero-pad it to "
+                                "attention_padded_head_dim)");
 }
 
 void check_sequences(const AttnSequences* seqs) {
-  if (seqs &&
-      (!seqs->tiles || seqs->tile_slots < 1 || reinterpret_cast<uintptr_t>(seqs->tiles) % 16 != 0))
-    throw std::invalid_argument("attention_core: bad packed-sequence tile table");
+  if (!seqs) return;
+  const bool table_ok =
+      seqs->tiles ? seqs->tile_slots >= 1 && reinterpret_cast<uintptr_t>(seqs->tiles) % 16 == 0
+                  : seqs->tile_slots == 0;
+  if (!table_ok) throw std::invalid_argument("attention_core: bad packed-sequence tile table");
+  if (!std::isfinite(seqs->scale) || seqs->scale < 0.f)
+    throw std::invalid_argument("attention_core: score scale " + std::to_string(seqs->scale) +
+                                " is not finite and >= 0");
+}
+
+// The score scale of a call: the caller's, or 1/sqrt(head_dim) (computed as before the scale field
+// existed, so default callers get the same bits).
+float score_scale(const AttnSequences* seqs, int head_dim) {
+  return seqs && seqs->scale != 0.f ? seqs->scale : 1.f / sqrtf(static_cast<float>(head_dim));
+}
+bool is_causal(const AttnSequences* seqs) {
+  return !seqs || seqs->causal;
+}
+const int4* tile_table(const AttnSequences* seqs) {
+  return seqs ? reinterpret_cast<const int4*>(seqs->tiles) : nullptr;
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -99,7 +126,7 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat
 // WARPS warps of 16 query rows each: Br = 16 * WARPS query rows per CTA. 4 warps (99 KiB smem at
 // hd 256, two CTAs per SM, fits sm_86/sm_89) or 8 warps (FlashAttention-2's Hopper/A100 shape:
 // 132 KiB, one CTA per SM, each K/V tile serves twice the rows).
-template <int HD, int WARPS>
+template <int HD, int WARPS, bool CAUSAL>
 __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
     flash_attn_bf16_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                            const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out,
@@ -113,7 +140,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
   // per CTA, the second wholly past half of its warps); in the 4-warp shape the runtime tests
   // inside the unrolled MMA loops appeared to cost more than they saved (H200, T 5661: 190 TFLOP/s
   // without, 178 with; one run each, on two machines), so masking alone handles its single diagonal
-  // tile.
+  // tile. Non-causal, the same test skips the sub-tiles past the sequence's last key.
   constexpr bool kSkip = WARPS == 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -152,12 +179,17 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
   float m_run[2] = {-INFINITY, -INFINITY};  // running max (log2 domain) for rows g and g + 8
   float l_run[2] = {0.f, 0.f};
 
-  const int last_row = min(q0 + kBr, s1) - 1;  // causal: keys s0..last_row
-  const int n_tiles = (last_row - s0) / kBc + 1;
+  // Keys s0..last_key: causal, up to the tile's last row; non-causal, the whole sequence.
+  const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
+  const int n_tiles = (last_key - s0) / kBc + 1;
   const int warp_first = q0 + warp * 16;  // this warp's 16 query rows
   const int warp_last = warp_first + 15;
   const int row_a = warp_first + g;  // this thread's two rows
   const int row_b = row_a + 8;
+  // The last key each row sees (keys past it are masked): causal, the row itself; non-causal, the
+  // sequence's last key. lim_lo / lim_hi: the smallest / largest of them in this warp.
+  const int lim_a = CAUSAL ? row_a : s1 - 1, lim_b = CAUSAL ? row_b : s1 - 1;
+  const int lim_lo = CAUSAL ? warp_first : s1 - 1, lim_hi = CAUSAL ? warp_last : s1 - 1;
 
   for (int j = 0; j < n_tiles; ++j) {
     load_tile<HD, kBc, kThreads>(sV, vh, s0 + j * kBc, s1, kv_stride);
@@ -166,9 +198,9 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
     __syncthreads();
 
     const int key0 = s0 + j * kBc;
-    // Warp-uniform: does any key of this tile precede one of the warp's rows / pass one of them?
-    const bool active = key0 <= warp_last;
-    const bool diagonal = key0 + kBc - 1 > warp_first;
+    // Warp-uniform: does any key of this tile precede one of the warp's rows' limits / pass one?
+    const bool active = key0 <= lim_hi;
+    const bool diagonal = key0 + kBc - 1 > lim_lo;
     uint32_t p[4][4];  // P as A fragments, one per 16-key k-step
     if (active) {
       // S = Q K_j^T for this warp's 16 rows x 64 keys.
@@ -180,8 +212,8 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
         uint32_t a[4];
         ldmatrix_x4(a, sQ + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {                      // pairs of 8-key n-tiles
-          if (kSkip && key0 + np * 16 > warp_last) continue;  // keys past all of the warp's rows
+        for (int np = 0; np < 4; ++np) {                   // pairs of 8-key n-tiles
+          if (kSkip && key0 + np * 16 > lim_hi) continue;  // keys past all of the warp's limits
           uint32_t b[4];
           ldmatrix_x4(b, sK + (np * 16 + lane % 8 + (lane / 16) * 8) * kStride + kk * 16 +
                              ((lane / 8) % 2) * 8);
@@ -190,20 +222,22 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
         }
       }
 
-      // Causal mask (also covers keys >= s1, which only exist past the last row).
+      // Mask the keys past each row's limit (causal: this also covers keys >= s1, which only exist
+      // past the last row; non-causal: the zero-filled keys >= s1 of the last tile).
       if (diagonal) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
           const int key = key0 + nt * 8 + tig * 2;
-          if (key > row_a) s[nt][0] = -INFINITY;
-          if (key + 1 > row_a) s[nt][1] = -INFINITY;
-          if (key > row_b) s[nt][2] = -INFINITY;
-          if (key + 1 > row_b) s[nt][3] = -INFINITY;
+          if (key > lim_a) s[nt][0] = -INFINITY;
+          if (key + 1 > lim_a) s[nt][1] = -INFINITY;
+          if (key > lim_b) s[nt][2] = -INFINITY;
+          if (key + 1 > lim_b) s[nt][3] = -INFINITY;
         }
       }
 
       // Online softmax (log2 domain). Key s0 is visible to every row, so after tile 0 the max is
-      // finite; a row with no visible key in a later tile keeps its state (p = 0, alpha = 1).
+      // finite; a row with no visible key in a later tile keeps its state (p = 0, alpha = 1)
+      // (causal only: non-causal, key0 < s1 is visible to every row in every tile).
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -254,7 +288,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
     if (active) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        if (kSkip && key0 + kk * 16 > warp_last) continue;  // P is exactly 0 there (masked)
+        if (kSkip && key0 + kk * 16 > lim_hi) continue;  // P is exactly 0 there (masked)
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {  // pairs of 8-column n-tiles
           uint32_t b[4];
@@ -294,25 +328,42 @@ size_t bf16_smem_bytes(int head_dim) {
   return static_cast<size_t>(WARPS * 16 + 2 * kBc) * (head_dim + 8) * sizeof(__nv_bfloat16);
 }
 
-template <int HD, int WARPS>
-void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                 __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
-                 cudaStream_t stream) {
+template <int HD, int WARPS, bool CAUSAL>
+void launch_bf16_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                        __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
+                        float scale_log2, const int4* tiles, cudaStream_t stream) {
   const size_t smem = bf16_smem_bytes<WARPS>(HD);
   // Opting in is per function and cheap; repeating it keeps this free of global state.
   cudaError_t e =
-      cudaFuncSetAttribute(flash_attn_bf16_kernel<HD, WARPS>,
+      cudaFuncSetAttribute(flash_attn_bf16_kernel<HD, WARPS, CAUSAL>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess)
     throw std::runtime_error("attention_core_bf16: cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
-  constexpr int kBr = WARPS * 16;
-  const dim3 grid(seqs ? seqs->tile_slots : (T + kBr - 1) / kBr, n_heads);
-  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(HD));
-  flash_attn_bf16_kernel<HD, WARPS><<<grid, WARPS * 32, smem, stream>>>(
-      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2,
-      seqs ? reinterpret_cast<const int4*>(seqs->tiles) : nullptr);
+  flash_attn_bf16_kernel<HD, WARPS, CAUSAL><<<dim3(grid_x, n_heads), WARPS * 32, smem, stream>>>(
+      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2, tiles);
   CLEF_CUDA_LAUNCH_CHECK();
+}
+
+template <int HD, int WARPS>
+void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                 __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
+                 cudaStream_t stream) {
+  constexpr int kBr = WARPS * 16;
+  const int4* tiles = tile_table(seqs);
+  const int grid_x = tiles ? seqs->tile_slots : (T + kBr - 1) / kBr;
+  // The default scale as it always was (1/sqrt(HD) folded into the constant in fp32, same bits);
+  // a caller's scale times log2(e) rounded once.
+  const float scale_log2 =
+      seqs && seqs->scale != 0.f
+          ? static_cast<float>(1.4426950408889634 * static_cast<double>(seqs->scale))
+          : 1.4426950408889634f / sqrtf(static_cast<float>(HD));
+  if (is_causal(seqs))
+    launch_bf16_kernel<HD, WARPS, true>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2,
+                                        tiles, stream);
+  else
+    launch_bf16_kernel<HD, WARPS, false>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2,
+                                         tiles, stream);
 }
 
 // ---- fp32 (parity) kernel ---------------------------------------------------------------------
@@ -324,7 +375,7 @@ constexpr int kFBr = 32;
 constexpr int kFBc = 32;
 constexpr int kFThreads = 128;
 
-template <int HD>
+template <int HD, bool CAUSAL>
 __global__ void __launch_bounds__(kFThreads)
     flash_attn_f32_kernel(const float* __restrict__ q, const float* __restrict__ k,
                           const float* __restrict__ v, float* __restrict__ out, int T, int n_heads,
@@ -357,7 +408,9 @@ __global__ void __launch_bounds__(kFThreads)
   for (int i = 0; i < HD / 4; ++i) acc[i] = 0.f;
   float m_run = -INFINITY, l_run = 0.f;
 
-  const int last_key = min(q0 + kFBr, s1) - 1;
+  // Keys s0..last_key (causal: up to the tile's last row); row sees keys up to lim.
+  const int last_key = CAUSAL ? min(q0 + kFBr, s1) - 1 : s1 - 1;
+  const int lim = CAUSAL ? row : s1 - 1;
   for (int k0 = s0; k0 <= last_key; k0 += kFBc) {
     __syncthreads();
     for (int i = threadIdx.x; i < kFBc * HD; i += kFThreads) {
@@ -373,7 +426,7 @@ __global__ void __launch_bounds__(kFThreads)
       float d = 0.f;
 #pragma unroll 8
       for (int e = 0; e < HD; ++e) d = fmaf(sQ[r * kS + e], sKV[c * kS + e], d);
-      s[i] = (k0 + c <= row && k0 + c < s1) ? d * scale : -INFINITY;
+      s[i] = (k0 + c <= lim && k0 + c < s1) ? d * scale : -INFINITY;
       mx = fmaxf(mx, s[i]);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -414,31 +467,46 @@ __global__ void __launch_bounds__(kFThreads)
   }
 }
 
-template <int HD>
-void launch_f32(const float* q, const float* k, const float* v, float* out, int T, int n_heads,
-                int n_kv_heads, const AttnSequences* seqs, cudaStream_t stream) {
+template <int HD, bool CAUSAL>
+void launch_f32_kernel(const float* q, const float* k, const float* v, float* out, int T,
+                       int n_heads, int n_kv_heads, int grid_x, float scale, const int4* tiles,
+                       cudaStream_t stream) {
   const size_t smem =
       (static_cast<size_t>(kFBr + kFBc) * (HD + 1) + kFBr * (kFBc + 1)) * sizeof(float);
   cudaError_t e =
-      cudaFuncSetAttribute(flash_attn_f32_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
+      cudaFuncSetAttribute(flash_attn_f32_kernel<HD, CAUSAL>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess)
     throw std::runtime_error("attention_core_f32: cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
-  const dim3 grid(seqs ? seqs->tile_slots : (T + kFBr - 1) / kFBr, n_heads);
-  flash_attn_f32_kernel<HD><<<grid, kFThreads, smem, stream>>>(
-      q, k, v, out, T, n_heads, n_heads / n_kv_heads, 1.f / sqrtf(static_cast<float>(HD)),
-      seqs ? reinterpret_cast<const int4*>(seqs->tiles) : nullptr);
+  flash_attn_f32_kernel<HD, CAUSAL><<<dim3(grid_x, n_heads), kFThreads, smem, stream>>>(
+      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale, tiles);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-// The runtime head_dim (a multiple of 32 up to 256) as a template argument.
+template <int HD>
+void launch_f32(const float* q, const float* k, const float* v, float* out, int T, int n_heads,
+                int n_kv_heads, const AttnSequences* seqs, cudaStream_t stream) {
+  const int4* tiles = tile_table(seqs);
+  const int grid_x = tiles ? seqs->tile_slots : (T + kFBr - 1) / kFBr;
+  const float scale = score_scale(seqs, HD);
+  if (is_causal(seqs))
+    launch_f32_kernel<HD, true>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale, tiles, stream);
+  else
+    launch_f32_kernel<HD, false>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale, tiles,
+                                 stream);
+}
+
+// The runtime head_dim (supported_head_dim) as a template argument.
 #define CLEF_HEAD_DIM_CASES(CALL) \
   case 32:                        \
     CALL(32);                     \
     break;                        \
   case 64:                        \
     CALL(64);                     \
+    break;                        \
+  case 80:                        \
+    CALL(80);                     \
     break;                        \
   case 96:                        \
     CALL(96);                     \
@@ -483,6 +551,15 @@ void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfl
 
 int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim) {
   return bf16 ? 16 * attention_core_bf16_pick_warps(T, n_heads, head_dim) : kFBr;
+}
+
+int attention_padded_head_dim(int head_dim) {
+  if (head_dim < 1 || head_dim > 256)
+    throw std::invalid_argument("attention_padded_head_dim: head_dim " + std::to_string(head_dim) +
+                                " outside [1, 256]");
+  int hd = head_dim;
+  while (!supported_head_dim(hd)) ++hd;
+  return hd;
 }
 
 int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {

@@ -1,7 +1,12 @@
-// Causal GQA attention core (docs/spec/model.md §3): A = causal softmax(q k^T / sqrt(hd)) v per
-// query head, query head j reading kv head j / (n_heads / n_kv_heads). Inputs are the already
-// normed/roped q and k. Layouts (contiguous, row-major): q [T, n_heads, head_dim], k/v [T,
-// n_kv_heads, head_dim], out [T, n_heads, head_dim]. head_dim: a multiple of 32, at most 256.
+// GQA attention core (docs/spec/model.md §3): A = softmax(q k^T * scale) v per query head, query
+// head j reading kv head j / (n_heads / n_kv_heads); causal by default (the backbone), or
+// non-causal within each packed sequence (the vision tower's segments, docs/spec/media.md §7).
+// Inputs are the already normed/roped q and k. Layouts (contiguous, row-major): q [T, n_heads,
+// head_dim], k/v [T, n_kv_heads, head_dim], out [T, n_heads, head_dim]. head_dim: one the kernels
+// are built for (attention_padded_head_dim: 80 or a multiple of 32, at most 256); a model head dim
+// without a kernel (the tower's 72) is zero-padded to attention_padded_head_dim(hd) columns,
+// passing its own scale 1/sqrt(hd) (the zero columns add nothing to q k^T, and give zero output
+// columns).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,16 +18,27 @@ namespace clef::engine::cuda {
 
 // Sequences packed into the T rows (a device table filled by engine/cuda/packing.h, 16-byte
 // aligned): tile slot i = {q0, begin, end, 0} makes query rows [q0, min(q0 + rows, end)) attend
-// keys [begin, row] of their sequence [begin, end) (rows = attention_rows_per_tile); q0 < 0 marks
-// an unused slot. Tiles never straddle two sequences. The grid is tile_slots wide, so one captured
-// graph serves every packing that fits. Without it (null): one sequence of T rows.
+// keys [begin, row] of their sequence [begin, end) (causal), or every key [begin, end) (non-causal)
+// (rows = attention_rows_per_tile); q0 < 0 marks an unused slot. Tiles never straddle two
+// sequences. The grid is tile_slots wide, so one captured graph serves every packing that fits.
+// tiles null (tile_slots 0): one sequence of T rows, with causal and scale as given. Without an
+// AttnSequences (null): one causal sequence of T rows, scale 1/sqrt(head_dim).
 struct AttnSequences {
   const int32_t* tiles = nullptr;  // [tile_slots][4]
   int tile_slots = 0;
+  bool causal = true;  // false: each query row attends every key of its sequence [begin, end)
+  float scale = 0.f;   // score scale (finite, >= 0); 0 = 1/sqrt(head_dim). A zero-padded head keeps
+                       // its true scale.
 };
 
-// Query rows per tile of the kernel the dispatcher runs for this shape (the packing's tile size).
+// Query rows per tile of the kernel the dispatcher runs for this shape (the packing's tile size:
+// pack_tables / segment_tiles in engine/cuda/packing.h). Pass the same T, n_heads and (padded)
+// head_dim as the attention call; causal and non-causal calls of one shape run the same tile size.
 int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim);
+
+// The smallest head_dim >= head_dim that both kernels are built for (72 -> 80); throws
+// std::invalid_argument outside [1, 256].
+int attention_padded_head_dim(int head_dim);
 
 // Production path: flash-style tiles on the tensor cores (bf16 mma.sync, fp32 accumulation and
 // online softmax in fp32), sm_80+. Throws std::invalid_argument on bad shapes, std::runtime_error
