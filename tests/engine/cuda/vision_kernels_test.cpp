@@ -15,10 +15,12 @@
 
 #include "engine/cpu/gated_attention.h"
 #include "engine/cpu/ops.h"
+#include "engine/cpu/vision_tower.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/kernel_path.h"
 #include "engine/cuda/kernels/attn_prep.h"
 #include "engine/cuda/kernels/vision.h"
+#include "engine/golden_models.h"
 #include "model/bf16.h"
 #include "support/ref/backbone_ref.h"
 
@@ -228,6 +230,41 @@ TYPED_TEST(VisionKernels, PosEmbedAdd) {
   }
   EXPECT_THROW(vision_pos_embed_add<E>(nullptr, 0, dtable.template get<E>(), side, 1, 3, 4, W, 0),
                std::invalid_argument);
+}
+
+// The float variant on a real table: tiny-r2m's pos_embed (8 x 8 of width 32) gives exactly
+// x + engine::cpu::vision_position_embedding, down- and upsampled grids, two slices.
+TEST(VisionKernelsTiny, PosEmbedAddMatchesTheCpuTower) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  auto release = testing::load_golden_model("tiny-r2m");
+  ASSERT_TRUE(release->vision.has_value());
+  const int W = release->vision->hidden_size;
+  const int side =
+      static_cast<int>(std::lround(std::sqrt(release->vision->num_position_embeddings)));
+  ASSERT_EQ(side * side, release->vision->num_position_embeddings);
+  std::vector<float> table(size_t(side) * side * W);
+  release->visual("pos_embed.weight").to_float(table.data(), 0, table.size());
+  auto dtable = to_device<float>(table);
+  struct Grid {
+    int t, h, w, row0;
+  };
+  for (Grid g : {Grid{1, 4, 6, 3}, Grid{2, 8, 8, 1}, Grid{1, 2, 2, 0}, Grid{1, 16, 12, 5}}) {
+    SCOPED_TRACE("grid (" + std::to_string(g.t) + ", " + std::to_string(g.h) + ", " +
+                 std::to_string(g.w) + ") row0 " + std::to_string(g.row0));
+    const int hw = g.h * g.w, total = g.row0 + g.t * hw + 2;
+    const auto x = randn(rng, size_t(total) * W);
+    const std::vector<float> pos = cpu::vision_position_embedding(*release, g.h, g.w);
+    ASSERT_EQ(pos.size(), size_t(hw) * W);
+    std::vector<float> want(x);
+    for (int s = 0; s < g.t; ++s)
+      for (size_t i = 0; i < size_t(hw) * W; ++i)
+        want[(size_t(g.row0) + size_t(s) * hw) * W + i] += pos[i];
+    auto dx = to_device<float>(x);
+    vision_pos_embed_add<float>(dx.get<float>(), g.row0, dtable.get<float>(), side, g.t, g.h, g.w,
+                                W, 0);
+    EXPECT_EQ(to_host<float>(dx, want.size()), want);
+  }
 }
 
 // The 2-D RoPE + split vs engine::cpu::apply_rope with the CPU tower's cos/sin tables (cos/sin of
