@@ -28,6 +28,18 @@ __device__ __forceinline__ AttnPrepHead attn_prep_head(const AttnPrepArgs& a, in
   return {AttnPrepHead::V, row + a.nh * 2 * a.hd + a.nkv * a.hd + h * a.hd, dst};
 }
 
+// Row t's rotary position for frequency fi: the multimodal axis of fi when 3-D positions are
+// given, else the 1-D position.
+__device__ __forceinline__ int rope_position(const AttnPrepArgs& a, int t, int fi) {
+  if (a.mrope_positions) {
+    const int axis = fi % 3 == 1 && fi < 3 * a.mrope_section[1]   ? 1
+                     : fi % 3 == 2 && fi < 3 * a.mrope_section[2] ? 2
+                                                                  : 0;
+    return a.mrope_positions[static_cast<size_t>(axis) * a.T + t];
+  }
+  return a.positions ? a.positions[t] : t;
+}
+
 // grid (T, nh + 2*nkv)
 template <typename E>
 __global__ void attn_prep_generic_kernel(const E* __restrict__ proj, const float* __restrict__ qw,
@@ -62,7 +74,7 @@ __global__ void attn_prep_generic_kernel(const E* __restrict__ proj, const float
       continue;
     }
     const int fi = i < half ? i : i - half;
-    const float ang = static_cast<float>(a.positions ? a.positions[t] : t) * a.inv_freq[fi];
+    const float ang = static_cast<float>(rope_position(a, t, fi)) * a.inv_freq[fi];
     const float c = rnd<E>(cosf(ang)), s = rnd<E>(sinf(ang));
     const float rh = i < half ? -sm[i + half] : sm[i - half];
     dst[i] = from_f<E>(rnd<E>(sm[i] * c) + rnd<E>(rh * s));
@@ -138,7 +150,7 @@ __global__ void attn_prep_vec8_kernel(const E* __restrict__ proj, const float* _
     for (int j = 0; j < 8; ++j) {
       const int i = i0 + j;
       const int fi = i < half ? i : i - half;
-      const float ang = static_cast<float>(a.positions ? a.positions[t] : t) * a.inv_freq[fi];
+      const float ang = static_cast<float>(rope_position(a, t, fi)) * a.inv_freq[fi];
       const float c = rnd<E>(cosf(ang)), s = rnd<E>(sinf(ang));
       const float rh = i < half ? -p[j] : p[j];
       res[j] = rnd<E>(n[j] * c) + rnd<E>(rh * s);

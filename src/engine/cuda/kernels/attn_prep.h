@@ -24,6 +24,12 @@ struct AttnPrepArgs {
   // device [T]: each row's position in its sequence (packed sequences restart at 0); null = the
   // row index (one sequence).
   const int32_t* positions = nullptr;
+  // device [3][T] (temporal, height, width) rotary positions of a request with media; null = 1-D
+  // (positions above). Set, frequency i takes its position from axis 1 if i % 3 == 1 and
+  // i < 3 * mrope_section[1], axis 2 if i % 3 == 2 and i < 3 * mrope_section[2], else axis 0
+  // (interleaved, docs/spec/media.md §6; CPU: mrope_tables).
+  const int32_t* mrope_positions = nullptr;
+  int mrope_section[3] = {0, 0, 0};  // e.g. {11, 11, 10}
 };
 template <typename E>
 void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, const AttnPrepArgs& a,
