@@ -1,33 +1,22 @@
 // Request strings -> compressed files -> pixels: the data URI / raw base64 forms, the format
 // sniffed from the magic bytes (as torchvision.io.decode_image does), and the per-format dispatch.
-#include <cstring>
 #include <utility>
 
+#include "media/data_uri.h"
 #include "media/image.h"
 
 namespace clef::media {
 namespace {
 
-bool starts_with(const std::vector<uint8_t>& b, const char* magic, size_t n, size_t at = 0) {
-  return b.size() >= at + n && std::memcmp(b.data() + at, magic, n) == 0;
-}
-
 ImageFormat sniff(const std::vector<uint8_t>& b) {
-  if (starts_with(b, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::Png;
-  if (starts_with(b, "\xFF\xD8\xFF", 3)) return ImageFormat::Jpeg;
-  if (starts_with(b, "RIFF", 4) && starts_with(b, "WEBP", 4, 8)) return ImageFormat::Webp;
-  if (starts_with(b, "GIF8", 4)) throw MediaError("GIF images are not supported (PNG, JPEG, WebP)");
-  if (starts_with(b, "II*\0", 4) || starts_with(b, "MM\0*", 4))
+  if (has_magic(b, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::Png;
+  if (has_magic(b, "\xFF\xD8\xFF", 3)) return ImageFormat::Jpeg;
+  if (has_magic(b, "RIFF", 4) && has_magic(b, "WEBP", 4, 8)) return ImageFormat::Webp;
+  if (has_magic(b, "GIF8", 4)) throw MediaError("GIF images are not supported (PNG, JPEG, WebP)");
+  if (has_magic(b, "II*\0", 4) || has_magic(b, "MM\0*", 4))
     throw MediaError("TIFF images are not supported (PNG, JPEG, WebP)");
-  if (starts_with(b, "BM", 2)) throw MediaError("BMP images are not supported (PNG, JPEG, WebP)");
+  if (has_magic(b, "BM", 2)) throw MediaError("BMP images are not supported (PNG, JPEG, WebP)");
   throw MediaError("not a PNG, JPEG or WebP image");
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
 }
 
 }  // namespace
@@ -45,27 +34,9 @@ const char* format_name(ImageFormat f) {
 }
 
 EncodedImage parse_image_string(std::string_view text) {
-  std::string_view payload = text;
-  const std::string head = lower(text.substr(0, 64));
-  if (head.rfind("data:", 0) == 0) {
-    const size_t comma = text.find(',');
-    if (comma == std::string_view::npos) throw MediaError("data URI without a ',' before its data");
-    const std::string meta = lower(text.substr(5, comma - 5));
-    static const char* kAccepted[] = {"image/png;base64", "image/jpeg;base64", "image/jpg;base64",
-                                      "image/webp;base64"};
-    bool ok = false;
-    for (const char* a : kAccepted) ok = ok || meta == a;
-    if (!ok)
-      throw MediaError("unsupported data URI \"data:" + meta.substr(0, 40) +
-                       "\": expected data:image/{png,jpeg,jpg,webp};base64,");
-    payload = text.substr(comma + 1);
-  } else if (const size_t colon = head.find(':'); colon != std::string::npos) {
-    // ':' is not in the base64 alphabet: this is a URL (http, https, file, ...), never fetched.
-    throw MediaError("image URLs are not supported (\"" + head.substr(0, colon) +
-                     ":\"): send the file as a data URI or raw base64");
-  }
-  if (payload.empty()) throw MediaError("empty image");
-  return identify_image(base64_decode(payload));
+  return identify_image(media_string_bytes(
+      text, {"image/png;base64", "image/jpeg;base64", "image/jpg;base64", "image/webp;base64"},
+      "image", "data:image/{png,jpeg,jpg,webp};base64,"));
 }
 
 EncodedImage identify_image(std::vector<uint8_t> bytes) {

@@ -1,3 +1,5 @@
+// Video files through Debian's FFmpeg (libavformat / libavcodec / libswscale): the header probe
+// and the frame decoder behind media/decode_video.h (built with CLEF_FFMPEG=ON, the default).
 #include "media/decode_video.h"
 
 #include <algorithm>
@@ -30,17 +32,6 @@ std::string av_error(int err) {
   char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
   av_strerror(err, buf, sizeof buf);
   return buf;
-}
-
-bool starts_with(const std::vector<uint8_t>& b, const char* magic, size_t n, size_t at = 0) {
-  return b.size() >= at + n && std::memcmp(b.data() + at, magic, n) == 0;
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
 }
 
 // The request's bytes as an AVIOContext: reads and seeks inside the buffer, nothing else.
@@ -271,43 +262,6 @@ double rational(AVRational r) {
 }
 
 }  // namespace
-
-EncodedVideo parse_video_string(std::string_view text) {
-  std::string_view payload = text;
-  const std::string head = lower(text.substr(0, 64));
-  if (head.rfind("data:", 0) == 0) {
-    const size_t comma = text.find(',');
-    if (comma == std::string_view::npos) throw MediaError("data URI without a ',' before its data");
-    const std::string meta = lower(text.substr(5, comma - 5));
-    static const char* kAccepted[] = {"video/mp4;base64", "video/webm;base64",
-                                      "video/x-matroska;base64", "video/quicktime;base64"};
-    bool ok = false;
-    for (const char* a : kAccepted) ok = ok || meta == a;
-    if (!ok)
-      throw MediaError("unsupported data URI \"data:" + meta.substr(0, 40) +
-                       "\": expected data:video/{mp4,webm,x-matroska,quicktime};base64,");
-    payload = text.substr(comma + 1);
-  } else if (const size_t colon = head.find(':'); colon != std::string::npos) {
-    throw MediaError("video URLs are not supported (\"" + head.substr(0, colon) +
-                     ":\"): send the file as a data URI or raw base64");
-  }
-  if (payload.empty()) throw MediaError("empty video");
-  return identify_video(base64_decode(payload));
-}
-
-EncodedVideo identify_video(std::vector<uint8_t> bytes) {
-  EncodedVideo out;
-  if (starts_with(bytes, "ftyp", 4, 4))
-    out.container = VideoContainer::Mp4;
-  else if (starts_with(bytes, "\x1A\x45\xDF\xA3", 4))
-    out.container = VideoContainer::Matroska;
-  else if (starts_with(bytes, "RIFF", 4) && starts_with(bytes, "AVI ", 4, 8))
-    throw MediaError("AVI files are not supported (MP4 or Matroska/WebM)");
-  else
-    throw MediaError("not an MP4 or Matroska/WebM video file");
-  out.bytes = std::move(bytes);
-  return out;
-}
 
 VideoInfo probe_video(const EncodedVideo& video, const VideoLimits& limits) {
   Demuxer d(video, limits);
