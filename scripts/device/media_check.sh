@@ -51,16 +51,10 @@ PY
   while read -r l; do summary+=("  $l"); done < <(grep -E "PARITY|POSITIONS|Error|error" "$L/parity.log" | head -12)
 fi
 if has media; then
-  : > "$L/media_profile.txt"
-  for spec in "1 512x512" "4 512x512" "1 1024x1024" "4 1024x1024"; do
-    set -- $spec
-    timeout 120 clefserve profile --model $M --device cuda --images $1 --image-size $2 --runs 5 --warmup 2 \
-      >> "$L/media_profile.txt" 2>>"$L/misc.log"
-    summary+=("media profile $1 x $2: rc $?")
-  done
-  timeout 150 clefserve profile --model $M --device cuda --videos 1 --video-frames 16 --video-size 640x480 \
-    --video-fps 2 --runs 5 --warmup 2 >> "$L/media_profile.txt" 2>>"$L/misc.log"
-  summary+=("media profile video 16 x 640x480: rc $?")
+  timeout 300 clefserve profile --model $M --device cuda --runs 5 --warmup 2 --video-fps 2 \
+    --media "${MEDIA:-1@512x512,4@512x512,1@1024x1024,4@1024x1024,v16@640x480}" \
+    > "$L/media_profile.txt" 2>>"$L/misc.log"
+  summary+=("media profile rc $?")
 fi
 if has text; then
   timeout 150 clefserve profile --model $M --device cuda --lengths "${LENGTHS:-361,961}" --runs 5 --warmup 2 \

@@ -42,6 +42,9 @@ struct ProfileArgs {
   std::string image_size = "1024x1024", video_size = "640x480";
   double video_fps = 2.0;
   std::string request_file;  // --dump-hidden with a request (JSON body) instead of --ids
+  // --media "N@WxH,...,vF@WxH": several media profiles in one process (N images of WxH; one video
+  // of F frames of WxH).
+  std::string media_list;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -351,6 +354,26 @@ int run_profile(const ProfileArgs& a) {
   auto release = model::Release::load(a.model_dir, lo);
   std::shared_ptr<engine::Engine> eng = engine::create_engine(release, a.engine_options);
   if (!a.dump_hidden.empty()) return dump_hidden(a, *eng, release->text.hidden_size, release);
+  if (!a.media_list.empty()) {
+    std::stringstream ss(a.media_list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      ProfileArgs one = a;
+      const size_t at = item.find('@');
+      if (at == std::string::npos || at == 0)
+        throw std::runtime_error("--media: expected N@WxH or vF@WxH, got '" + item + "'");
+      const bool video = item[0] == 'v';
+      const int n = std::stoi(item.substr(video ? 1 : 0, at - (video ? 1 : 0)));
+      if (n <= 0) throw std::runtime_error("--media: counts must be positive");
+      one.images = video ? 0 : n;
+      one.videos = video ? 1 : 0;
+      (video ? one.video_frames : one.images) = n;
+      (video ? one.video_size : one.image_size) = item.substr(at + 1);
+      if (!a.json_out.empty()) one.json_out = a.json_out + "." + item;
+      run_media_profile(one, release, eng);
+    }
+    return 0;
+  }
   if (a.images > 0 || a.videos > 0) return run_media_profile(a, release, eng);
   const std::vector<int> lengths = parse_lengths(a.lengths);
   service::DeciderOptions dopts;
@@ -537,6 +560,9 @@ void add_profile(CLI::App& app, int& exit_code) {
   cmd->add_option("--request", args->request_file,
                   "a request body (JSON, may hold images / videos) for --dump-hidden: also writes "
                   "the vision rows, pixel values and positions beside it");
+  cmd->add_option("--media", args->media_list,
+                  "several media profiles in one process: N@WxH (N images) or vF@WxH (one video "
+                  "of F frames), comma-separated");
   cmd->add_option("--images", args->images,
                   "profile one request with this many synthetic PNG images instead of --lengths")
       ->check(CLI::Range(0, 64));
