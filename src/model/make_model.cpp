@@ -312,7 +312,35 @@ json quantization_config_json(const TextConfig& t) {
               {"weight_block_size", {kFp8Block, kFp8Block}}};
 }
 
-json config_json(const TextConfig& t, const VisionConfig& v) {
+// The vision tokens' ids (docs/spec/media.md §6) by their text in the tokenizer's added tokens, so
+// that a release made with any Qwen tokenizer takes media (Qwen3's own tokenizer has them at
+// 151652..151656); Qwen3.5's ids when the tokenizer has none of them (then media are refused: the
+// ids are outside its vocabulary).
+struct VisionTokenIds {
+  int64_t start = 248053, end = 248054, image = 248056, video = 248057;
+};
+
+VisionTokenIds vision_token_ids(std::string_view tokenizer_json) {
+  VisionTokenIds ids;
+  const json j = json::parse(tokenizer_json.begin(), tokenizer_json.end(), nullptr, false);
+  if (j.is_discarded() || !j.contains("added_tokens") || !j["added_tokens"].is_array()) return ids;
+  VisionTokenIds found{-1, -1, -1, -1};
+  for (const json& a : j["added_tokens"]) {
+    if (!a.is_object() || !a.contains("content") || !a["content"].is_string() ||
+        !a.contains("id") || !a["id"].is_number_integer())
+      continue;
+    const std::string c = a["content"].get<std::string>();
+    const int64_t id = a["id"].get<int64_t>();
+    if (c == "<|vision_start|>") found.start = id;
+    if (c == "<|vision_end|>") found.end = id;
+    if (c == "<|image_pad|>") found.image = id;
+    if (c == "<|video_pad|>") found.video = id;
+  }
+  if (found.start >= 0 && found.end >= 0 && found.image >= 0 && found.video >= 0) return found;
+  return ids;
+}
+
+json config_json(const TextConfig& t, const VisionConfig& v, const VisionTokenIds& ids) {
   json layer_types = json::array();
   for (LayerType lt : t.layer_types) {
     layer_types.push_back(lt == LayerType::FullAttention ? "full_attention" : "linear_attention");
@@ -356,16 +384,16 @@ json config_json(const TextConfig& t, const VisionConfig& v) {
                {"vocab_size", t.vocab_size}};
   return json{{"architectures", {"Qwen3_5ForConditionalGeneration"}},
               {"dtype", "bfloat16"},
-              {"image_token_id", 248056},
+              {"image_token_id", ids.image},
               {"initializer_range", 0.02},
               {"model_type", "qwen3_5"},
               {"text_config", text},
               {"tie_word_embeddings", false},
               {"transformers_version", "5.17.0"},
-              {"video_token_id", 248057},
+              {"video_token_id", ids.video},
               {"vision_config", vision_config_json(v)},
-              {"vision_end_token_id", 248054},
-              {"vision_start_token_id", 248053}};
+              {"vision_end_token_id", ids.end},
+              {"vision_start_token_id", ids.start}};
 }
 
 void write_text(const fs::path& path, const std::string& text) {
@@ -695,7 +723,7 @@ void write_release(const fs::path& tmp, const MakeModelOptions& opts, ModelPrese
                              opts.weights + "\"");
   }
   const bool fp8 = opts.dtype == "fp8", realistic = opts.weights == "realistic";
-  json config = config_json(t, preset.vision);
+  json config = config_json(t, preset.vision, vision_token_ids(tok_json));
   if (fp8) config["quantization_config"] = quantization_config_json(t);
   write_text(tmp / "config.json", config.dump(2) + "\n");
   write_text(tmp / "processor_config.json", processor_config_json(preset.vision).dump(2) + "\n");

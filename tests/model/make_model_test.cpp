@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "media/media_config.h"
 #include "model/make_model.h"
 #include "model/pinning.h"
 #include "model/tensor_specs.h"
@@ -130,6 +131,27 @@ TEST(MakeModel, TinyHasTheGoldenTowerAndProcessorConfig) {
             parse(testing::golden("models/tiny-r2m/processor_config.json")));
   EXPECT_EQ(parse(dir + "/config.json")["vision_config"],
             parse(testing::golden("models/tiny-r2m/config.json"))["vision_config"]);
+}
+
+// The vision token ids come from the tokenizer (by their text), so a release made with Qwen3's
+// tokenizer takes media: its ids are 151652 (start), 151653 (end), 151655 (image), 151656 (video).
+TEST(MakeModel, VisionTokenIdsComeFromTheTokenizer) {
+  ScratchDir tmp;
+  MakeModelOptions o;
+  o.tokenizer = testing::golden("tokenizers/qwen3");
+  std::string dir;
+  try {
+    dir = make(tmp, "q", o);
+  } catch (const std::exception& e) {
+    FAIL() << e.what();
+  }
+  const auto cfg = nlohmann::json::parse(testing::read_file(dir + "/config.json"));
+  EXPECT_EQ(cfg["vision_start_token_id"], 151652);
+  EXPECT_EQ(cfg["vision_end_token_id"], 151653);
+  EXPECT_EQ(cfg["image_token_id"], 151655);
+  EXPECT_EQ(cfg["video_token_id"], 151656);
+  const media::MediaConfig mc = media::load_media_config(dir);
+  EXPECT_EQ(mc.tokens.image_pad, 151655);
 }
 
 TEST(MakeModel, TinyLoadsWithHfStyleInit) {
