@@ -167,7 +167,9 @@ TEST(SegmentTiles, CoverEverySegmentLongestFirst) {
         EXPECT_EQ((d[0] - d[1]) % rpt, 0);
         const int len = d[2] - d[1];
         EXPECT_LE(len, prev_len);
-        if (len == prev_len) EXPECT_GT(d[0], prev_q0);  // ties in row order
+        if (len == prev_len) {
+          EXPECT_GT(d[0], prev_q0);  // ties in row order
+        }
         prev_len = len, prev_q0 = d[0];
         for (int r = d[0]; r < std::min(d[0] + rpt, d[2]); ++r) ++covered[r];
       }
