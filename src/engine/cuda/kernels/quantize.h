@@ -14,6 +14,18 @@
 
 namespace clef::engine::cuda {
 
+// A producer's FP8 output, in the layout the FP8 GEMM reads as its activations (gemm.h, Vec128):
+// codes [rows, cols] with row stride ld, scale(row, kb) = scales[kb * M + row], M the padded row
+// count the GEMM sees (a multiple of 4). The fused producers (norm.h, elementwise.h,
+// attn_prep.h) write it from the bf16-rounded value they would store, so their codes and scales
+// equal quantize_rows_e4m3's on their plain output, exactly.
+struct Fp8Rows {
+  uint8_t* q = nullptr;
+  int ld = 0;
+  float* scales = nullptr;
+  int M = 0;
+};
+
 // Activations, per token per 128 channels (cuBLASLt VEC128_32F): x [rows, cols] (row stride ldx)
 // -> q [rows, cols] (row stride ldq) and scale(row, b) = scales[row * row_stride + b *
 // block_stride] for b < ceil(cols / 128). The FP8 GEMM reads row_stride 1, block_stride rows.
