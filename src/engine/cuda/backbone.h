@@ -37,9 +37,10 @@ class CudaBackbone {
   void tune(const Activations& a, int Tp, cudaStream_t s) const;
   // Every linear layer of the forward at Tp rows, in order: the GEMM floor of a forward.
   void enqueue_gemms_only(const Activations& a, int Tp, cudaStream_t s) const;
-  // The four GEMMs of one layer at Tp rows: in_proj, out_proj (+ residual), gate_up, down
-  // (+ residual).
-  std::array<GemmProblem, 4> layer_gemms(const LayerWeights& L, const Activations& a, int Tp) const;
+  // The GEMMs of one layer at Tp rows: in_proj, in_proj_ba (FP8 GDN layers, else empty: N = 0),
+  // out_proj (+ residual), gate_up, down (+ residual). A GEMM with FP8 weights reads a.act_q /
+  // a.act_scale, which its producer wrote.
+  std::array<GemmProblem, 5> layer_gemms(const LayerWeights& L, const Activations& a, int Tp) const;
 
   // The variant each kernel dispatcher runs at this model's shapes under path(), by op name
   // (as the dispatchers name them).

@@ -41,7 +41,10 @@ std::string CudaEngineImpl::tuning_file_name() const {
       std::to_string(cfg_.hidden_size) + "," + std::to_string(cfg_.intermediate_size);
   for (const LayerWeights& L : weights_.layers)
     shape += "," + std::to_string(L.in_proj.n) + ":" + std::to_string(L.out_proj.k);
-  return std::string("gemm-") + data_type_name(config_.activations) + "-" +
+  const std::string weights = config_.weights == DataType::F8_E4M3
+                                  ? std::string("-") + data_type_name(config_.weights)
+                                  : std::string();
+  return std::string("gemm-") + data_type_name(config_.activations) + weights + "-" +
          model::sha256_hex(shape).substr(0, 16) + ".json";
 }
 
