@@ -10,6 +10,7 @@
 #include "engine/cuda/kernels/elementwise.h"
 #include "engine/cuda/kernels/gdn_prep.h"
 #include "engine/cuda/kernels/norm.h"
+#include "engine/cuda/kernels/quantize.h"
 #include "engine/cuda/profile.h"
 
 namespace clef::engine::cuda {
@@ -49,16 +50,67 @@ std::array<GemmProblem, 5> CudaBackbone::layer_gemms(const LayerWeights& L, cons
     const size_t es = data_type_bytes(act);
     ba = gemm(a.normed, L.in_proj_ba, static_cast<char*>(a.proj) + L.b_col * es, L.proj_ld, false);
   }
-  return {gemm(a.normed, L.in_proj, a.proj, L.proj_ld, false), ba,
-          gemm(a.mixer_out, L.out_proj, a.residual, D, true),
-          gemm(a.normed, L.gate_up, a.proj, L.gate_up.n, false),
-          gemm(a.mixer_out, L.down, a.residual, D, true)};
+  std::array<GemmProblem, 5> g = {gemm(a.normed, L.in_proj, a.proj, L.proj_ld, false), ba,
+                                  gemm(a.mixer_out, L.out_proj, a.residual, D, true),
+                                  gemm(a.normed, L.gate_up, a.proj, L.gate_up.n, false),
+                                  gemm(a.mixer_out, L.down, a.residual, D, true)};
+  // FP8 shapes tune() found slower than bf16 at this bucket run their bf16 copies.
+  const auto fb = bf16_at_.find(Tp);
+  if (fb != bf16_at_.end()) {
+    const std::array<const WeightRef*, 5> ws = {&L.in_proj, nullptr, &L.out_proj, &L.gate_up,
+                                                &L.down};
+    const std::array<void*, 5> xs = bf16_inputs(a);
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (!ws[i] || ws[i]->dtype != DataType::F8_E4M3 || !fb->second.contains(shape_key(g[i])))
+        continue;
+      const WeightRef& copy = bf16_copy_.at(ws[i]->ptr);
+      g[i].a = {xs[i], act, copy.k};
+      g[i].b = copy.operand();
+    }
+  }
+  return g;
+}
+
+CudaBackbone::ShapeKey CudaBackbone::shape_key(const GemmProblem& p) {
+  return {p.N, p.K, p.ldc, p.accumulate ? 1 : 0};
+}
+
+std::array<void*, 5> CudaBackbone::bf16_inputs(const Activations& a) {
+  return {a.normed, a.normed, a.mixer_out, a.normed, a.mixer_out};
+}
+
+double CudaBackbone::time_ms(const GemmProblem& p, cudaStream_t s) const {
+  gemm_.tune(p, s);
+  for (int i = 0; i < 2; ++i) gemm_.run(p, s);  // warm
+  cudaEvent_t e0, e1;
+  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
+  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
+  constexpr int kRuns = 8;
+  CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
+  for (int i = 0; i < kRuns; ++i) gemm_.run(p, s);
+  CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
+  CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / kRuns;
+}
+
+std::vector<std::string> CudaBackbone::bf16_fallbacks(int Tp) const {
+  std::vector<std::string> out;
+  const auto it = bf16_at_.find(Tp);
+  if (it != bf16_at_.end())
+    for (const ShapeKey& k : it->second)
+      out.push_back(std::to_string(k[0]) + "x" + std::to_string(k[1]));
+  return out;
 }
 
 namespace {
 
-bool is_fp8(const WeightRef& w) {
-  return w.dtype == DataType::F8_E4M3;
+// Whether a GEMM reads FP8 (so its producer writes FP8).
+bool is_fp8(const GemmProblem& p) {
+  return p.b.dtype == DataType::F8_E4M3;
 }
 
 }  // namespace
@@ -91,7 +143,52 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
   return v;
 }
 
-void CudaBackbone::tune(const Activations& a, int Tp, cudaStream_t s) const {
+void CudaBackbone::tune(const Activations& a, int Tp, cudaStream_t s) {
+  if (w_.gemm_weights == DataType::F8_E4M3 && !bf16_at_.contains(Tp)) {
+    // FP8 or bf16 per shape at this bucket, timed on the real FP8 operands and, for bf16, on a
+    // stand-in weight of the shape (GEMM time does not depend on the values).
+    std::set<ShapeKey> slower, timed;
+    const std::array<void*, 5> xs = bf16_inputs(a);
+    for (const LayerWeights& L : w_.layers) {
+      const std::array<GemmProblem, 5> g = layer_gemms(L, a, Tp);
+      for (size_t i = 0; i < g.size(); ++i) {
+        const GemmProblem& p = g[i];
+        if (p.N <= 0 || p.b.dtype != DataType::F8_E4M3 || !timed.insert(shape_key(p)).second)
+          continue;
+        const double t8 = time_ms(p, s);
+        const size_t wb = static_cast<size_t>(p.N) * p.K * 2;
+        timing_weight_.resize(wb);
+        CLEF_CUDA_CHECK(cudaMemsetAsync(timing_weight_.get(), 0, wb, s));  // finite outputs
+        GemmProblem pb = p;
+        pb.a = {xs[i], DataType::BF16, p.K};
+        pb.b = {timing_weight_.get(), DataType::BF16, p.K};
+        if (time_ms(pb, s) < t8) slower.insert(shape_key(p));
+      }
+    }
+    // bf16 copies of every FP8 weight of those shapes (once per weight).
+    for (const LayerWeights& L : w_.layers) {
+      const std::array<GemmProblem, 5> g = layer_gemms(L, a, Tp);
+      const std::array<const WeightRef*, 5> ws = {&L.in_proj, nullptr, &L.out_proj, &L.gate_up,
+                                                  &L.down};
+      for (size_t i = 0; i < g.size(); ++i) {
+        const WeightRef* w = ws[i];
+        if (!w || w->dtype != DataType::F8_E4M3 || !slower.contains(shape_key(g[i])) ||
+            bf16_copy_.contains(w->ptr))
+          continue;
+        DeviceBuffer b(static_cast<size_t>(w->n) * w->k * 2);
+        dequantize_blocks_e4m3(static_cast<const uint8_t*>(w->ptr), w->n, w->k, w->scale,
+                               fp8_weight_scale_ld(w->k), 1, b.get<bf16>(), s);
+        WeightRef c;
+        c.ptr = b.get();
+        c.dtype = DataType::BF16;
+        c.n = w->n;
+        c.k = w->k;
+        bf16_copy_[w->ptr] = c;
+        bf16_storage_.push_back(std::move(b));
+      }
+    }
+    bf16_at_[Tp] = std::move(slower);
+  }
   for (const LayerWeights& L : w_.layers)
     for (const GemmProblem& p : layer_gemms(L, a, Tp)) gemm_.tune(p, s);
 }
@@ -131,7 +228,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   for (const LayerWeights& L : w_.layers) {
     const std::array<GemmProblem, 5> g = layer_gemms(L, a, Tp);
     if constexpr (std::is_same_v<E, bf16>) {
-      if (is_fp8(L.in_proj)) {
+      if (is_fp8(g[0])) {
         // The bf16 copy only where a bf16 GEMM reads it too (GDN [b | a]).
         rms_norm_1p_fp8(h, D, L.input_norm, g[1].N > 0 ? u : nullptr, D, Tp, D, eps, f8(D), path_,
                         s);
@@ -168,7 +265,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
                      pack ? &pack->gdn : nullptr);
       mark("gdn_core");
       if constexpr (std::is_same_v<E, bf16>) {
-        if (is_fp8(L.out_proj))
+        if (is_fp8(g[2]))
           gated_rms_norm_fp8(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w,
                              nullptr, Tp, Hv, dv, eps, f8(Hv * dv), path_, s);
         else
@@ -203,7 +300,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       mark("attention");
       bool gated = false;
       if constexpr (std::is_same_v<E, bf16>) {
-        if (is_fp8(L.out_proj)) {
+        if (is_fp8(g[2])) {
           attn_output_gate_fp8(mid, proj, n_in, Tp, nh, hd, false, f8(nh * hd), s);
           gated = true;
         }
@@ -215,7 +312,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
     mark("gemm");
     bool done = false;
     if constexpr (std::is_same_v<E, bf16>) {
-      if (is_fp8(L.gate_up)) {
+      if (is_fp8(g[3])) {
         rms_norm_1p_fp8(h, D, L.post_norm, nullptr, D, Tp, D, eps, f8(D), path_, s);
         done = true;
       }
@@ -226,7 +323,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
     mark("gemm");
     done = false;
     if constexpr (std::is_same_v<E, bf16>) {
-      if (is_fp8(L.down)) {
+      if (is_fp8(g[4])) {
         swiglu_fp8(proj, nullptr, Tp, I, f8(I), s);
         done = true;
       }

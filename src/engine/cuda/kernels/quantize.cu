@@ -1,5 +1,8 @@
 // FP8 quantisers: one warp per (row, 128 channels) for activations (reads 256 bytes, writes 128 +
 // one scale: bandwidth bound), one block per 128x128 tile for weights (load time only).
+#include <cuda_fp16.h>
+
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -56,7 +59,31 @@ __global__ void quantize_blocks_kernel(const __nv_bfloat16* __restrict__ w, int 
   if (threadIdx.x == 0) scales[blockIdx.y * row_stride + blockIdx.x * block_stride] = s;
 }
 
+// Grid-stride over the elements of w [n, k].
+__global__ void dequantize_blocks_kernel(const uint8_t* __restrict__ q, int n, int k,
+                                         const float* __restrict__ scales, int64_t row_stride,
+                                         int64_t block_stride, __nv_bfloat16* __restrict__ out) {
+  const int64_t total = int64_t(n) * k;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / k, c = e % k;
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(q[e], __NV_E4M3);  // exact
+    const float v =
+        __half2float(__half(h)) * scales[(r / kBlock) * row_stride + (c / kBlock) * block_stride];
+    out[e] = __float2bfloat16_rn(v);
+  }
+}
+
 }  // namespace
+
+void dequantize_blocks_e4m3(const uint8_t* q, int n, int k, const float* scales, int64_t row_stride,
+                            int64_t block_stride, __nv_bfloat16* out, cudaStream_t s) {
+  if (n <= 0 || k <= 0) return;
+  const int64_t total = int64_t(n) * k;
+  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 8192));
+  dequantize_blocks_kernel<<<blocks, 256, 0, s>>>(q, n, k, scales, row_stride, block_stride, out);
+  CLEF_CUDA_CHECK(cudaGetLastError());
+}
 
 void quantize_rows_e4m3(const __nv_bfloat16* x, int rows, int cols, int ldx, uint8_t* q, int ldq,
                         float* scales, int64_t row_stride, int64_t block_stride, cudaStream_t s) {

@@ -37,4 +37,9 @@ void quantize_rows_e4m3(const __nv_bfloat16* x, int rows, int cols, int ldx, uin
 void quantize_blocks_e4m3(const __nv_bfloat16* w, int n, int k, uint8_t* q, float* scales,
                           int64_t row_stride, int64_t block_stride, cudaStream_t s);
 
+// The inverse for weights: out[r, c] = bf16(e4m3(q[r, c]) * scale(r / 128, c / 128)), scale as
+// quantize_blocks_e4m3 lays it out (a bf16 copy of an FP8 weight, for a GEMM kept in bf16).
+void dequantize_blocks_e4m3(const uint8_t* q, int n, int k, const float* scales, int64_t row_stride,
+                            int64_t block_stride, __nv_bfloat16* out, cudaStream_t s);
+
 }  // namespace clef::engine::cuda
