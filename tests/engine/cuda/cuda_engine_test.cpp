@@ -176,6 +176,47 @@ TEST_P(CudaEngineGolden, Fp8WithinThreeTimesReferenceBf16Noise) {
   }
 }
 
+// After prepare() (which times each FP8 GEMM shape against bf16 per bucket and may keep bf16
+// copies), the fp8 engine still answers within the same bound, and the same as before for the
+// shapes that stayed FP8 (checked through the bound only: the choice depends on timing).
+TEST(CudaEngine, Fp8AfterPrepareStaysWithinThreeTimesReferenceBf16Noise) {
+  CLEF_REQUIRE_GPU();
+  auto eng = make("tiny-r2", "fp8");
+  engine::PrepareOptions po;
+  po.max_tokens = 512;
+  std::vector<std::string> lines;
+  po.progress = [&](const std::string& m) { lines.push_back(m); };
+  eng->prepare(po);
+  bool reported = false;
+  for (const auto& l : lines) {
+    reported |= l.rfind("FP8:", 0) == 0;
+    std::printf("[prepare] %s\n", l.c_str());
+  }
+  EXPECT_TRUE(reported) << "prepare did not say where FP8 runs";
+  auto release = testing::load_golden_model("tiny-r2");
+  const auto records = testing::load_golden("tiny-r2");
+  const auto bf16 = load_bf16("tiny-r2");
+  double worst = 0, ref = 0;
+  for (size_t n = 0; n < records.size(); ++n) {
+    const auto& r = records[n];
+    const auto enc =
+        encoding::encode_request(encoding::validate_request(r.request), *release->tokenizer,
+                                 testing::golden_encode_options(r));
+    const auto out = eng->forward({&enc});
+    for (size_t k = 0; k < enc.questions.size(); ++k) {
+      const auto& q = enc.questions[k];
+      const auto p = answer::softmax_f32(out[0].logits.at(k));
+      for (size_t j = 0; j < p.size(); ++j) {
+        const double pref = r.probabilities.at(q.id).at(q.option_ids[j]);
+        worst = std::max(worst, std::fabs(p[j] - pref));
+        ref = std::max(ref, std::fabs(bf16[n].at(q.id).at(q.option_ids[j]) - pref));
+      }
+    }
+  }
+  std::printf("tiny-r2 fp8 after prepare: max |dp| %.3g, reference_bf16 %.3g\n", worst, ref);
+  EXPECT_LE(worst, 3.0 * ref);
+}
+
 // The CUDA float32 last_hidden_state vs the reference's float32 tensor of the debug requests.
 TEST_P(CudaEngineGolden, Float32LastHiddenStateMatchesReferenceTensor) {
   CLEF_REQUIRE_GPU();
