@@ -12,6 +12,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/data_type.h"
 #include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/kernels/quantize.h"
 #include "model/release.h"
 
 namespace clef::engine::cuda {
@@ -82,9 +83,10 @@ struct BackboneWeights {
 // FP8 GEMM refuses (fp8_gemm_shape_ok) in bf16), the embedding table and the
 // conv taps as `activations`, norms and gates in fp32. Values are the loading rule's (bf16-rounded
 // unless the release keeps fp32). Throws std::runtime_error for an unsupported type pair.
-// Whether the FP8 GEMM (gemm.h) takes a weight of depth k writing rows of ldc bf16 values.
+// Whether the FP8 GEMM (gemm.h) takes a weight of depth k writing rows of ldc bf16 values, and
+// its producer can quantise rows of k values (kernels/quantize.h).
 inline bool fp8_gemm_shape_ok(int k, int ldc) {
-  return k % 16 == 0 && ldc % 8 == 0;
+  return k % 16 == 0 && ldc % 8 == 0 && k <= kFp8MaxStagedRow;
 }
 
 BackboneWeights upload_backbone_weights(const model::Release& release, DataType activations,

@@ -42,7 +42,7 @@ const char* attn_output_gate_variant(int ld, int hd, KernelPath path);
 // The output gate as the FP8 producer of o_proj (bf16 only): the gated values (as
 // attn_output_gate computes them; written back into attn when `store`) quantised per row per 128
 // channels into f inside the kernel, equal to quantize_rows_e4m3 of attn_output_gate's output.
-// nh * hd up to 24576.
+// nh * hd up to 23552.
 void attn_output_gate_fp8(__nv_bfloat16* attn, const __nv_bfloat16* proj, int ld, int T, int nh,
                           int hd, bool store, const Fp8Rows& f, cudaStream_t s);
 

@@ -30,7 +30,7 @@ const char* swiglu_variant(int I, KernelPath path);
 
 // SwiGLU as the FP8 producer of the down projection (bf16 only): out (unless null) as swiglu
 // writes it, and f (quantize.h) = quantize_rows_e4m3 of that output, exactly, quantised inside
-// the kernel. I up to 24576.
+// the kernel. I up to 23552.
 void swiglu_fp8(const __nv_bfloat16* gu, __nv_bfloat16* out, int T, int I, const Fp8Rows& f,
                 cudaStream_t s);
 

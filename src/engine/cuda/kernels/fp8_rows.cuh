@@ -66,8 +66,7 @@ __device__ __forceinline__ void quantize_staged_row(const __nv_bfloat16* srow, i
   }
 }
 
-// Widest row a fused FP8 producer stages in shared memory (bf16, within the default 48 KiB).
-constexpr int kFp8MaxRow = 24576;
+constexpr int kFp8MaxRow = kFp8MaxStagedRow;
 
 // The fused FP8 producers stage their bf16 output row here (dynamic shared memory) before
 // quantising it.

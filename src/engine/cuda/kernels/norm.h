@@ -34,7 +34,7 @@ const char* gated_rms_norm_variant(int ldz, int dv, KernelPath path);
 // channels into f (quantize.h) inside the kernel, and also stored to out / y unless that is null.
 // f equals quantize_rows_e4m3 of the plain op's output exactly (the same variant computes the
 // values; for the gated norm, the vec8 form needs H * lpg <= 1024 threads, else the generic
-// form's values are quantised). Rows (D, H * dv) up to 24576 values.
+// form's values are quantised). Rows (D, H * dv) up to 23552 values.
 void rms_norm_1p_fp8(const __nv_bfloat16* x, int ldx, const float* w, __nv_bfloat16* out, int ldo,
                      int rows, int D, float eps, const Fp8Rows& f, KernelPath path, cudaStream_t s);
 void gated_rms_norm_fp8(const __nv_bfloat16* o, const __nv_bfloat16* z, int ldz, const float* w,

@@ -19,6 +19,10 @@ namespace clef::engine::cuda {
 // count the GEMM sees (a multiple of 4). The fused producers (norm.h, elementwise.h,
 // attn_prep.h) write it from the bf16-rounded value they would store, so their codes and scales
 // equal quantize_rows_e4m3's on their plain output, exactly.
+// Widest row a fused producer quantises (it stages the row in shared memory: 46 KiB of bf16,
+// leaving the kernels' static shared memory room within the 48 KiB a launch gets by default).
+constexpr int kFp8MaxStagedRow = 23552;
+
 struct Fp8Rows {
   uint8_t* q = nullptr;
   int ld = 0;
