@@ -60,7 +60,8 @@ void add_engine_options(CLI::App* cmd, engine::EngineOptions& opts, engine::Devi
   add_device(cmd, opts, devices);
   add_enum(cmd, "--dtype", opts.dtype, engine::kDTypeNames,
            "Engine dtype (default: the backend's, float32 on cpu, bfloat16 on cuda; cpu runs "
-           "float32 only; fp8 is not implemented yet)",
+           "float32 only; fp8 = cuda only: FP8 weights for the backbone's big projections, bf16 "
+           "activations)",
            opts.dtype != engine::DType::Default);
   add_enum(cmd, "--kernels", opts.kernels, engine::kKernelsNames,
            "CUDA kernels: auto (the fastest the device supports) or generic (force the generic "

@@ -18,7 +18,10 @@ namespace clef::engine {
 struct EngineInfo {
   std::string backend;  // "cpu" | "cuda"
   std::string device;   // e.g. "2-thread x86-64 CPU" or "cuda:1 NVIDIA H200, sm_90"
-  std::string dtype;    // "float32" | "bfloat16"
+  std::string dtype;    // "float32" | "bfloat16" | "fp8" (cuda: FP8 weights, bf16 activations)
+  // The engine's own weight quantisation ("fp8-e4m3-block128" when it runs FP8 weights, even from
+  // a bf16 release); "" = none beyond the release's.
+  std::string quantization;
   std::map<std::string, std::string>
       kernels;  // linear_attention, attention, gemm -> implementation
   // Versions a remote report needs to be complete (cuda: driver_version, cuda_driver_api,

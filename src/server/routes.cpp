@@ -46,7 +46,9 @@ Reply health(const Core& core) {
           {"backend", first.backend},
           {"device", first.device},
           {"dtype", first.dtype},
-          {"quantization", rel.quantization.fp8 ? "fp8-e4m3-block128" : "none"},
+          {"quantization", !first.quantization.empty() ? first.quantization
+                           : rel.quantization.fp8      ? "fp8-e4m3-block128"
+                                                       : "none"},
           {"kernels", kernels_of(first)},
           {"model_revision", rel.revision},
           {"weights_sha256_verified", rel.weights_sha256_verified},

@@ -11,6 +11,7 @@
 #include "engine/cuda/kernels/elementwise.h"
 #include "engine/cuda/kernels/gdn_prep.h"
 #include "engine/cuda/kernels/norm.h"
+#include "engine/cuda/kernels/quantize.h"
 #include "engine/cuda/kernels/vision.h"
 #include "engine/cuda/profile.h"
 
@@ -24,27 +25,97 @@ CudaBackbone::CudaBackbone(const model::TextConfig& config, const BackboneWeight
   rotary_dim_ = static_cast<int>(cfg_.head_dim * cfg_.partial_rotary_factor);
 }
 
-std::array<GemmProblem, 4> CudaBackbone::layer_gemms(const LayerWeights& L, const Activations& a,
+std::array<GemmProblem, 5> CudaBackbone::layer_gemms(const LayerWeights& L, const Activations& a,
                                                      int Tp) const {
   const DataType act = w_.activations;
-  auto gemm = [&](void* x, const WeightRef& w, void* y, bool residual) {
+  auto gemm = [&](void* x, const WeightRef& w, void* y, int ldc, bool residual) {
     GemmProblem p;
     p.M = Tp;
     p.N = w.n;
     p.K = w.k;
-    p.a = {x, act, w.k};
+    if (w.dtype == DataType::F8_E4M3)  // the producer's FP8 output (Fp8Rows: ld K, M = Tp)
+      p.a = {a.act_q, DataType::F8_E4M3, w.k, 0, a.act_scale, ScaleMode::Vec128};
+    else
+      p.a = {x, act, w.k};
     p.b = w.operand();
     p.b_is_nk = true;
     p.c = y;
     p.c_dtype = act;
-    p.ldc = w.n;
+    p.ldc = ldc;
     p.accumulate = residual;
     p.tuning = GemmTuning::Timed;
     return p;
   };
-  return {gemm(a.normed, L.in_proj, a.proj, false), gemm(a.mixer_out, L.out_proj, a.residual, true),
-          gemm(a.normed, L.gate_up, a.proj, false), gemm(a.mixer_out, L.down, a.residual, true)};
+  const int D = cfg_.hidden_size;
+  GemmProblem ba;  // empty unless the layer has one (N = 0: run() and tune() skip it)
+  if (L.in_proj_ba.n > 0) {
+    const size_t es = data_type_bytes(act);
+    ba = gemm(a.normed, L.in_proj_ba, static_cast<char*>(a.proj) + L.b_col * es, L.proj_ld, false);
+  }
+  std::array<GemmProblem, 5> g = {gemm(a.normed, L.in_proj, a.proj, L.proj_ld, false), ba,
+                                  gemm(a.mixer_out, L.out_proj, a.residual, D, true),
+                                  gemm(a.normed, L.gate_up, a.proj, L.gate_up.n, false),
+                                  gemm(a.mixer_out, L.down, a.residual, D, true)};
+  // FP8 shapes tune() found slower than bf16 at this bucket run their bf16 copies.
+  const auto fb = bf16_at_.find(Tp);
+  if (fb != bf16_at_.end()) {
+    const std::array<const WeightRef*, 5> ws = {&L.in_proj, nullptr, &L.out_proj, &L.gate_up,
+                                                &L.down};
+    const std::array<void*, 5> xs = bf16_inputs(a);
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (!ws[i] || ws[i]->dtype != DataType::F8_E4M3 || !fb->second.contains(shape_key(g[i])))
+        continue;
+      const WeightRef& copy = bf16_copy_.at(ws[i]->ptr);
+      g[i].a = {xs[i], act, copy.k};
+      g[i].b = copy.operand();
+    }
+  }
+  return g;
 }
+
+CudaBackbone::ShapeKey CudaBackbone::shape_key(const GemmProblem& p) {
+  return {p.N, p.K, p.ldc, p.accumulate ? 1 : 0};
+}
+
+std::array<void*, 5> CudaBackbone::bf16_inputs(const Activations& a) {
+  return {a.normed, a.normed, a.mixer_out, a.normed, a.mixer_out};
+}
+
+double CudaBackbone::time_ms(const GemmProblem& p, cudaStream_t s) const {
+  gemm_.tune(p, s);
+  for (int i = 0; i < 2; ++i) gemm_.run(p, s);  // warm
+  cudaEvent_t e0, e1;
+  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
+  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
+  constexpr int kRuns = 8;
+  CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
+  for (int i = 0; i < kRuns; ++i) gemm_.run(p, s);
+  CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
+  CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / kRuns;
+}
+
+std::vector<std::string> CudaBackbone::bf16_fallbacks(int Tp) const {
+  std::vector<std::string> out;
+  const auto it = bf16_at_.find(Tp);
+  if (it != bf16_at_.end())
+    for (const ShapeKey& k : it->second)
+      out.push_back(std::to_string(k[0]) + "x" + std::to_string(k[1]));
+  return out;
+}
+
+namespace {
+
+// Whether a GEMM reads FP8 (so its producer writes FP8).
+bool is_fp8(const GemmProblem& p) {
+  return p.b.dtype == DataType::F8_E4M3;
+}
+
+}  // namespace
 
 std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
   const auto& c = cfg_;
@@ -55,13 +126,11 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
   v["rms_norm_1p"] = rms_norm_1p_variant(D, D, D, path_);
   v["swiglu"] = swiglu_variant(c.intermediate_size, path_);
   for (const LayerWeights& L : w_.layers) {
-    const int n_in = L.in_proj.n;
+    const int n_in = L.proj_ld;
     if (L.linear && !v.contains("gdn_chunked")) {
       const int Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads,
                 dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-      const int cqkv = 2 * Hk * dk + Hv * dv;
-      const GdnPrepArgs pa{
-          0, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, cqkv + Hv * dv, cqkv + Hv * dv + Hv};
+      const GdnPrepArgs pa{0, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, L.b_col, L.a_col};
       v["gdn_conv_prep"] = gdn_conv_prep_variant(pa, path_);
       v["gdn_chunked"] = gdn_chunked_variant(dk, dv, is_bf16, path_);
       v["gated_rms_norm"] = gated_rms_norm_variant(n_in, dv, path_);
@@ -76,7 +145,52 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
   return v;
 }
 
-void CudaBackbone::tune(const Activations& a, int Tp, cudaStream_t s) const {
+void CudaBackbone::tune(const Activations& a, int Tp, cudaStream_t s) {
+  if (w_.gemm_weights == DataType::F8_E4M3 && !bf16_at_.contains(Tp)) {
+    // FP8 or bf16 per shape at this bucket, timed on the real FP8 operands and, for bf16, on a
+    // stand-in weight of the shape (GEMM time does not depend on the values).
+    std::set<ShapeKey> slower, timed;
+    const std::array<void*, 5> xs = bf16_inputs(a);
+    for (const LayerWeights& L : w_.layers) {
+      const std::array<GemmProblem, 5> g = layer_gemms(L, a, Tp);
+      for (size_t i = 0; i < g.size(); ++i) {
+        const GemmProblem& p = g[i];
+        if (p.N <= 0 || p.b.dtype != DataType::F8_E4M3 || !timed.insert(shape_key(p)).second)
+          continue;
+        const double t8 = time_ms(p, s);
+        const size_t wb = static_cast<size_t>(p.N) * p.K * 2;
+        timing_weight_.resize(wb);
+        CLEF_CUDA_CHECK(cudaMemsetAsync(timing_weight_.get(), 0, wb, s));  // finite outputs
+        GemmProblem pb = p;
+        pb.a = {xs[i], DataType::BF16, p.K};
+        pb.b = {timing_weight_.get(), DataType::BF16, p.K};
+        if (time_ms(pb, s) < t8) slower.insert(shape_key(p));
+      }
+    }
+    // bf16 copies of every FP8 weight of those shapes (once per weight).
+    for (const LayerWeights& L : w_.layers) {
+      const std::array<GemmProblem, 5> g = layer_gemms(L, a, Tp);
+      const std::array<const WeightRef*, 5> ws = {&L.in_proj, nullptr, &L.out_proj, &L.gate_up,
+                                                  &L.down};
+      for (size_t i = 0; i < g.size(); ++i) {
+        const WeightRef* w = ws[i];
+        if (!w || w->dtype != DataType::F8_E4M3 || !slower.contains(shape_key(g[i])) ||
+            bf16_copy_.contains(w->ptr))
+          continue;
+        DeviceBuffer b(static_cast<size_t>(w->n) * w->k * 2);
+        dequantize_blocks_e4m3(static_cast<const uint8_t*>(w->ptr), w->n, w->k, w->scale,
+                               fp8_weight_scale_ld(w->k), 1, b.get<bf16>(), s);
+        WeightRef c;
+        c.ptr = b.get();
+        c.dtype = DataType::BF16;
+        c.n = w->n;
+        c.k = w->k;
+        bf16_copy_[w->ptr] = c;
+        bf16_storage_.push_back(std::move(b));
+      }
+    }
+    bf16_at_[Tp] = std::move(slower);
+  }
   for (const LayerWeights& L : w_.layers)
     for (const GemmProblem& p : layer_gemms(L, a, Tp)) gemm_.tune(p, s);
 }
@@ -115,13 +229,27 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   if (media && media->n > 0)
     scatter_rows<E>(h, D, static_cast<const E*>(media->rows), media->pad_rows, media->n, D, s);
   mark("norms_elementwise");
+  // FP8 producers write the next GEMM's activations (K columns) where layer_gemms reads them.
+  auto f8 = [&](int K) { return Fp8Rows{a.act_q, K, a.act_scale, Tp}; };
+  (void)f8;  // used by the bf16 instantiation only
   for (const LayerWeights& L : w_.layers) {
-    const std::array<GemmProblem, 4> g = layer_gemms(L, a, Tp);
-    rms_norm_1p<E>(h, D, L.input_norm, u, D, Tp, D, eps, path_, s);
+    const std::array<GemmProblem, 5> g = layer_gemms(L, a, Tp);
+    if constexpr (std::is_same_v<E, bf16>) {
+      if (is_fp8(g[0])) {
+        // The bf16 copy only where a bf16 GEMM reads it too (GDN [b | a]).
+        rms_norm_1p_fp8(h, D, L.input_norm, g[1].N > 0 ? u : nullptr, D, Tp, D, eps, f8(D), path_,
+                        s);
+      } else {
+        rms_norm_1p<E>(h, D, L.input_norm, u, D, Tp, D, eps, path_, s);
+      }
+    } else {
+      rms_norm_1p<E>(h, D, L.input_norm, u, D, Tp, D, eps, path_, s);
+    }
     mark("norms_elementwise");
     gemm_.run(g[0], s);
+    gemm_.run(g[1], s);
     mark("gemm");
-    const int n_in = L.in_proj.n;
+    const int n_in = L.proj_ld;
     if (L.linear) {
       const int Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads,
                 dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
@@ -133,8 +261,8 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
                      dk,
                      dv,
                      c.linear_conv_kernel_dim,
-                     cqkv + Hv * dv,
-                     cqkv + Hv * dv + Hv,
+                     L.b_col,
+                     L.a_col,
                      pack ? pack->positions : nullptr};
       gdn_conv_prep<E>(proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
                        a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, path_, s);
@@ -143,8 +271,17 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
                      static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s, nullptr, nullptr,
                      pack ? &pack->gdn : nullptr);
       mark("gdn_core");
-      gated_rms_norm<E>(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w, mid, Tp,
-                        Hv, dv, eps, path_, s);
+      if constexpr (std::is_same_v<E, bf16>) {
+        if (is_fp8(g[2]))
+          gated_rms_norm_fp8(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w,
+                             nullptr, Tp, Hv, dv, eps, f8(Hv * dv), path_, s);
+        else
+          gated_rms_norm<E>(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w, mid,
+                            Tp, Hv, dv, eps, path_, s);
+      } else {
+        gated_rms_norm<E>(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w, mid,
+                          Tp, Hv, dv, eps, path_, s);
+      }
       mark("norms_elementwise");
     } else {
       const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
@@ -172,18 +309,39 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       else
         attention_core_bf16(q, k, v, mid, Tp, nh, nkv, hd, s, as);
       mark("attention");
-      attn_output_gate<E>(mid, proj, n_in, Tp, nh, hd, path_, s);
+      bool gated = false;
+      if constexpr (std::is_same_v<E, bf16>) {
+        if (is_fp8(g[2])) {
+          attn_output_gate_fp8(mid, proj, n_in, Tp, nh, hd, false, f8(nh * hd), s);
+          gated = true;
+        }
+      }
+      if (!gated) attn_output_gate<E>(mid, proj, n_in, Tp, nh, hd, path_, s);
       mark("norms_elementwise");
     }
-    gemm_.run(g[1], s);
-    mark("gemm");
-    rms_norm_1p<E>(h, D, L.post_norm, u, D, Tp, D, eps, path_, s);
-    mark("norms_elementwise");
     gemm_.run(g[2], s);
     mark("gemm");
-    swiglu<E>(proj, mid, Tp, I, path_, s);
+    bool done = false;
+    if constexpr (std::is_same_v<E, bf16>) {
+      if (is_fp8(g[3])) {
+        rms_norm_1p_fp8(h, D, L.post_norm, nullptr, D, Tp, D, eps, f8(D), path_, s);
+        done = true;
+      }
+    }
+    if (!done) rms_norm_1p<E>(h, D, L.post_norm, u, D, Tp, D, eps, path_, s);
     mark("norms_elementwise");
     gemm_.run(g[3], s);
+    mark("gemm");
+    done = false;
+    if constexpr (std::is_same_v<E, bf16>) {
+      if (is_fp8(g[4])) {
+        swiglu_fp8(proj, nullptr, Tp, I, f8(I), s);
+        done = true;
+      }
+    }
+    if (!done) swiglu<E>(proj, mid, Tp, I, path_, s);
+    mark("norms_elementwise");
+    gemm_.run(g[4], s);
     mark("gemm");
   }
   rms_norm_1p<E>(h, D, w_.final_norm, static_cast<E*>(a.final_hidden), D, Tp, D, eps, path_, s);

@@ -10,7 +10,9 @@
 
 #include <array>
 #include <map>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/kernel_path.h"
@@ -44,13 +46,19 @@ class CudaBackbone {
   // only): a request with images or videos.
   void enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec = nullptr,
                const PackView* pack = nullptr, const MediaView* media = nullptr) const;
-  // Chooses the algorithm of every GEMM at Tp rows (timing: never inside a capture).
-  void tune(const Activations& a, int Tp, cudaStream_t s) const;
+  // Chooses the algorithm of every GEMM at Tp rows (timing: never inside a capture). With FP8
+  // weights it also times each FP8 GEMM shape against the same shape in bf16 and keeps bf16 at
+  // this bucket where FP8 measures slower; the weights of such a shape get a bf16 copy (their
+  // dequantised FP8 values, so either choice computes with the same weights up to bf16 rounding).
+  void tune(const Activations& a, int Tp, cudaStream_t s);
+  // "NxK" of each FP8 GEMM shape that runs in bf16 at Tp (empty: all FP8, or no FP8 weights).
+  std::vector<std::string> bf16_fallbacks(int Tp) const;
   // Every linear layer of the forward at Tp rows, in order: the GEMM floor of a forward.
   void enqueue_gemms_only(const Activations& a, int Tp, cudaStream_t s) const;
-  // The four GEMMs of one layer at Tp rows: in_proj, out_proj (+ residual), gate_up, down
-  // (+ residual).
-  std::array<GemmProblem, 4> layer_gemms(const LayerWeights& L, const Activations& a, int Tp) const;
+  // The GEMMs of one layer at Tp rows: in_proj, in_proj_ba (FP8 GDN layers, else empty: N = 0),
+  // out_proj (+ residual), gate_up, down (+ residual). A GEMM with FP8 weights reads a.act_q /
+  // a.act_scale, which its producer wrote.
+  std::array<GemmProblem, 5> layer_gemms(const LayerWeights& L, const Activations& a, int Tp) const;
 
   // The variant each kernel dispatcher runs at this model's shapes under path(), by op name
   // (as the dispatchers name them).
@@ -64,8 +72,19 @@ class CudaBackbone {
   void enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
                   const PackView* pack, const MediaView* media) const;
 
+  // What an FP8-or-bf16 choice is made for: N, K, ldc, accumulate.
+  using ShapeKey = std::array<int, 4>;
+  static ShapeKey shape_key(const GemmProblem& p);
+  // The GEMMs' inputs in bf16 (the producers' plain outputs), by layer_gemms' index.
+  static std::array<void*, 5> bf16_inputs(const Activations& a);
+  double time_ms(const GemmProblem& p, cudaStream_t s) const;
+
   const model::TextConfig& cfg_;
   const BackboneWeights& w_;
+  std::map<int, std::set<ShapeKey>> bf16_at_;   // per bucket: FP8 shapes that run bf16
+  std::map<const void*, WeightRef> bf16_copy_;  // FP8 weight (codes pointer) -> its bf16 copy
+  std::vector<DeviceBuffer> bf16_storage_;
+  DeviceBuffer timing_weight_;  // a bf16 weight for timing a shape before its copy exists
   Gemm& gemm_;
   KernelPath path_;
   int rotary_dim_ = 0;

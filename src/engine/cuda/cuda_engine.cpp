@@ -49,7 +49,8 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
   say(std::string("uploading weights (") + data_type_name(config_.weights) + ") to " + device_);
   weights_ = upload_backbone_weights(*rel_, config_.activations, config_.weights, say);
   say("weights on device");
-  workspace_ = std::make_unique<Workspace>(cfg_, config_.activations, weights_.max_in_proj);
+  workspace_ = std::make_unique<Workspace>(cfg_, config_.activations, weights_.max_in_proj,
+                                           config_.weights == DataType::F8_E4M3);
   backbone_ = std::make_unique<CudaBackbone>(cfg_, weights_, gemm_, config_.kernels);
   head_ = std::make_unique<CudaJointHead>(
       *rel_,
@@ -215,7 +216,9 @@ EngineInfo CudaEngineImpl::info() const {
   EngineInfo i;
   i.backend = "cuda";
   i.device = device_;
-  i.dtype = data_type_name(config_.activations);
+  const bool fp8 = config_.weights == DataType::F8_E4M3;
+  i.dtype = fp8 ? "fp8" : data_type_name(config_.activations);
+  if (fp8) i.quantization = "fp8-e4m3-block128";
   // Each dispatcher's own choice at this model's shapes.
   const std::map<std::string, std::string> v = backbone_->kernel_variants();
   const bool tc =
@@ -232,6 +235,15 @@ EngineInfo CudaEngineImpl::info() const {
   i.kernels["gemm"] = std::string("cublaslt ") +
                       (f32 ? "fp32 (COMPUTE_32F, no TF32)" : "bf16 (fp32 accumulate)") +
                       ", timed heuristic candidates";
+  if (fp8)
+    i.kernels["gemm"] =
+        "cublaslt fp8 e4m3 (activations 1x128 per token, quantised by their producing kernels; "
+        "weights 128x128 blocks) for " +
+        std::to_string(weights_.fp8_gemms) + " projections (" +
+        std::to_string(weights_.fp8_from_checkpoint) + " as the release stores them, the rest " +
+        "quantised at load), bf16 for " + std::to_string(weights_.bf16_gemms) +
+        " the FP8 GEMM does not take and for GDN in_proj_b/a; fp32 accumulate, timed heuristic "
+        "candidates";
   i.kernels["graphs"] =
       "per token bucket (8-token steps below 256, then 16 per doubling) x packed-sequence bucket "
       "(1, 2, 4, ... 64)";
@@ -380,13 +392,12 @@ std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const model::Release> r
     case DType::Float32:
       c.activations = c.weights = DataType::F32;
       break;
-    case DType::FP8:
-      throw std::runtime_error(
-          "cuda engine: --dtype fp8 is not implemented yet (the FP8 quantisers and the "
-          "block-scaled GEMM exist, the backbone does not use them yet); an FP8 release runs "
-          "with --dtype bfloat16, its weights dequantised at load");
+    case DType::FP8:  // bf16 activations, the big projections' weights in FP8 (docs/engine.md)
+      c.activations = DataType::BF16;
+      c.weights = DataType::F8_E4M3;
+      break;
     default:
-      throw std::runtime_error("cuda engine: --dtype must be bfloat16 or float32");
+      throw std::runtime_error("cuda engine: --dtype must be bfloat16, float32 or fp8");
   }
   switch (opts.kernels) {
     case Kernels::Auto:

@@ -4,7 +4,10 @@
 // request the limits admit.
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
@@ -41,7 +44,10 @@ std::string CudaEngineImpl::tuning_file_name() const {
       std::to_string(cfg_.hidden_size) + "," + std::to_string(cfg_.intermediate_size);
   for (const LayerWeights& L : weights_.layers)
     shape += "," + std::to_string(L.in_proj.n) + ":" + std::to_string(L.out_proj.k);
-  return std::string("gemm-") + data_type_name(config_.activations) + "-" +
+  const std::string weights = config_.weights == DataType::F8_E4M3
+                                  ? std::string("-") + data_type_name(config_.weights)
+                                  : std::string();
+  return std::string("gemm-") + data_type_name(config_.activations) + weights + "-" +
          model::sha256_hex(shape).substr(0, 16) + ".json";
 }
 
@@ -83,6 +89,18 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
           " buckets (" + std::to_string(seconds_since(t0)) + " s)");
   }
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (config_.weights == DataType::F8_E4M3) {
+    graphs_.clear();  // graphs captured before these choices may run the other precision
+    // Where tune() found FP8 slower than bf16 (the GEMM then runs the weights' bf16 copy).
+    std::map<std::string, std::vector<int>> kept;
+    for (int Tp : buckets)
+      for (const std::string& shape : backbone_->bf16_fallbacks(Tp)) kept[shape].push_back(Tp);
+    if (kept.empty()) say("FP8: every FP8 GEMM shape measured faster than bf16 at every bucket");
+    for (const auto& [shape, at] : kept)
+      say("FP8: GEMM " + shape + " kept in bf16 at " + std::to_string(at.size()) + " of " +
+          std::to_string(buckets.size()) + " buckets (" + std::to_string(at.front()) + ".." +
+          std::to_string(at.back()) + " tokens), measured faster there");
+  }
   rep.gemm_shapes = static_cast<int>(gemm_.tuned_shapes());
   rep.gemm_shapes_cached = static_cast<int>(gemm_.preloaded_used() - used_before);
   const bool all_cached =

@@ -45,11 +45,14 @@ double CudaEngineImpl::gemm_floor_ms(int T, int runs) {
   if (T <= 0) throw std::runtime_error("gemm_floor_ms: T must be positive");
   reserve(bucket_tokens(T));
   const Activations& a = workspace_->buffers();
-  backbone_->enqueue_gemms_only(a, T, stream_);  // chooses every shape outside the capture
+  // The FP8 GEMM needs M a multiple of 4 (gemm.h): its floor runs the rows rounded up to that
+  // (every bucket already is), all in FP8 (T is not a bucket with measured choices).
+  const int Tg = config_.weights == DataType::F8_E4M3 ? (T + 3) / 4 * 4 : T;
+  backbone_->enqueue_gemms_only(a, Tg, stream_);  // chooses every shape outside the capture
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   GraphCache once(1);
-  cudaGraphExec_t ge = once.capture(GraphKey{T, 1, config_.weights}, stream_,
-                                    [&] { backbone_->enqueue_gemms_only(a, T, stream_); });
+  cudaGraphExec_t ge = once.capture(GraphKey{Tg, 1, config_.weights}, stream_,
+                                    [&] { backbone_->enqueue_gemms_only(a, Tg, stream_); });
   for (int i = 0; i < 3; ++i) CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
   return median_ms(stream_, runs, [&] { CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_)); });
 }

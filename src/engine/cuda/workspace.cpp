@@ -7,8 +7,8 @@
 
 namespace clef::engine::cuda {
 
-Workspace::Workspace(const model::TextConfig& config, DataType act, int max_in_proj)
-    : cfg_(config), act_(act), max_in_proj_(max_in_proj) {}
+Workspace::Workspace(const model::TextConfig& config, DataType act, int max_in_proj, bool fp8)
+    : cfg_(config), act_(act), max_in_proj_(max_in_proj), fp8_(fp8) {}
 
 bool Workspace::reserve(int tokens) {
   if (tokens <= tokens_) return false;
@@ -54,6 +54,11 @@ bool Workspace::reserve(int tokens) {
     carve(a_.seq_chunk0, (kMaxPackedSequences + 1) * 4);
     carve(a_.tiles, attention_tile_slots(tokens, kMaxPackedSequences, 16) * 16);
     carve(a_.hidden_f32, T * D * 4);
+    if (fp8_) {
+      const size_t K = std::max(D, mixer);
+      carve(a_.act_q, T * K);
+      carve(a_.act_scale, (K + 127) / 128 * T * 4);
+    }
   };
   layout();
   mem_ = DeviceBuffer();  // free first: the old and new blocks need not fit together

@@ -36,11 +36,17 @@ struct Activations {
   int32_t* seq_chunk0 = nullptr;   // [kMaxPackedSequences + 1]
   int32_t* tiles = nullptr;        // [attention_tile_slots(T, kMaxPackedSequences, 16)][4]
   float* hidden_f32 = nullptr;     // fp32 [T, hidden]: final_hidden as float, for dumps
+  // FP8 weights only (else null): the next FP8 GEMM's activations as its producer quantised them
+  // (kernels/quantize.h Fp8Rows): e4m3 [T, K] and scale(t, kb) = act_scale[kb * T + t], K up to
+  // max(hidden, mixer width).
+  uint8_t* act_q = nullptr;
+  float* act_scale = nullptr;
 };
 
 class Workspace {
  public:
-  Workspace(const model::TextConfig& config, DataType act, int max_in_proj);
+  // fp8: room for the FP8 activations too (act_q, act_scale).
+  Workspace(const model::TextConfig& config, DataType act, int max_in_proj, bool fp8 = false);
   // Makes room for `tokens` rows; true when it reallocated (every pointer moved).
   bool reserve(int tokens);
   int tokens() const { return tokens_; }
@@ -53,6 +59,7 @@ class Workspace {
   const model::TextConfig& cfg_;
   DataType act_;
   int max_in_proj_;
+  bool fp8_;
   int tokens_ = 0;
   size_t growths_ = 0;
   DeviceBuffer mem_;

@@ -4,6 +4,7 @@
 // and M; shapes the GEMM cannot run are refused by name.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -114,6 +115,40 @@ TEST(Fp8Quantize, WeightBlocksMatchTheHostCodesAndScalesExactly) {
     for (size_t i = 0; i < q.size(); ++i) bad += q[i] != h.q[i];
     EXPECT_EQ(bad, 0u);
     for (size_t i = 0; i < s.size(); ++i) ASSERT_EQ(s[i], h.scales[i]) << i;
+  }
+}
+
+// The bf16 copy of an FP8 weight (a GEMM kept in bf16): bf16(e4m3 * scale) of the host
+// conversions, exactly, with the padded scale grid the FP8 GEMM reads.
+TEST(Fp8Quantize, DequantisedWeightBlocksMatchTheHost) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  for (auto [n, k] : std::vector<std::array<int, 2>>{{128, 128}, {130, 200}, {300, 640}}) {
+    SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(k));
+    auto w = activations(rng, n, k);
+    for (auto& v : w) v *= 0.02f;
+    round_all_bf16(w);
+    const HostQuant h = host_quantize(w, n, k, 128);
+    const int nb = (k + 127) / 128, nr = (n + 127) / 128, ld = fp8_weight_scale_ld(k);
+    std::vector<float> grid(size_t(nr) * ld, 0.0f);
+    for (int r = 0; r < nr; ++r)
+      for (int b = 0; b < nb; ++b) grid[size_t(r) * ld + b] = h.scales[size_t(r) * nb + b];
+    DeviceBuffer dq(h.q.size()), ds = to_device<float>(grid),
+                                 out = poisoned<__nv_bfloat16>(h.q.size());
+    CLEF_CUDA_CHECK(cudaMemcpy(dq.get(), h.q.data(), h.q.size(), cudaMemcpyHostToDevice));
+    dequantize_blocks_e4m3(static_cast<const uint8_t*>(dq.get()), n, k,
+                           static_cast<const float*>(ds.get()), ld, 1,
+                           static_cast<__nv_bfloat16*>(out.get()), nullptr);
+    const auto got = to_host<__nv_bfloat16>(out, h.q.size());
+    size_t bad = 0;
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) {
+        const size_t i = size_t(r) * k + c;
+        const float want = model::bf16_to_float(model::float_to_bf16(
+            model::e4m3_to_float(h.q[i]) * h.scales[size_t(r / 128) * nb + c / 128]));
+        bad += !(got[i] == want);
+      }
+    EXPECT_EQ(bad, 0u);
   }
 }
 

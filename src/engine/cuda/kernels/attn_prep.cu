@@ -6,6 +6,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/common.cuh"
+#include "engine/cuda/kernels/fp8_rows.cuh"
 
 namespace clef::engine::cuda {
 namespace {
@@ -174,6 +175,20 @@ __global__ void attn_output_gate_vec8_kernel(E* __restrict__ attn, const E* __re
       [](float x, float gt) { return x * rnd<E>(sigmoid_f(gt)); });
 }
 
+// The gated attention output (t, e), e = h * hd + i, exactly as both attn_output_gate variants
+// compute it.
+struct GatedAttnValue {
+  const __nv_bfloat16* attn;
+  const __nv_bfloat16* proj;
+  int ld, nh, hd;
+  __device__ __nv_bfloat16 operator()(int t, int e) const {
+    const int h = e / hd, i = e % hd;
+    const size_t tt = static_cast<size_t>(t);
+    const float gate = rnd<__nv_bfloat16>(sigmoid_f(to_f(proj[tt * ld + h * 2 * hd + hd + i])));
+    return from_f<__nv_bfloat16>(to_f(attn[tt * nh * hd + e]) * gate);
+  }
+};
+
 bool attn_prep_vec8_shape(const AttnPrepArgs& a) {
   return a.hd % 8 == 0 && a.hd <= 256 && a.rd % 16 == 0 && a.rd <= a.hd && a.ld % 8 == 0;
 }
@@ -227,6 +242,15 @@ void attn_output_gate(E* attn, const E* proj, int ld, int T, int nh, int hd, Ker
   }
   attn_output_gate_generic_kernel<E>
       <<<dim3(T, (nh * hd + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(attn, proj, ld, nh, hd);
+  CLEF_CUDA_LAUNCH_CHECK();
+}
+
+void attn_output_gate_fp8(__nv_bfloat16* attn, const __nv_bfloat16* proj, int ld, int T, int nh,
+                          int hd, bool store, const Fp8Rows& f, cudaStream_t s) {
+  if (T <= 0) return;
+  check_fp8_rows("attn_output_gate_fp8", nh * hd, f, T);
+  fp8_elementwise_rows_kernel<<<T, 512, static_cast<size_t>(nh) * hd * sizeof(__nv_bfloat16), s>>>(
+      nh * hd, GatedAttnValue{attn, proj, ld, nh, hd}, store ? attn : nullptr, nh * hd, f);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/cuda/kernel_path.h"
+#include "engine/cuda/kernels/quantize.h"
 
 namespace clef::engine::cuda {
 
@@ -43,6 +44,13 @@ void attn_output_gate(E* attn, const E* proj, int ld, int T, int nh, int hd, Ker
                       cudaStream_t s);
 // "attn_output_gate_vec8" or "attn_output_gate_generic".
 const char* attn_output_gate_variant(int ld, int hd, KernelPath path);
+
+// The output gate as the FP8 producer of o_proj (bf16 only): the gated values (as
+// attn_output_gate computes them; written back into attn when `store`) quantised per row per 128
+// channels into f inside the kernel, equal to quantize_rows_e4m3 of attn_output_gate's output.
+// nh * hd up to 23552.
+void attn_output_gate_fp8(__nv_bfloat16* attn, const __nv_bfloat16* proj, int ld, int T, int nh,
+                          int hd, bool store, const Fp8Rows& f, cudaStream_t s);
 
 // inv_freq[i] = 1 / theta^(2i / rd) in fp32, i < rd/2 (as transformers computes it): the host table
 // behind AttnPrepArgs::inv_freq.

@@ -6,6 +6,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/common.cuh"
+#include "engine/cuda/kernels/fp8_rows.cuh"
 
 namespace clef::engine::cuda {
 namespace {
@@ -90,6 +91,17 @@ __global__ void to_float_vec8_kernel(const E* __restrict__ in, float* __restrict
   if (gid < n - 8 * n8) out[8 * n8 + gid] = to_f(in[8 * n8 + gid]);
 }
 
+// SwiGLU's value (t, i) exactly as both swiglu variants compute it.
+struct SwigluValue {
+  const __nv_bfloat16* gu;
+  int I;
+  __device__ __nv_bfloat16 operator()(int t, int i) const {
+    const size_t r = static_cast<size_t>(t) * 2 * I;
+    const float gt = rnd<__nv_bfloat16>(silu_f(to_f(gu[r + i])));
+    return from_f<__nv_bfloat16>(gt * to_f(gu[r + I + i]));
+  }
+};
+
 bool embed_gather_vec8_shape(size_t row_bytes) {
   return row_bytes % 16 == 0;
 }
@@ -155,6 +167,15 @@ void to_float(const E* in, float* out, size_t n, KernelPath path, cudaStream_t s
   }
   const int blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 4096));
   to_float_generic_kernel<E><<<blocks, 256, 0, s>>>(in, out, n);
+  CLEF_CUDA_LAUNCH_CHECK();
+}
+
+void swiglu_fp8(const __nv_bfloat16* gu, __nv_bfloat16* out, int T, int I, const Fp8Rows& f,
+                cudaStream_t s) {
+  if (T <= 0) return;
+  check_fp8_rows("swiglu_fp8", I, f, T);
+  fp8_elementwise_rows_kernel<<<T, 512, static_cast<size_t>(I) * sizeof(__nv_bfloat16), s>>>(
+      I, SwigluValue{gu, I}, out, I, f);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 

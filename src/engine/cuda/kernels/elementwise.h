@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "engine/cuda/kernel_path.h"
+#include "engine/cuda/kernels/quantize.h"
 
 namespace clef::engine::cuda {
 
@@ -26,6 +27,12 @@ template <typename E>
 void swiglu(const E* gu, E* out, int T, int I, KernelPath path, cudaStream_t s);
 // "swiglu_vec8" or "swiglu_generic".
 const char* swiglu_variant(int I, KernelPath path);
+
+// SwiGLU as the FP8 producer of the down projection (bf16 only): out (unless null) as swiglu
+// writes it, and f (quantize.h) = quantize_rows_e4m3 of that output, exactly, quantised inside
+// the kernel. I up to 23552.
+void swiglu_fp8(const __nv_bfloat16* gu, __nv_bfloat16* out, int T, int I, const Fp8Rows& f,
+                cudaStream_t s);
 
 // Float copy of E rows (for dumping hidden states): out[t*D + i] = float(in[t*D + i]).
 template <typename E>

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/kernel_path.h"
+#include "engine/cuda/kernels/quantize.h"
 
 namespace clef::engine::cuda {
 
@@ -28,5 +29,16 @@ void gated_rms_norm(const E* o, const E* z, int ldz, const float* w, E* y, int T
                     float eps, KernelPath path, cudaStream_t s);
 // "gated_rms_norm_vec8" or "gated_rms_norm_generic".
 const char* gated_rms_norm_variant(int ldz, int dv, KernelPath path);
+
+// FP8 producers (bf16 only): the same op, its bf16 output staged and quantised per row per 128
+// channels into f (quantize.h) inside the kernel, and also stored to out / y unless that is null.
+// f equals quantize_rows_e4m3 of the plain op's output exactly (the same variant computes the
+// values; for the gated norm, the vec8 form needs H * lpg <= 1024 threads, else the generic
+// form's values are quantised). Rows (D, H * dv) up to 23552 values.
+void rms_norm_1p_fp8(const __nv_bfloat16* x, int ldx, const float* w, __nv_bfloat16* out, int ldo,
+                     int rows, int D, float eps, const Fp8Rows& f, KernelPath path, cudaStream_t s);
+void gated_rms_norm_fp8(const __nv_bfloat16* o, const __nv_bfloat16* z, int ldz, const float* w,
+                        __nv_bfloat16* y, int T, int H, int dv, float eps, const Fp8Rows& f,
+                        KernelPath path, cudaStream_t s);
 
 }  // namespace clef::engine::cuda

@@ -1,28 +1,19 @@
 // FP8 quantisers: one warp per (row, 128 channels) for activations (reads 256 bytes, writes 128 +
 // one scale: bandwidth bound), one block per 128x128 tile for weights (load time only).
-#include <cuda_fp8.h>
+#include <cuda_fp16.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernels/fp8_rows.cuh"
 #include "engine/cuda/kernels/quantize.h"
 
 namespace clef::engine::cuda {
 namespace {
 
-constexpr int kBlock = 128;
-constexpr float kE4m3Max = 448.0f;
-
-__device__ __forceinline__ float block_scale(float amax) {
-  return amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
-}
-
-__device__ __forceinline__ uint8_t to_e4m3(float x, float scale) {
-  // __fdiv_rn: IEEE division whatever the compiler flags, as the host reference divides.
-  return static_cast<uint8_t>(
-      __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
-}
+constexpr int kBlock = kFp8Block;
 
 // grid (ceil(cols / 128), ceil(rows / 4)), block 128 = 4 warps, one (row, block) per warp; lane l
 // handles channels l, l + 32, l + 64, l + 96 of the block (coalesced for any cols and ldx).
@@ -35,24 +26,8 @@ __global__ void quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int ro
   const int b = blockIdx.x;
   if (row >= rows) return;
   const __nv_bfloat16* xr = x + static_cast<int64_t>(row) * ldx + b * kBlock;
-  const int n = min(kBlock, cols - b * kBlock);
-  float v[4];
-  float amax = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int c = lane + 32 * j;
-    v[j] = c < n ? __bfloat162float(xr[c]) : 0.0f;
-    amax = fmaxf(amax, fabsf(v[j]));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = block_scale(amax);
-  uint8_t* qr = q + static_cast<int64_t>(row) * ldq + b * kBlock;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int c = lane + 32 * j;
-    if (c < n) qr[c] = to_e4m3(v[j], s);
-  }
+  const float s = quantize_block_warp(xr, min(kBlock, cols - b * kBlock),
+                                      q + static_cast<int64_t>(row) * ldq + b * kBlock);
   if (lane == 0) scales[row * row_stride + b * block_stride] = s;
 }
 
@@ -73,18 +48,42 @@ __global__ void quantize_blocks_kernel(const __nv_bfloat16* __restrict__ w, int 
   __syncthreads();
   amax = 0.0f;
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, warp_max[i]);
-  const float s = block_scale(amax);
+  const float s = e4m3_block_scale(amax);
   for (int i = threadIdx.x; i < rn * kBlock; i += blockDim.x) {
     const int r = i / kBlock, c = i % kBlock;
     if (c < cn) {
       const int64_t e = int64_t(r0 + r) * k + c0 + c;
-      q[e] = to_e4m3(__bfloat162float(w[e]), s);
+      q[e] = e4m3_code(__bfloat162float(w[e]), s);
     }
   }
   if (threadIdx.x == 0) scales[blockIdx.y * row_stride + blockIdx.x * block_stride] = s;
 }
 
+// Grid-stride over the elements of w [n, k].
+__global__ void dequantize_blocks_kernel(const uint8_t* __restrict__ q, int n, int k,
+                                         const float* __restrict__ scales, int64_t row_stride,
+                                         int64_t block_stride, __nv_bfloat16* __restrict__ out) {
+  const int64_t total = int64_t(n) * k;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / k, c = e % k;
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(q[e], __NV_E4M3);  // exact
+    const float v =
+        __half2float(__half(h)) * scales[(r / kBlock) * row_stride + (c / kBlock) * block_stride];
+    out[e] = __float2bfloat16_rn(v);
+  }
+}
+
 }  // namespace
+
+void dequantize_blocks_e4m3(const uint8_t* q, int n, int k, const float* scales, int64_t row_stride,
+                            int64_t block_stride, __nv_bfloat16* out, cudaStream_t s) {
+  if (n <= 0 || k <= 0) return;
+  const int64_t total = int64_t(n) * k;
+  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 8192));
+  dequantize_blocks_kernel<<<blocks, 256, 0, s>>>(q, n, k, scales, row_stride, block_stride, out);
+  CLEF_CUDA_CHECK(cudaGetLastError());
+}
 
 void quantize_rows_e4m3(const __nv_bfloat16* x, int rows, int cols, int ldx, uint8_t* q, int ldq,
                         float* scales, int64_t row_stride, int64_t block_stride, cudaStream_t s) {
