@@ -67,11 +67,24 @@ with torch.no_grad():
     out_lm = lm(inputs_embeds=embeds, position_ids=pos)
     ref_h = out_lm.last_hidden_state[0].float().cpu().numpy()
     ours_h = np.fromfile(out, dtype=np.float32).reshape(ref_h.shape)
-    rel(ours_h, ref_h, "backbone last_hidden_state")
+    rel(ours_h, ref_h, "backbone last_hidden_state (HF tower rows in HF)")
+    # The backbone alone: HF's language model on OUR tower rows (the tower's own bf16 differences
+    # taken out), against our last hidden state.
+    embeds2 = lm.embed_tokens(torch.tensor([ids], device="cuda"))
+    embeds2[0, order] = torch.from_numpy(ours_vis).to("cuda", dtype=embeds2.dtype)
+    ref_h2 = lm(inputs_embeds=embeds2, position_ids=pos).last_hidden_state[0].float().cpu().numpy()
+    rel(ours_h, ref_h2, "backbone last_hidden_state (our tower rows in HF)")
+    # Text-only parity at the same length for scale: HF vs ours is not available here, so HF vs HF
+    # with the same rows perturbed by one bf16 ulp shows the backbone's own sensitivity.
+    embeds3 = embeds2.clone()
+    embeds3[0, order] = (embeds3[0, order].float() * (1 + 2 ** -8)).to(embeds3.dtype)
+    ref_h3 = lm(inputs_embeds=embeds3, position_ids=pos).last_hidden_state[0].float().cpu().numpy()
+    rel(ref_h3, ref_h2, "HF vs HF, tower rows scaled by 1+2^-8 (sensitivity)")
     # HF's own 3-D positions for the same ids, when this version exposes get_rope_index.
     try:
         kw = {"image_grid_thw": grid[: len(meta["image_grid_thw"])] if meta["image_grid_thw"] else None,
               "video_grid_thw": grid[len(meta["image_grid_thw"]):] if meta["video_grid_thw"] else None}
+        kw["mm_token_type_ids"] = types.view(1, T)
         r = m.model.get_rope_index(torch.tensor([ids], device="cuda"), **kw)
         hf_pos = (r[0] if isinstance(r, tuple) else r).view(3, T).cpu().numpy()
         print(f"POSITIONS HF get_rope_index == ours: {np.array_equal(hf_pos, np.array(meta['position_ids']).reshape(3, T))}")

@@ -248,23 +248,33 @@ int dump_hidden(const ProfileArgs& a, engine::Engine& eng, int hidden,
 #endif
 }
 
-// Median wall-clock e2e (prepare + forward + finish) of `body` after warm-up; *T = its tokens.
-double e2e_ms(const ProfileArgs& a, const service::Decider& d, engine::Engine& eng,
-              const json::Value& body, int* T) {
-  auto once = [&] {
-    const service::Prepared p = d.prepare(body);
-    const auto outs = eng.forward({&p.encoded});
-    (void)d.finish(p, outs.at(0));
-    return static_cast<int>(p.encoded.input_ids.size());
-  };
-  for (int i = 0; i < std::max(a.warmup, 1); ++i) *T = once();
-  std::vector<double> t;
-  for (int i = 0; i < std::max(a.runs, 1); ++i) {
+// Median wall-clock e2e (prepare + forward + finish) of `body` after warm-up, and its parts'
+// medians; tokens = its input tokens.
+struct E2e {
+  double total = 0, prepare = 0, forward = 0;
+  int tokens = 0;
+};
+E2e e2e_ms(const ProfileArgs& a, const service::Decider& d, engine::Engine& eng,
+           const json::Value& body) {
+  std::vector<double> total, prep, fwd;
+  E2e r;
+  for (int i = 0; i < std::max(a.warmup, 1) + std::max(a.runs, 1); ++i) {
     const auto t0 = Clock::now();
-    once();
-    t.push_back(ms_since(t0));
+    const service::Prepared p = d.prepare(body);
+    const auto t1 = Clock::now();
+    const auto outs = eng.forward({&p.encoded});
+    const auto t2 = Clock::now();
+    (void)d.finish(p, outs.at(0));
+    r.tokens = static_cast<int>(p.encoded.input_ids.size());
+    if (i < std::max(a.warmup, 1)) continue;
+    total.push_back(ms_since(t0));
+    prep.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    fwd.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
   }
-  return median(t);
+  r.total = median(total);
+  r.prepare = median(prep);
+  r.forward = median(fwd);
+  return r;
 }
 
 // --images / --videos: one request with that media against a text request of the same total
@@ -290,13 +300,14 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
   int64_t vision_tokens = 0, patches = 0;
   for (const auto* gs : {&p.encoded.visual.image_grids, &p.encoded.visual.video_grids})
     for (const auto& g : *gs) vision_tokens += g.tokens(), patches += g.patches();
-  int Tm = 0;
-  const double media_e2e = e2e_ms(a, d, *eng, body, &Tm);
+  const E2e me = e2e_ms(a, d, *eng, body);
+  const double media_e2e = me.total;
   service::DeciderOptions ot = o;
   ot.encode.max_length = T;
   const service::Decider dt(release, ot);
-  int Tt = 0;
-  const double text_e2e = e2e_ms(a, dt, *eng, request_of_length(dt, release->name, T), &Tt);
+  const E2e te = e2e_ms(a, dt, *eng, request_of_length(dt, release->name, T));
+  const double text_e2e = te.total;
+  const int Tt = te.tokens;
   double floor = 0, vision_floor = 0;
   std::map<std::string, double> stages;
 #ifdef CLEF_HAVE_CUDA
@@ -318,6 +329,10 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
   std::printf("| %d (%lld, %lld) | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", T,
               static_cast<long long>(vision_tokens), static_cast<long long>(patches), media_e2e,
               text_e2e, vision_floor, vision, floor, bar > 0 ? media_e2e / bar : 0.0);
+  std::printf(
+      "media: prepare (validate + decode + resize + patchify) %.2f ms, forward %.2f ms; "
+      "text: prepare %.2f ms, forward %.2f ms (medians)\n",
+      me.prepare, me.forward, te.prepare, te.forward);
   std::printf("eager stages (ms):");
   for (const auto& [k, v] : stages) std::printf(" %s %.2f", k.c_str(), v);
   std::printf("\n");
@@ -337,6 +352,8 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
                              {"vision_tokens", json::Value::integer(vision_tokens)},
                              {"patches", json::Value::integer(patches)},
                              {"media_e2e_p50_ms", json::Value::floating(media_e2e)},
+                             {"media_prepare_p50_ms", json::Value::floating(me.prepare)},
+                             {"media_forward_p50_ms", json::Value::floating(me.forward)},
                              {"text_e2e_p50_ms", json::Value::floating(text_e2e)},
                              {"text_tokens", json::Value::integer(Tt)},
                              {"tower_gemm_floor_ms", json::Value::floating(vision_floor)},

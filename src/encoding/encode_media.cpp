@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "encoding/render.h"
+#include "media/parallel.h"
 
 namespace clef::encoding {
 namespace {
@@ -93,12 +94,29 @@ MediaBlock plan_media(const ValidatedRequest& req, const EncodeOptions& opts,
 }
 
 void render_media(const MediaBlock& block, const EncodeOptions& opts, media::VisualInput& out) {
-  for (size_t k = 0; k < block.images.size(); ++k) {
+  // Images are independent: rendered in parallel into their own rows, then appended in order (the
+  // first refused image, by index, is the one named).
+  size_t total = out.pixel_values.size();
+  for (const auto& im : block.images)
+    total += static_cast<size_t>(im.grid.patches()) * media::kPatchValues;
+  for (const auto& v : block.videos)
+    total += static_cast<size_t>(v.grid.patches()) * media::kPatchValues;
+  out.pixel_values.reserve(total);  // one allocation, no regrowth copies
+  std::vector<std::vector<float>> rows(block.images.size());
+  std::vector<std::string> errors(block.images.size());
+  media::parallel_items(block.images.size(), [&](size_t k) {
     try {
-      media::render_image(block.images[k], opts.max_image_pixels, out.pixel_values);
+      media::render_image(block.images[k], opts.max_image_pixels, rows[k]);
     } catch (const media::MediaError& e) {
-      refuse({"body", "images", std::to_string(k)}, "image " + std::to_string(k) + ": " + e.what());
+      errors[k] = e.what();
     }
+  });
+  for (size_t k = 0; k < block.images.size(); ++k) {
+    if (!errors[k].empty())
+      refuse({"body", "images", std::to_string(k)},
+             "image " + std::to_string(k) + ": " + errors[k]);
+    out.pixel_values.insert(out.pixel_values.end(), rows[k].begin(), rows[k].end());
+    std::vector<float>().swap(rows[k]);
     out.image_grids.push_back(block.images[k].grid);
   }
   for (size_t k = 0; k < block.videos.size(); ++k) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "media/parallel.h"
 #include "media/patchify.h"
 #include "media/resize.h"
 
@@ -91,13 +92,14 @@ void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>
     std::sort(wanted.begin(), wanted.end());
     wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
     const std::vector<Image> frames = decode_video_frames(*plan.file, plan.file_limits, wanted);
-    std::vector<std::vector<uint8_t>> resized;
-    for (const Image& img : frames) {
+    std::vector<std::vector<uint8_t>> resized(frames.size());
+    parallel_items(frames.size(), [&](size_t i) {
+      const Image& img = frames[i];
       if (img.height != plan.source.height || img.width != plan.source.width)
         throw MediaError("a decoded frame's size differs from the stream's header");
-      resized.push_back(resize_bicubic_aa(img.rgb.data(), img.height, img.width, plan.target.height,
-                                          plan.target.width));
-    }
+      resized[i] = resize_bicubic_aa(img.rgb.data(), img.height, img.width, plan.target.height,
+                                     plan.target.width);
+    });
     for (int idx : plan.sampled) {
       const auto at = std::lower_bound(wanted.begin(), wanted.end(), idx) - wanted.begin();
       ptrs.push_back(resized[static_cast<size_t>(at)].data());
@@ -105,18 +107,20 @@ void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>
     patchify(ptrs, plan.target.height, plan.target.width, out);
     return;
   }
-  // Decode and resize each distinct sampled frame once, keeping only the resized copies.
+  // Decode and resize each distinct sampled frame once (in parallel: frames are independent),
+  // keeping only the resized copies.
+  std::vector<int> distinct = plan.sampled;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   std::vector<std::vector<uint8_t>> resized(plan.frames.size());
-  for (int idx : plan.sampled) {
-    std::vector<uint8_t>& r = resized[static_cast<size_t>(idx)];
-    if (r.empty()) {
-      const Image img = decode_image(plan.frames[static_cast<size_t>(idx)], max_pixels);
-      if (img.height != plan.source.height || img.width != plan.source.width)
-        throw MediaError("frame " + std::to_string(idx) + ": size differs from its header");
-      r = resize_bicubic_aa(img.rgb.data(), img.height, img.width, plan.target.height,
-                            plan.target.width);
-    }
-  }
+  parallel_items(distinct.size(), [&](size_t i) {
+    const int idx = distinct[i];
+    const Image img = decode_image(plan.frames[static_cast<size_t>(idx)], max_pixels);
+    if (img.height != plan.source.height || img.width != plan.source.width)
+      throw MediaError("frame " + std::to_string(idx) + ": size differs from its header");
+    resized[static_cast<size_t>(idx)] = resize_bicubic_aa(img.rgb.data(), img.height, img.width,
+                                                          plan.target.height, plan.target.width);
+  });
   for (int idx : plan.sampled) ptrs.push_back(resized[static_cast<size_t>(idx)].data());
   patchify(ptrs, plan.target.height, plan.target.width, out);
 }

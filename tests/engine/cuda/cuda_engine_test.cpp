@@ -367,7 +367,8 @@ std::vector<float> all_probs(engine::Engine& eng, const model::Release& release,
     const auto enc =
         encoding::encode_request(encoding::validate_request(r.request), *release.tokenizer,
                                  testing::golden_encode_options(r));
-    for (const auto& l : eng.forward({&enc}).at(0).logits) {
+    const auto outs = eng.forward({&enc});  // kept: the loop reads its logits
+    for (const auto& l : outs.at(0).logits) {
       const auto p = answer::softmax_f32(l);
       out.insert(out.end(), p.begin(), p.end());
     }

@@ -221,6 +221,15 @@ __global__ void scatter_rows_vec_kernel(uint4* __restrict__ dst, int ld_words,
   }
 }
 
+// out[i] = bf16(in[i]), round to nearest even (what the reference's pixel_values.to(bfloat16)
+// does).
+__global__ void float_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* __restrict__ out,
+                                     size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
 int grid_stride_blocks(size_t items) {
   return static_cast<int>(std::min<size_t>((items + 255) / 256, 8192));
 }
@@ -301,6 +310,12 @@ void scatter_rows(E* dst, int ld, const E* src, const int32_t* dst_rows, int n, 
     scatter_rows_generic_kernel<E>
         <<<dim3(n, (D + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(dst, ld, src, dst_rows, D);
   }
+  CLEF_CUDA_LAUNCH_CHECK();
+}
+
+void float_to_bf16(const float* in, __nv_bfloat16* out, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  float_to_bf16_kernel<<<grid_stride_blocks(n), 256, 0, s>>>(in, out, n);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 

@@ -173,25 +173,26 @@ void CudaVisionTower::check(const media::VisualInput& visual) {
 CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, int tile_slots) {
   const size_t es = data_type_bytes(act_), R = static_cast<size_t>(rows);
   const size_t padded = R * heads_ * hdp_ * es;
-  const size_t sizes[] = {R * media::kPatchValues * es,  // pixels
-                          R * W_ * es,                   // x
-                          R * W_ * es,                   // u
-                          R * 3 * W_ * es,               // qkv
-                          padded,                        // q
-                          padded,                        // k
-                          padded,                        // v
-                          padded,                        // attn
-                          R * std::max(I_, W_) * es,     // mid (MLP; merger fc1 [R/4, 4W])
-                          R / 4 * M_ * es,               // merged (merger fc1 output)
-                          R / 4 * out_w_ * es,           // out
-                          R * 2 * sizeof(int32_t),       // rc
+  const size_t sizes[] = {R * media::kPatchValues * es,                             // pixels
+                          act_ == DataType::F32 ? 0 : R * media::kPatchValues * 4,  // pixels_f32
+                          R * W_ * es,                                              // x
+                          R * W_ * es,                                              // u
+                          R * 3 * W_ * es,                                          // qkv
+                          padded,                                                   // q
+                          padded,                                                   // k
+                          padded,                                                   // v
+                          padded,                                                   // attn
+                          R * std::max(I_, W_) * es,  // mid (MLP; merger fc1 [R/4, 4W])
+                          R / 4 * M_ * es,            // merged (merger fc1 output)
+                          R / 4 * out_w_ * es,        // out
+                          R * 2 * sizeof(int32_t),    // rc
                           static_cast<size_t>(tile_slots) * 4 * sizeof(int32_t)};  // tiles
   size_t total = 0;
   for (size_t b : sizes) total += align256(b);
   work_.resize(total);
   char* p = work_.get<char>();
-  void* at[13];
-  for (int i = 0; i < 13; ++i) {
+  void* at[14];
+  for (int i = 0; i < 14; ++i) {
     at[i] = p;
     p += align256(sizes[i]);
   }
@@ -206,8 +207,9 @@ CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, int tile_slots) 
           at[8],
           at[9],
           at[10],
-          static_cast<int32_t*>(at[11]),
-          static_cast<int32_t*>(at[12])};
+          at[11],
+          static_cast<int32_t*>(at[12]),
+          static_cast<int32_t*>(at[13])};
 }
 
 void CudaVisionTower::gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate,
@@ -272,21 +274,15 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   out_ptr_ = b.out;
 
   if (!gemms_only) {  // (the GEMM floor times the GEMMs alone, on whatever the buffers hold)
-    // Host side: pixel rows in the activation type (the reference casts pixel_values to the
-    // tower's dtype), each row's (r, c) and the attention tiles, through pinned staging.
-    const size_t es = data_type_bytes(act_), n_pix = visual.pixel_values.size();
-    const size_t pix_bytes = n_pix * es, rc_bytes = static_cast<size_t>(R) * 2 * sizeof(int32_t),
+    // Host side: each row's (r, c) and the attention tiles through pinned staging; the pixel rows
+    // go up as float32, as the encoder made them, and are cast on the device (the reference casts
+    // pixel_values to the tower's dtype).
+    const size_t n_pix = visual.pixel_values.size();
+    const size_t rc_bytes = static_cast<size_t>(R) * 2 * sizeof(int32_t),
                  tile_bytes = tiles.size() * sizeof(int32_t);
-    const size_t stage = align256(pix_bytes) + align256(rc_bytes) + tile_bytes;
-    staging_.resize(stage);
+    staging_.resize(align256(rc_bytes) + tile_bytes);
     char* hp = staging_.get<char>();
-    if (is_bf16) {
-      uint16_t* dst = reinterpret_cast<uint16_t*>(hp);
-      for (size_t i = 0; i < n_pix; ++i) dst[i] = model::float_to_bf16(visual.pixel_values[i]);
-    } else {
-      std::memcpy(hp, visual.pixel_values.data(), pix_bytes);
-    }
-    int32_t* rc = reinterpret_cast<int32_t*>(hp + align256(pix_bytes));
+    int32_t* rc = reinterpret_cast<int32_t*>(hp);
     {
       int64_t row = 0;
       for (const media::Grid& g : grids)
@@ -294,9 +290,12 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
           for (int64_t i = 0; i < static_cast<int64_t>(g.h) * g.w; ++i, ++row)
             patch_coords(i, g.w, rc[2 * row], rc[2 * row + 1]);
     }
-    int32_t* ht = reinterpret_cast<int32_t*>(hp + align256(pix_bytes) + align256(rc_bytes));
+    int32_t* ht = reinterpret_cast<int32_t*>(hp + align256(rc_bytes));
     std::copy(tiles.begin(), tiles.end(), ht);
-    CLEF_CUDA_CHECK(cudaMemcpyAsync(b.pixels, hp, pix_bytes, cudaMemcpyHostToDevice, s));
+    float* f32 = is_bf16 ? static_cast<float*>(b.pixels_f32) : static_cast<float*>(b.pixels);
+    CLEF_CUDA_CHECK(cudaMemcpyAsync(f32, visual.pixel_values.data(), n_pix * sizeof(float),
+                                    cudaMemcpyHostToDevice, s));
+    if (is_bf16) float_to_bf16(f32, static_cast<bf16*>(b.pixels), n_pix, s);
     CLEF_CUDA_CHECK(cudaMemcpyAsync(b.rc, rc, rc_bytes, cudaMemcpyHostToDevice, s));
     CLEF_CUDA_CHECK(cudaMemcpyAsync(b.tiles, ht, tile_bytes, cudaMemcpyHostToDevice, s));
   }

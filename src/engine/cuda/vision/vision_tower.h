@@ -62,7 +62,7 @@ class CudaVisionTower {
   };
   // The per-request buffers, carved from work_ for `rows` patch rows.
   struct Buffers {
-    void *pixels, *x, *u, *qkv, *q, *k, *v, *attn, *mid, *merged, *out;
+    void *pixels, *pixels_f32, *x, *u, *qkv, *q, *k, *v, *attn, *mid, *merged, *out;
     int32_t *rc, *tiles;
   };
   Buffers reserve(int64_t rows, int tile_slots);
@@ -82,7 +82,7 @@ class CudaVisionTower {
   std::vector<DeviceBuffer> storage_;
   size_t weight_bytes_ = 0;
   DeviceBuffer work_;
-  PinnedBuffer staging_;  // pixel rows in the activation type and the row tables
+  PinnedBuffer staging_;  // the row tables
   int64_t tokens_ = 0;
   const void* out_ptr_ = nullptr;  // the last enqueue's rows
 };
