@@ -5,7 +5,9 @@
 //                amax / 448 and e4m3 codes (quantize_rows_e4m3);
 //   weights:     per 128x128 block of the stored [N, K] tensor one scale amax / 448 and e4m3 codes
 //                (quantize_blocks_e4m3, model/fp8.h).
-// Each is replaced by its dequantised value (code * scale).
+// Each is replaced by its dequantised value (code * scale). One difference: the device quantises a
+// bf16 release's fused projections ([q|k|v], [qkv|z], [gate|up]) as one tensor, so where a part
+// does not fill whole 128-row blocks (the tiny fixtures' k|v) a block there spans two parts.
 #pragma once
 
 namespace clef::engine::cpu {
