@@ -20,7 +20,8 @@ void add_into(std::vector<float>& h, const std::vector<float>& delta) {
   for (size_t i = 0; i < h.size(); ++i) h[i] += delta[i];
 }
 
-void mlp_residual(const model::Release& release, int layer, std::vector<float>& h, int T) {
+void mlp_residual(const model::Release& release, int layer, std::vector<float>& h, int T,
+                  GemmInputs inputs) {
   const auto& c = release.text;
   const int H = c.hidden_size, I = c.intermediate_size;
   const std::string p = "layers." + std::to_string(layer) + ".";
@@ -35,10 +36,10 @@ void mlp_residual(const model::Release& release, int layer, std::vector<float>& 
     const int n = std::min(kMlpRows, T - r0);
     float* hr = h.data() + static_cast<size_t>(r0) * H;
     rms_norm_1p(hr, w_post.data(), static_cast<float>(c.rms_norm_eps), n, H, u.data());
-    linear(gate_w, u.data(), n, H, gate.data(), I);
-    linear(up_w, u.data(), n, H, up.data(), I);
+    linear(gate_w, u.data(), n, H, gate.data(), I, nullptr, 0, -1, inputs);
+    linear(up_w, u.data(), n, H, up.data(), I, nullptr, 0, -1, inputs);
     for (size_t i = 0; i < static_cast<size_t>(n) * I; ++i) gate[i] = siluf(gate[i]) * up[i];
-    linear(down_w, gate.data(), n, I, down.data(), H);
+    linear(down_w, gate.data(), n, I, down.data(), H, nullptr, 0, -1, inputs);
     for (size_t i = 0; i < static_cast<size_t>(n) * H; ++i) hr[i] += down[i];
   }
 }
@@ -47,7 +48,7 @@ void mlp_residual(const model::Release& release, int layer, std::vector<float>& 
 
 std::vector<float> run_backbone(const model::Release& release, const std::vector<int32_t>& ids,
                                 int threads, std::vector<std::vector<float>>* hidden_states,
-                                const MediaInputs* media) {
+                                const MediaInputs* media, GemmInputs inputs) {
   const auto& c = release.text;
   const int T = static_cast<int>(ids.size());
   const int H = c.hidden_size, L = c.num_hidden_layers;
@@ -105,10 +106,10 @@ std::vector<float> run_backbone(const model::Release& release, const std::vector
     const std::vector<float> mixed =
         c.layer_types[layer] == model::LayerType::FullAttention
             ? gated_attention_mixer(release, layer, u.data(), T, threads,
-                                    media ? media->position_ids : nullptr)
-            : gated_deltanet_mixer(release, layer, u.data(), T, threads);
+                                    media ? media->position_ids : nullptr, inputs)
+            : gated_deltanet_mixer(release, layer, u.data(), T, threads, inputs);
     add_into(h, mixed);
-    mlp_residual(release, layer, h, T);
+    mlp_residual(release, layer, h, T, inputs);
     if (hidden_states && layer + 1 < L) hidden_states->push_back(h);
   }
 

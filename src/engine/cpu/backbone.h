@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/cpu/fp8_emulation.h"
 #include "model/release.h"
 
 namespace clef::engine::cpu {
@@ -26,10 +27,12 @@ struct MediaInputs {
 // last_hidden_state. `threads` bounds the std::thread fan-out of the GDN / attention cores (0 =
 // hardware concurrency). Throws std::runtime_error for an empty input or an id outside the
 // vocabulary, and for media whose pad count differs from its rows. `media` null = a text request
-// (positions 0..T-1, the path the text fixtures check bit for bit).
+// (positions 0..T-1, the path the text fixtures check bit for bit). `inputs`: what the big
+// projections multiply (Fp8Emulated: as the FP8 CUDA engine quantises them, fp8_emulation.h).
 std::vector<float> run_backbone(const model::Release& release, const std::vector<int32_t>& ids,
                                 int threads = 0,
                                 std::vector<std::vector<float>>* hidden_states = nullptr,
-                                const MediaInputs* media = nullptr);
+                                const MediaInputs* media = nullptr,
+                                GemmInputs inputs = GemmInputs::Float32);
 
 }  // namespace clef::engine::cpu

@@ -12,8 +12,8 @@
 
 namespace clef::engine::cpu {
 
-CpuEngine::CpuEngine(std::shared_ptr<const model::Release> release, int threads)
-    : release_(std::move(release)), threads_(resolve_threads(threads)) {
+CpuEngine::CpuEngine(std::shared_ptr<const model::Release> release, int threads, GemmInputs inputs)
+    : release_(std::move(release)), threads_(resolve_threads(threads)), inputs_(inputs) {
   if (!release_) throw std::runtime_error("cpu engine: no release loaded");
   // OpenBLAS keeps its thread count process-wide; the engine owns the GEMM threads of this process.
   openblas_set_num_threads(threads_);
@@ -43,14 +43,15 @@ ForwardOutput CpuEngine::run(const encoding::EncodedRequest& enc) const {
   media.token_types = enc.mm_token_type_ids.data();
   media.position_ids = enc.position_ids.data();
   const std::vector<float> hidden =
-      run_backbone(*release_, enc.input_ids, threads_, nullptr, &media);
+      run_backbone(*release_, enc.input_ids, threads_, nullptr, &media, inputs_);
   ForwardOutput out;
   out.logits = run_joint_head(*release_, hidden.data(), static_cast<int>(T), enc);
   return out;
 }
 
 ForwardOutput CpuEngine::run_text(const encoding::EncodedRequest& enc) const {
-  const std::vector<float> hidden = run_backbone(*release_, enc.input_ids, threads_);
+  const std::vector<float> hidden =
+      run_backbone(*release_, enc.input_ids, threads_, nullptr, nullptr, inputs_);
   ForwardOutput out;
   out.logits =
       run_joint_head(*release_, hidden.data(), static_cast<int>(enc.input_ids.size()), enc);
@@ -79,7 +80,7 @@ EngineInfo CpuEngine::info() const {
 #else
              "CPU";
 #endif
-  i.dtype = "float32";
+  i.dtype = inputs_ == GemmInputs::Fp8Emulated ? "fp8-emulated" : "float32";
   i.kernels = {{"linear_attention", "sequential gated delta rule (fp32 state)"},
                {"attention", "blocked causal softmax attention (sgemm)"},
                {"gemm", "OpenBLAS sgemm, weights converted per block from their stored dtype"}};

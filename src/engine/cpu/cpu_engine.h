@@ -3,14 +3,17 @@
 
 #include <memory>
 
+#include "engine/cpu/fp8_emulation.h"
 #include "engine/engine.h"
 
 namespace clef::engine::cpu {
 
 class CpuEngine : public Engine {
  public:
-  // threads: 0 = all cores (OpenBLAS and the per-head std::thread fan-out).
-  CpuEngine(std::shared_ptr<const model::Release> release, int threads);
+  // threads: 0 = all cores (OpenBLAS and the per-head std::thread fan-out). inputs: Fp8Emulated
+  // makes this the FP8 oracle for tests (fp8_emulation.h); create_engine never asks for it.
+  CpuEngine(std::shared_ptr<const model::Release> release, int threads,
+            GemmInputs inputs = GemmInputs::Float32);
 
   std::vector<ForwardOutput> forward(
       const std::vector<const encoding::EncodedRequest*>& batch) override;
@@ -26,6 +29,7 @@ class CpuEngine : public Engine {
 
   std::shared_ptr<const model::Release> release_;
   int threads_;
+  GemmInputs inputs_;
 };
 
 // DType::Default or Float32 only; anything else is refused with a clear message. kernels is

@@ -110,7 +110,8 @@ void causal_attention(const float* q, int ldq, const float* k, const float* v, i
 }
 
 std::vector<float> gated_attention_mixer(const model::Release& release, int layer, const float* u,
-                                         int T, int threads, const int32_t* position_ids) {
+                                         int T, int threads, const int32_t* position_ids,
+                                         GemmInputs inputs) {
   const auto& c = release.text;
   const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
   const int rd = static_cast<int>(hd * c.partial_rotary_factor);
@@ -120,9 +121,10 @@ std::vector<float> gated_attention_mixer(const model::Release& release, int laye
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   const std::vector<float> qg =
-      linear(release.backbone(p + "q_proj.weight"), u, T);                     // [T, nh, 2hd]
-  std::vector<float> k = linear(release.backbone(p + "k_proj.weight"), u, T);  // [T, nkv, hd]
-  const std::vector<float> v = linear(release.backbone(p + "v_proj.weight"), u, T);
+      linear(release.backbone(p + "q_proj.weight"), u, T, nullptr, inputs);  // [T, nh, 2hd]
+  std::vector<float> k =
+      linear(release.backbone(p + "k_proj.weight"), u, T, nullptr, inputs);  // [T, nkv, hd]
+  const std::vector<float> v = linear(release.backbone(p + "v_proj.weight"), u, T, nullptr, inputs);
   const std::vector<float> qn = to_f32(release.backbone(p + "q_norm.weight"));
   const std::vector<float> kn = to_f32(release.backbone(p + "k_norm.weight"));
 
@@ -153,7 +155,7 @@ std::vector<float> gated_attention_mixer(const model::Release& release, int laye
   causal_attention(q.data(), nh * hd, k.data(), v.data(), nkv * hd, T, nh, nkv, hd, attn.data(),
                    nh * hd, threads);
   for (size_t i = 0; i < attn.size(); ++i) attn[i] *= sigmoidf(gate[i]);
-  return linear(release.backbone(p + "o_proj.weight"), attn.data(), T);
+  return linear(release.backbone(p + "o_proj.weight"), attn.data(), T, nullptr, inputs);
 }
 
 }  // namespace clef::engine::cpu

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/cpu/fp8_emulation.h"
 #include "model/release.h"
 
 namespace clef::engine::cpu {
@@ -31,8 +32,10 @@ void mrope_tables(int T, int rd, double theta, const std::vector<int>& section,
                   std::vector<float>& sin_t);
 
 // Layer `layer`'s mixer on u = RMSNorm1p(h) [T, H]; returns [T, H] (before the residual add).
-// position_ids: [3][T] multimodal positions, or null for 0..T-1.
+// position_ids: [3][T] multimodal positions, or null for 0..T-1. inputs: what its projections
+// multiply (fp8_emulation.h).
 std::vector<float> gated_attention_mixer(const model::Release& release, int layer, const float* u,
-                                         int T, int threads, const int32_t* position_ids = nullptr);
+                                         int T, int threads, const int32_t* position_ids = nullptr,
+                                         GemmInputs inputs = GemmInputs::Float32);
 
 }  // namespace clef::engine::cpu

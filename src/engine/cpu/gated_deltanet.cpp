@@ -109,15 +109,16 @@ void l2_normalise(float* x, size_t n, int d, float scale) {
 }  // namespace
 
 std::vector<float> gated_deltanet_mixer(const model::Release& release, int layer, const float* u,
-                                        int T, int threads) {
+                                        int T, int threads, GemmInputs inputs) {
   const auto& c = release.text;
   const int Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
   const int dk = c.linear_key_head_dim, dv = c.linear_value_head_dim, K = c.linear_conv_kernel_dim;
   const int C = 2 * Hk * dk + Hv * dv;
   const std::string p = "layers." + std::to_string(layer) + ".linear_attn.";
 
-  std::vector<float> qkv = linear(release.backbone(p + "in_proj_qkv.weight"), u, T);
-  std::vector<float> z = linear(release.backbone(p + "in_proj_z.weight"), u, T);
+  std::vector<float> qkv =
+      linear(release.backbone(p + "in_proj_qkv.weight"), u, T, nullptr, inputs);
+  std::vector<float> z = linear(release.backbone(p + "in_proj_z.weight"), u, T, nullptr, inputs);
   std::vector<float> bproj = linear(release.backbone(p + "in_proj_b.weight"), u, T);
   std::vector<float> aproj = linear(release.backbone(p + "in_proj_a.weight"), u, T);
   const std::vector<float> conv_w = to_f32(release.backbone(p + "conv1d.weight"));  // [C, 1, K]
@@ -174,7 +175,7 @@ std::vector<float> gated_deltanet_mixer(const model::Release& release, int layer
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dv) + eps);
     for (int j = 0; j < dv; ++j) orow[j] = orow[j] * inv * norm_w[j] * siluf(zr[j]);
   }
-  return linear(release.backbone(p + "out_proj.weight"), o.data(), T);
+  return linear(release.backbone(p + "out_proj.weight"), o.data(), T, nullptr, inputs);
 }
 
 }  // namespace clef::engine::cpu

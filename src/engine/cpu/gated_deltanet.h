@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "engine/cpu/fp8_emulation.h"
 #include "model/release.h"
 
 namespace clef::engine::cpu {
@@ -17,7 +18,10 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
                       int threads);
 
 // Layer `layer`'s mixer on u = RMSNorm1p(h) [T, H]; returns [T, H] (before the residual add).
+// inputs: what its FP8-capable projections multiply (fp8_emulation.h; in_proj_b / in_proj_a stay
+// float32, as the FP8 CUDA engine keeps them bf16).
 std::vector<float> gated_deltanet_mixer(const model::Release& release, int layer, const float* u,
-                                        int T, int threads);
+                                        int T, int threads,
+                                        GemmInputs inputs = GemmInputs::Float32);
 
 }  // namespace clef::engine::cpu

@@ -20,17 +20,9 @@ int64_t inner_dim(const model::Tensor& w) {
   return in;
 }
 
-}  // namespace
-
-void linear(const model::Tensor& w, const float* x, int rows, int ldx, float* y, int ldy,
-            const float* bias, int row0, int n_out) {
-  const int64_t out_total = w.shape.empty() ? 0 : w.shape[0];
-  const int64_t in = inner_dim(w);
-  if (n_out < 0) n_out = static_cast<int>(out_total - row0);
-  if (row0 < 0 || n_out < 0 || row0 + n_out > out_total)
-    throw std::runtime_error("linear: rows [" + std::to_string(row0) + ", " +
-                             std::to_string(row0 + n_out) + ") outside " + w.name);
-  if (rows <= 0 || n_out == 0) return;
+// y = x @ W[row0 : row0 + n_out]^T, the weight converted block by block.
+void sgemm_blocks(const model::Tensor& w, const float* x, int rows, int ldx, float* y, int ldy,
+                  int row0, int n_out, int64_t in) {
   const int block = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(n_out, static_cast<int64_t>(kBlockElems) / in)));
   std::vector<float> wbuf(static_cast<size_t>(block) * in);
@@ -40,6 +32,38 @@ void linear(const model::Tensor& w, const float* x, int rows, int ldx, float* y,
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, static_cast<int>(in), 1.0f, x,
                 ldx, wbuf.data(), static_cast<int>(in), 0.0f, y + r, ldy);
   }
+}
+
+// The same product on the FP8-emulated inputs (the whole tensor's 128x128 blocks start at its
+// row 0, not at row0).
+void sgemm_fp8_emulated(const model::Tensor& w, const float* x, int rows, int ldx, float* y,
+                        int ldy, int row0, int n_out, int64_t in) {
+  const int k = static_cast<int>(in);
+  std::vector<float> xq(static_cast<size_t>(rows) * k);
+  for (int t = 0; t < rows; ++t)
+    std::copy_n(x + static_cast<size_t>(t) * ldx, k, xq.data() + static_cast<size_t>(t) * k);
+  fp8_emulate_rows(xq.data(), rows, k, k);
+  std::vector<float> wf = w.to_float();
+  fp8_emulate_weight_blocks(wf.data(), static_cast<int>(w.shape[0]), k);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_out, k, 1.0f, xq.data(), k,
+              wf.data() + static_cast<size_t>(row0) * k, k, 0.0f, y, ldy);
+}
+
+}  // namespace
+
+void linear(const model::Tensor& w, const float* x, int rows, int ldx, float* y, int ldy,
+            const float* bias, int row0, int n_out, GemmInputs inputs) {
+  const int64_t out_total = w.shape.empty() ? 0 : w.shape[0];
+  const int64_t in = inner_dim(w);
+  if (n_out < 0) n_out = static_cast<int>(out_total - row0);
+  if (row0 < 0 || n_out < 0 || row0 + n_out > out_total)
+    throw std::runtime_error("linear: rows [" + std::to_string(row0) + ", " +
+                             std::to_string(row0 + n_out) + ") outside " + w.name);
+  if (rows <= 0 || n_out == 0) return;
+  if (inputs == GemmInputs::Fp8Emulated)
+    sgemm_fp8_emulated(w, x, rows, ldx, y, ldy, row0, n_out, in);
+  else
+    sgemm_blocks(w, x, rows, ldx, y, ldy, row0, n_out, in);
   if (bias) {
     for (int t = 0; t < rows; ++t) {
       float* yr = y + static_cast<size_t>(t) * ldy;
@@ -48,11 +72,12 @@ void linear(const model::Tensor& w, const float* x, int rows, int ldx, float* y,
   }
 }
 
-std::vector<float> linear(const model::Tensor& w, const float* x, int rows, const float* bias) {
+std::vector<float> linear(const model::Tensor& w, const float* x, int rows, const float* bias,
+                          GemmInputs inputs) {
   const int out = w.shape.empty() ? 0 : static_cast<int>(w.shape[0]);
   const int in = static_cast<int>(inner_dim(w));
   std::vector<float> y(static_cast<size_t>(rows) * out);
-  linear(w, x, rows, in, y.data(), out, bias);
+  linear(w, x, rows, in, y.data(), out, bias, 0, -1, inputs);
   return y;
 }
 

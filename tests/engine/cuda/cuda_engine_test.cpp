@@ -13,6 +13,7 @@
 
 #include "answer/answer.h"
 #include "engine/cpu/backbone.h"
+#include "engine/cpu/cpu_engine.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/engine.h"
@@ -87,11 +88,13 @@ size_t argmax_of(size_t n, At at) {
   return best;
 }
 
-// Runs every golden request twice (eager + captured graph, or graph replay) and measures the
-// deviation from reference_fp32; also how far the reference's own bf16 run is from it.
-Worst run_golden(const std::string& model, const std::string& dtype, const std::string& kernels) {
+// Runs every golden request through eng (twice when `replay`: eager + captured graph, or graph
+// replay) and measures the deviation from reference_fp32; also how far the reference's own bf16
+// run is from it.
+Worst measure(engine::Engine& measured, const std::string& model, const std::string& label,
+              bool replay) {
   auto release = testing::load_golden_model(model);
-  auto eng = make(model, dtype, kernels);
+  engine::Engine* eng = &measured;
   const auto records = testing::load_golden(model);
   const auto bf16 = load_bf16(model);
   EXPECT_EQ(records.size(), bf16.size());
@@ -104,8 +107,10 @@ Worst run_golden(const std::string& model, const std::string& dtype, const std::
         encoding::encode_request(req, *release->tokenizer, testing::golden_encode_options(r));
     EXPECT_EQ(static_cast<int64_t>(enc.input_ids.size()), r.input_tokens);
     const auto first = eng->forward({&enc});
-    const auto again = eng->forward({&enc});
-    EXPECT_EQ(first[0].logits, again[0].logits) << "graph replay differs from the eager run";
+    if (replay) {
+      const auto again = eng->forward({&enc});
+      EXPECT_EQ(first[0].logits, again[0].logits) << "graph replay differs from the eager run";
+    }
     const auto& logits = first[0].logits;
     if (logits.size() != enc.questions.size()) {
       ADD_FAILURE() << "question count";
@@ -137,11 +142,24 @@ Worst run_golden(const std::string& model, const std::string& dtype, const std::
     }
   }
   std::printf(
-      "%s %s (%s): %zu requests, max |dp| %.3g, max |dlogit| %.3g, reference_bf16 max |dp| %.3g; "
+      "%s %s: %zu requests, max |dp| %.3g, max |dlogit| %.3g, reference_bf16 max |dp| %.3g; "
       "argmax flips %d (reference_bf16 %d)\n",
-      model.c_str(), dtype.c_str(), kernels.c_str(), records.size(), w.p, w.logit, w.ref_bf16_p,
-      w.flips, w.ref_bf16_flips);
+      model.c_str(), label.c_str(), records.size(), w.p, w.logit, w.ref_bf16_p, w.flips,
+      w.ref_bf16_flips);
   return w;
+}
+
+Worst run_golden(const std::string& model, const std::string& dtype, const std::string& kernels) {
+  auto eng = make(model, dtype, kernels);
+  return measure(*eng, model, dtype + " (" + kernels + ")", true);
+}
+
+// The CPU FP8 emulation (engine/cpu/fp8_emulation.h): the GEMM inputs quantised as the FP8 engine
+// quantises them, float32 everywhere else. How far FP8 itself moves the answers.
+Worst cpu_fp8_emulation(const std::string& model) {
+  engine::cpu::CpuEngine eng(testing::load_golden_model(model), 0,
+                             engine::cpu::GemmInputs::Fp8Emulated);
+  return measure(eng, model, "fp8 emulated on the cpu", false);
 }
 
 class CudaEngineGolden : public ::testing::TestWithParam<std::string> {};
@@ -164,22 +182,28 @@ TEST_P(CudaEngineGolden, Bfloat16WithinReferenceBf16Noise) {
   }
 }
 
-// FP8 weights (quantised at load from the bf16 fixture release) and FP8 activations: within 3x the
-// reference's own bf16 noise, and no more argmax flips than the reference's bf16 run has.
-TEST_P(CudaEngineGolden, Fp8WithinThreeTimesReferenceBf16Noise) {
+// FP8 weights (quantised at load from the bf16 fixture release) and FP8 activations, next to the
+// CPU FP8 emulation. e4m3 rounds 16x coarser than bf16 and these random tiny models amplify small
+// changes, so FP8 alone moves their probabilities far beyond the reference's bf16 noise (the
+// emulation, tiny-r2: max |dp| 0.44, 19 of 58 argmaxes flipped; tests/engine/fp8_emulation_test);
+// the device adds its bf16 rounding on top. Bound: 1.5x the emulation's deviation plus the bf16
+// noise, and not many more flips than the emulation has.
+TEST_P(CudaEngineGolden, Fp8WithinTheCpuFp8EmulationsDeviation) {
   CLEF_REQUIRE_GPU();
+  const Worst emu = cpu_fp8_emulation(GetParam());
+  EXPECT_GT(emu.p, 0.0);
   for (const char* kernels : {"auto", "generic"}) {
     const Worst w = run_golden(GetParam(), "fp8", kernels);
     EXPECT_GT(w.ref_bf16_p, 0.0);
-    EXPECT_LE(w.p, 3.0 * w.ref_bf16_p);
-    EXPECT_LE(w.flips, w.ref_bf16_flips);
+    EXPECT_LE(w.p, 1.5 * emu.p + w.ref_bf16_p);
+    EXPECT_LE(w.flips, emu.flips + emu.flips / 2 + 2);
   }
 }
 
 // After prepare() (which times each FP8 GEMM shape against bf16 per bucket and may keep bf16
-// copies), the fp8 engine still answers within the same bound, and the same as before for the
-// shapes that stayed FP8 (checked through the bound only: the choice depends on timing).
-TEST(CudaEngine, Fp8AfterPrepareStaysWithinThreeTimesReferenceBf16Noise) {
+// copies), the fp8 engine still answers within the same bound as without it (checked through the
+// bound only: the choice depends on timing).
+TEST(CudaEngine, Fp8AfterPrepareStaysWithinTheCpuFp8EmulationsDeviation) {
   CLEF_REQUIRE_GPU();
   auto eng = make("tiny-r2", "fp8");
   engine::PrepareOptions po;
@@ -213,8 +237,10 @@ TEST(CudaEngine, Fp8AfterPrepareStaysWithinThreeTimesReferenceBf16Noise) {
       }
     }
   }
-  std::printf("tiny-r2 fp8 after prepare: max |dp| %.3g, reference_bf16 %.3g\n", worst, ref);
-  EXPECT_LE(worst, 3.0 * ref);
+  const Worst emu = cpu_fp8_emulation("tiny-r2");
+  std::printf("tiny-r2 fp8 after prepare: max |dp| %.3g, reference_bf16 %.3g, cpu emulation %.3g\n",
+              worst, ref, emu.p);
+  EXPECT_LE(worst, 1.5 * emu.p + ref);
 }
 
 // The CUDA float32 last_hidden_state vs the reference's float32 tensor of the debug requests.
@@ -367,7 +393,8 @@ std::vector<float> all_probs(engine::Engine& eng, const model::Release& release,
     const auto enc =
         encoding::encode_request(encoding::validate_request(r.request), *release.tokenizer,
                                  testing::golden_encode_options(r));
-    const auto outs = eng.forward({&enc});  // kept: the loop reads its logits
+    // Keep the outputs alive: a range-for over a member of the temporary would read freed memory.
+    const auto outs = eng.forward({&enc});
     for (const auto& l : outs.at(0).logits) {
       const auto p = answer::softmax_f32(l);
       out.insert(out.end(), p.begin(), p.end());
@@ -386,9 +413,10 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // An FP8 release (make-model --dtype fp8, the tiny geometry): --dtype fp8 runs its stored codes
 // and scales where the parts tile into 128-row blocks and requantises the rest; the float32 CPU
-// engine on the same release (the FP8 weights dequantised exactly) is the ground truth. FP8
-// activations may add at most 3x what bf16 activations on the same weights add.
-TEST(CudaEngine, Fp8ReleaseRunsWithinThreeTimesItsBf16Noise) {
+// engine on the same release (the FP8 weights dequantised exactly) is the ground truth. The CPU
+// FP8 emulation on it says what FP8 activations alone add (measured on the CPU: max |dp| 0.0041,
+// 10x what bf16 rounding at the same GEMM inputs adds); the device may add its bf16 noise on top.
+TEST(CudaEngine, Fp8ReleaseRunsWithinTheCpuFp8EmulationsDeviation) {
   CLEF_REQUIRE_GPU();
   clef::testing::ScratchDir tmp;
   model::MakeModelOptions o;
@@ -412,13 +440,18 @@ TEST(CudaEngine, Fp8ReleaseRunsWithinThreeTimesItsBf16Noise) {
   EXPECT_EQ(info.quantization, "fp8-e4m3-block128");
   EXPECT_EQ(info.kernels.at("gemm").find("(0 as the release"), std::string::npos)
       << info.kernels.at("gemm");
+  engine::cpu::CpuEngine emu(release, 0, engine::cpu::GemmInputs::Fp8Emulated);
   const auto p32 = all_probs(*cpu, *release, records);
+  const auto p8 = all_probs(*fp8, *release, records), p8e = all_probs(emu, *release, records);
   const double d16 = max_abs_diff(all_probs(*bf16, *release, records), p32),
-               d8 = max_abs_diff(all_probs(*fp8, *release, records), p32);
-  std::printf("FP8 release, tiny: max |dp| vs the float32 CPU engine: bf16 %.3g, fp8 %.3g\n", d16,
-              d8);
+               d8 = max_abs_diff(p8, p32), d8e = max_abs_diff(p8e, p32);
+  std::printf(
+      "FP8 release, tiny: max |dp| vs the float32 CPU engine: bf16 %.3g, fp8 %.3g, fp8 emulated "
+      "on the cpu %.3g; fp8 vs the emulation %.3g\n",
+      d16, d8, d8e, max_abs_diff(p8, p8e));
   EXPECT_GT(d16, 0.0);
-  EXPECT_LE(d8, 3.0 * d16);
+  EXPECT_GT(d8e, 0.0);
+  EXPECT_LE(d8, 1.5 * d8e + d16);
 }
 
 TEST(CudaEngine, ProfileAndGemmFloorRun) {

@@ -163,9 +163,22 @@ TEST(Fp8Gemm, BlockScaledMatchesFloat64OnTheDequantisedOperands) {
   Gemm gemm;
   const std::vector<Fp8Case> cases = {
       // M (tokens) a multiple of 4; N and K not multiples of 128 (partial blocks) included.
-      {4, 256, 256, true, false},     {36, 384, 512, true, false}, {128, 1024, 4096, true, false},
-      {300, 200, 4096, true, false},  {60, 512, 208, true, false}, {8, 4096, 12288, true, true},
-      {132, 640, 1024, false, false}, {16, 136, 144, true, false},
+      {4, 256, 256, true, false},
+      {36, 384, 512, true, false},
+      {128, 1024, 4096, true, false},
+      {300, 200, 4096, true, false},
+      {60, 512, 208, true, false},
+      {8, 4096, 12288, true, true},
+      {132, 640, 1024, false, false},
+      {16, 136, 144, true, false},
+      // K below one 128-block (the tiny fixtures: hidden 64, GDN value width 64; K = 48, 80).
+      {4, 192, 64, true, false},
+      {36, 256, 64, true, false},
+      {12, 64, 64, true, true},
+      {20, 384, 64, true, false},
+      {12, 64, 128, true, true},
+      {8, 128, 48, true, false},
+      {4, 136, 80, false, false},
   };
   for (const Fp8Case& c : cases) {
     SCOPED_TRACE("M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
