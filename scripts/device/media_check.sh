@@ -22,10 +22,11 @@ if has model; then
   [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1
   summary+=("model: flash ready ($(( $(date +%s) - t0 )) s)")
 fi
-if has parity; then
+# One request with a 1024x1024 image (a PNG python writes), for the parity dump and the HTTP check.
+if [ ! -f /tmp/img_request.json ]; then
   # One request with a 1024x1024 image (the profile's synthetic picture, written by a tiny C++-free
   # route: the media profile's request is rebuilt here from a PNG python writes).
-  python3 - > "$L/parity_request.log" 2>&1 <<'PY'
+  python3 - > "$L/request.log" 2>&1 <<'PY'
 import base64, json, struct, zlib
 w = h = 1024
 rows = []
@@ -44,6 +45,8 @@ body = {"model": "clef-flash", "state": "A photo attached to the report. The cus
 json.dump(body, open("/tmp/img_request.json", "w"))
 print("request written")
 PY
+fi
+if has parity; then
   timeout 120 clefserve profile --model $M --device cuda --dump-hidden /tmp/media_hidden --request /tmp/img_request.json >> "$L/misc.log" 2>&1
   summary+=("dump rc $?")
   timeout 240 python3 scripts/device/hf_parity_media.py $M /tmp/media_hidden > "$L/parity.log" 2>&1
@@ -61,7 +64,35 @@ if has text; then
     > "$L/profile.txt" 2>>"$L/misc.log"
   summary+=("text profile rc $?")
 fi
+if has workbench; then
+  CLEF_BENCH_T=961 timeout 120 workbench_attention > "$L/workbench.txt" 2>&1
+  summary+=("workbench_attention rc $?")
+  timeout 60 workbench_vision >> "$L/workbench.txt" 2>&1
+  summary+=("workbench_vision rc $?")
+fi
+if has fp8; then
+  timeout 200 clefserve profile --model $M --device cuda --dtype fp8 --lengths "${FP8_LENGTHS:-961,5661}" --runs 5 --warmup 2 \
+    > "$L/profile_fp8.txt" 2>>"$L/misc.log"
+  summary+=("fp8 profile rc $?")
+fi
+if has http; then
+  # One server, one image request and one text request over HTTP (the served path, C1).
+  PORT=8751
+  clefserve serve --model $M --device cuda --port $PORT > "$L/serve.log" 2>&1 &
+  SPID=$!
+  for i in $(seq 1 120); do curl -sf localhost:$PORT/health > /dev/null && break; sleep 1; done
+  summary+=("server ready after ${i} s")
+  for n in 1 2 3 4; do
+    curl -s -o /tmp/resp.json -w "image request over HTTP: %{http_code} in %{time_total} s\n" \
+      -H 'content-type: application/json' --data-binary @/tmp/img_request.json localhost:$PORT/v1/systemone >> "$L/http.txt"
+  done
+  head -c 400 /tmp/resp.json >> "$L/http.txt"; echo >> "$L/http.txt"
+  kill $SPID; wait $SPID 2>/dev/null
+  while read -r l; do summary+=("  $l"); done < <(grep -E "HTTP" "$L/http.txt")
+fi
 echo "================ SUMMARY ================"
 for s in "${summary[@]}"; do echo "$s"; done
-[ -f "$L/media_profile.txt" ] && grep -E "^\| [0-9]|^clefserve profile|eager stages" "$L/media_profile.txt"
+[ -f "$L/media_profile.txt" ] && grep -E "^\| [0-9]|^clefserve profile|eager stages|^media:" "$L/media_profile.txt"
 [ -f "$L/profile.txt" ] && grep -E "^\| [0-9]" "$L/profile.txt"
+[ -f "$L/profile_fp8.txt" ] && grep -E "^\| [0-9]|kernels.gemm|dtype" "$L/profile_fp8.txt"
+[ -f "$L/workbench.txt" ] && grep -iE "non-causal|tower|GB/s|TFLOP" "$L/workbench.txt" | head -30

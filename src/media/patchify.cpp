@@ -1,5 +1,7 @@
 #include "media/patchify.h"
 
+#include "media/parallel.h"
+
 #include <openssl/evp.h>
 
 #include <array>
@@ -33,26 +35,30 @@ Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vect
   const Grid grid{static_cast<int32_t>(frames.size() / kTemporal), h / kPatch, w / kPatch};
   const size_t base = out.size();
   out.resize(base + static_cast<size_t>(grid.patches()) * kPatchValues);
-  float* row = out.data() + base;
+  float* rows = out.data() + base;
   const size_t stride = static_cast<size_t>(w) * 3;
-  // Row order (t, by, bx, dy, dx); values within a row (channel, temporal, y, x).
-  for (int t = 0; t < grid.t; ++t)
-    for (int by = 0; by < grid.h / kMerge; ++by)
-      for (int bx = 0; bx < grid.w / kMerge; ++bx)
-        for (int dy = 0; dy < kMerge; ++dy)
-          for (int dx = 0; dx < kMerge; ++dx) {
-            const int y0 = (by * kMerge + dy) * kPatch;
-            const int x0 = (bx * kMerge + dx) * kPatch;
-            for (int c = 0; c < 3; ++c)
-              for (int k = 0; k < kTemporal; ++k) {
-                const uint8_t* f = frames[static_cast<size_t>(t) * kTemporal + k];
-                for (int y = 0; y < kPatch; ++y) {
-                  const uint8_t* px =
-                      f + static_cast<size_t>(y0 + y) * stride + static_cast<size_t>(x0) * 3 + c;
-                  for (int x = 0; x < kPatch; ++x) *row++ = norm[px[x * 3]];
-                }
+  const int bh = grid.h / kMerge, bw = grid.w / kMerge;
+  // Row order (t, by, bx, dy, dx); values within a row (channel, temporal, y, x). Each (t, by) band
+  // of merge blocks owns a contiguous run of rows, so bands are filled in parallel.
+  parallel_items(static_cast<size_t>(grid.t) * bh, [&](size_t band) {
+    const int t = static_cast<int>(band / bh), by = static_cast<int>(band % bh);
+    float* row = rows + band * static_cast<size_t>(bw) * kMerge * kMerge * kPatchValues;
+    for (int bx = 0; bx < bw; ++bx)
+      for (int dy = 0; dy < kMerge; ++dy)
+        for (int dx = 0; dx < kMerge; ++dx) {
+          const int y0 = (by * kMerge + dy) * kPatch;
+          const int x0 = (bx * kMerge + dx) * kPatch;
+          for (int c = 0; c < 3; ++c)
+            for (int k = 0; k < kTemporal; ++k) {
+              const uint8_t* f = frames[static_cast<size_t>(t) * kTemporal + k];
+              for (int y = 0; y < kPatch; ++y) {
+                const uint8_t* px =
+                    f + static_cast<size_t>(y0 + y) * stride + static_cast<size_t>(x0) * 3 + c;
+                for (int x = 0; x < kPatch; ++x) *row++ = norm[px[x * 3]];
               }
-          }
+            }
+        }
+  });
   return grid;
 }
 
