@@ -8,10 +8,11 @@
 namespace clef::media {
 
 EncodedVideo parse_video_string(std::string_view text) {
-  return identify_video(media_string_bytes(
-      text, {"video/mp4;base64", "video/webm;base64", "video/x-matroska;base64",
-             "video/quicktime;base64"},
-      "video", "data:video/{mp4,webm,x-matroska,quicktime};base64,"));
+  return identify_video(media_string_bytes(text,
+                                           {"video/mp4;base64", "video/webm;base64",
+                                            "video/x-matroska;base64", "video/quicktime;base64"},
+                                           "video",
+                                           "data:video/{mp4,webm,x-matroska,quicktime};base64,"));
 }
 
 EncodedVideo identify_video(std::vector<uint8_t> bytes) {

@@ -87,6 +87,7 @@ class CudaEngineImpl final : public CudaEngine {
   void run_media(const encoding::EncodedRequest& req, const int32_t* padded_ids, int Tp,
                  StageRecorder* rec);
   void check_media(const encoding::EncodedRequest& req) const;
+  void warm_media();  // prepare()'s last step when the release has a tower
   int rows_per_tile(int Tp) const;
   static size_t table_ints(const PackTables& t);
   void check_ids(const std::vector<int32_t>& ids) const;
