@@ -19,6 +19,15 @@ struct Grid {
 // Values per patch row: channel x temporal x y x x = 3 x 2 x 16 x 16.
 inline constexpr int kPatchValues = 1536;
 
+// The block-major patch order patchify writes (docs/spec/media.md §4): row i of a temporal slice
+// of w patches per row is merge block i / 4 (row-major over the (h/2) x (w/2) blocks), cell
+// (i / 2 % 2, i % 2) inside it; r, c = the patch's row and column in the grid.
+inline void patch_coords(int64_t i, int w, int32_t& r, int32_t& c) {
+  const int64_t block = i / 4, blocks_w = w / 2;
+  r = static_cast<int32_t>(block / blocks_w * 2 + i / 2 % 2);
+  c = static_cast<int32_t>(block % blocks_w * 2 + i % 2);
+}
+
 struct VisualInput {
   // [rows, kPatchValues] row-major float32: every image's rows (request order), then every
   // video's, each in the processor's 2x2-merge-block order.

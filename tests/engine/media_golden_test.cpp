@@ -6,12 +6,9 @@
 // cases refused by the media layer); then end to end through encode_request (refused: 422).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cmath>
 
-#include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -22,6 +19,7 @@
 #include "media/media_config.h"
 #include "media/patchify.h"
 #include "media/processor.h"
+#include "support/media_models.h"
 
 namespace clef {
 namespace {
@@ -30,16 +28,6 @@ using json::Value;
 
 const std::string kMedia = std::string(CLEF_SOURCE_DIR) + "/tests/golden/media/";
 constexpr uint64_t kMaxPixels = 16777216;
-
-std::vector<Value> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::vector<Value> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(*json::parse(line, nullptr));
-  return out;
-}
 
 media::PixelBudget image_budget(const Value& request) {
   media::PixelBudget b = media::kImageBudget;
@@ -133,9 +121,9 @@ encoding::EncodedRequest fixture_encoding(const Value& request, const Value& exp
 TEST(CpuEngineMediaGolden, TinyR2mMatchesReferenceFp32) {
   auto release = testing::load_golden_model("tiny-r2m");
   engine::cpu::CpuEngine eng(release, 2);
-  const std::vector<Value> encodings = read_jsonl(kMedia + "encode-media-tiny-r2m.jsonl");
+  const std::vector<Value> encodings = testing::read_jsonl(kMedia + "encode-media-tiny-r2m.jsonl");
   const std::vector<Value> results =
-      read_jsonl(testing::golden_dir() + "/tiny-r2m.media.expected.jsonl");
+      testing::read_jsonl(testing::golden_dir() + "/tiny-r2m.media.expected.jsonl");
   ASSERT_EQ(encodings.size(), 24u);
   ASSERT_EQ(results.size(), encodings.size());
   int compared = 0, refused = 0;
@@ -202,7 +190,7 @@ TEST(CpuEngineMediaGolden, TinyR2mEndToEndThroughTheEncoder) {
   engine::cpu::CpuEngine eng(release, 2);
   ASSERT_TRUE(eng.supports_media());
   const std::vector<Value> results =
-      read_jsonl(testing::golden_dir() + "/tiny-r2m.media.expected.jsonl");
+      testing::read_jsonl(testing::golden_dir() + "/tiny-r2m.media.expected.jsonl");
   ASSERT_EQ(results.size(), 24u);
   encoding::EncodeOptions opts;
   opts.truncation = encoding::Truncation::Allow;
@@ -248,21 +236,12 @@ TEST(CpuEngineMediaGolden, TinyR2mEndToEndThroughTheEncoder) {
 // message, never a crash.
 TEST(CpuEngineMediaGolden, RefusesMediaWithoutATowerOrWithBadInputs) {
   auto media_model = testing::load_golden_model("tiny-r2m");
-  const std::vector<Value> encodings = read_jsonl(kMedia + "encode-media-tiny-r2m.jsonl");
+  const std::vector<Value> encodings = testing::read_jsonl(kMedia + "encode-media-tiny-r2m.jsonl");
   const encoding::EncodedRequest enc =
       fixture_encoding(*encodings[0].find("request"), *encodings[0].find("expected"));
 
   // tiny-r2m without its vision_config: a text model (the tower's weights unused).
-  namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("clef-no-tower-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::copy(testing::golden_dir() + "/tiny-r2m", dir, fs::copy_options::recursive);
-  fs::permissions(dir / "config.json", fs::perms::owner_write, fs::perm_options::add);
-  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir / "config.json"));
-  cfg.erase("vision_config");
-  std::ofstream(dir / "config.json") << cfg.dump(2);
-  auto text_model = model::Release::load(dir.string());
+  auto text_model = testing::golden_without_tower("tiny-r2m");
   ASSERT_FALSE(text_model->vision.has_value());
   {
     engine::cpu::CpuEngine eng(text_model, 1);
@@ -274,7 +253,6 @@ TEST(CpuEngineMediaGolden, RefusesMediaWithoutATowerOrWithBadInputs) {
       EXPECT_NE(std::string(e.what()).find("no vision tower"), std::string::npos) << e.what();
     }
   }
-  fs::remove_all(dir);
 
   engine::cpu::CpuEngine eng(media_model, 1);
   encoding::EncodedRequest bad = enc;

@@ -31,14 +31,6 @@ const model::VisionConfig& tower_config(const model::Release& release) {
   return *release.vision;
 }
 
-// Block-major patch order (docs/spec/media.md §4): row i of a temporal slice is merge block
-// i / 4 (row-major over the (h/2) x (w/2) blocks), cell (i / 2 % 2, i % 2) inside it.
-void patch_coords(int64_t i, int w, int& r, int& c) {
-  const int64_t block = i / 4, blocks_w = w / 2;
-  r = static_cast<int>(block / blocks_w * 2 + i / 2 % 2);
-  c = static_cast<int>(block % blocks_w * 2 + i % 2);
-}
-
 // Non-causal softmax attention inside each segment. qkv: [rows, 3W] (q | k | v, head j at j*hd);
 // out: [rows, W].
 void segment_attention(const float* qkv, int W, int heads, int hd,
@@ -175,8 +167,8 @@ std::vector<float> vision_position_embedding(const model::Release& release, int 
   const std::vector<Taps> tr = taps(h), tc = taps(w);
   std::vector<float> rows(static_cast<size_t>(4) * W), out(static_cast<size_t>(h) * w * W);
   for (int64_t i = 0; i < static_cast<int64_t>(h) * w; ++i) {
-    int r = 0, c = 0;
-    patch_coords(i, w, r, c);
+    int32_t r = 0, c = 0;
+    media::patch_coords(i, w, r, c);
     const int idx[4] = {tr[r].lo * side + tc[c].lo, tr[r].lo * side + tc[c].hi,
                         tr[r].hi * side + tc[c].lo, tr[r].hi * side + tc[c].hi};
     const float wt[4] = {tr[r].w_lo * tc[c].w_lo, tr[r].w_lo * tc[c].w_hi, tr[r].w_hi * tc[c].w_lo,
@@ -230,8 +222,8 @@ std::vector<float> run_vision_tower(const model::Release& release, const media::
         float* xr = x.data() + static_cast<size_t>(row) * W;
         const float* pr = pos.data() + static_cast<size_t>(i) * W;
         for (int d = 0; d < W; ++d) xr[d] += pr[d];
-        int r = 0, c = 0;
-        patch_coords(i, g.w, r, c);
+        int32_t r = 0, c = 0;
+        media::patch_coords(i, g.w, r, c);
         float* cr = cos_t.data() + static_cast<size_t>(row) * half;
         float* sr = sin_t.data() + static_cast<size_t>(row) * half;
         for (int k = 0; k < quarter; ++k) {

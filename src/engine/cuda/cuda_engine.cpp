@@ -335,6 +335,15 @@ void CudaEngineImpl::run_media(const encoding::EncodedRequest& req, const int32_
   backbone_->enqueue(a, Tp, stream_, rec, nullptr, &mv);
 }
 
+void CudaEngineImpl::run_media(const encoding::EncodedRequest& req, StageRecorder* rec) {
+  check_ids(req.input_ids);
+  check_media(req);
+  std::vector<int32_t> padded(req.input_ids);
+  padded.resize(bucket_tokens(static_cast<int>(req.input_ids.size())), 0);
+  // A pageable upload returns once the driver has staged the bytes: `padded` may go away.
+  run_media(req, padded.data(), static_cast<int>(padded.size()), rec);
+}
+
 std::vector<float> CudaEngineImpl::hidden_host(int T) {
   const Activations& a = workspace_->buffers();
   const size_t n = static_cast<size_t>(T) * cfg_.hidden_size;

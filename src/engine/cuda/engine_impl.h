@@ -86,6 +86,8 @@ class CudaEngineImpl final : public CudaEngine {
   // in pinned memory.
   void run_media(const encoding::EncodedRequest& req, const int32_t* padded_ids, int Tp,
                  StageRecorder* rec);
+  // The same after the checks, padding the ids itself (diagnostics and warm-up).
+  void run_media(const encoding::EncodedRequest& req, StageRecorder* rec);
   void check_media(const encoding::EncodedRequest& req) const;
   void warm_media();  // prepare()'s last step when the release has a tower
   int rows_per_tile(int Tp) const;

@@ -184,10 +184,7 @@ void CudaEngineImpl::warm_media() {
   enc.mm_token_type_ids[7] = 2;
   for (int axis = 0; axis < 3; ++axis)
     for (int t = 0; t < T; ++t) enc.position_ids.push_back(t);
-  check_media(enc);
-  std::vector<int32_t> padded(enc.input_ids);
-  padded.resize(bucket_tokens(T), 0);
-  run_media(enc, padded.data(), static_cast<int>(padded.size()), nullptr);
+  run_media(enc, nullptr);
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

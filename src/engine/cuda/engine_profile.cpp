@@ -23,12 +23,7 @@ StageTimes CudaEngineImpl::forward_profiled(const encoding::EncodedRequest& req)
   use_device();
   StageRecorder rec(stream_);
   if (req.has_media()) {
-    check_ids(req.input_ids);
-    check_media(req);
-    const int Tp = bucket_tokens(static_cast<int>(req.input_ids.size()));
-    std::vector<int32_t> padded(req.input_ids);
-    padded.resize(Tp, 0);
-    run_media(req, padded.data(), Tp, &rec);
+    run_media(req, &rec);
   } else {
     run_backbone(req.input_ids, &rec);
   }
@@ -76,13 +71,8 @@ std::vector<float> CudaEngineImpl::last_hidden_state(const encoding::EncodedRequ
     if (vision_rows) vision_rows->clear();
     return last_hidden_state(req.input_ids);
   }
-  check_ids(req.input_ids);
-  check_media(req);
-  const int T = static_cast<int>(req.input_ids.size()), Tp = bucket_tokens(T);
-  std::vector<int32_t> padded(req.input_ids);
-  padded.resize(Tp, 0);
-  run_media(req, padded.data(), Tp, nullptr);
-  std::vector<float> h = hidden_host(T);
+  run_media(req, nullptr);
+  std::vector<float> h = hidden_host(static_cast<int>(req.input_ids.size()));
   if (vision_rows) {  // the tower's rows are still in its workspace (nothing ran it since)
     const size_t n = static_cast<size_t>(vision_->tokens()) * vision_->out_width();
     vision_rows->assign(n, 0.0f);

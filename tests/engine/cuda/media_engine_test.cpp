@@ -7,14 +7,11 @@
 // video inputs; a media request inside a batch of text requests as alone; bad inputs refused.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "answer/answer.h"
@@ -25,21 +22,12 @@
 #include "engine/golden_models.h"
 #include "media/media_config.h"
 #include "model/safetensors.h"
+#include "support/media_models.h"
 
 namespace clef {
 namespace {
 
 using json::Value;
-
-std::vector<Value> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::vector<Value> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(*json::parse(line, nullptr));
-  return out;
-}
 
 std::unique_ptr<engine::Engine> make(const std::string& model, engine::DType dtype) {
   engine::EngineOptions eo;
@@ -64,7 +52,7 @@ struct Case {
 // Every fixture case the encoder accepts (22 of 24), encoded as the server would.
 std::vector<Case> media_cases(std::vector<Value>& results) {
   auto release = testing::load_golden_model("tiny-r2m");
-  results = read_jsonl(testing::golden_dir() + "/tiny-r2m.media.expected.jsonl");
+  results = testing::read_jsonl(testing::golden_dir() + "/tiny-r2m.media.expected.jsonl");
   encoding::EncodeOptions opts;
   opts.truncation = encoding::Truncation::Allow;
   opts.media = media::load_media_config(testing::golden_dir() + "/tiny-r2m");
@@ -287,16 +275,7 @@ TEST(CudaMediaEngine, RefusesMediaWithoutATowerOrWithBadInputs) {
   const encoding::EncodedRequest& enc = cases.front().enc;  // one image
   {
     // tiny-r2m without its vision_config: a text model (the tower's weights unused).
-    namespace fs = std::filesystem;
-    const fs::path dir =
-        fs::path(::testing::TempDir()) / ("clef-gpu-no-tower-" + std::to_string(getpid()));
-    fs::remove_all(dir);
-    fs::copy(testing::golden_dir() + "/tiny-r2m", dir, fs::copy_options::recursive);
-    fs::permissions(dir / "config.json", fs::perms::owner_write, fs::perm_options::add);
-    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir / "config.json"));
-    cfg.erase("vision_config");
-    std::ofstream(dir / "config.json") << cfg.dump(2);
-    auto text_model = model::Release::load(dir.string());
+    auto text_model = testing::golden_without_tower("tiny-r2m");
     ASSERT_FALSE(text_model->vision.has_value());
     engine::EngineOptions eo;
     eo.device = engine::Device::Cuda;
@@ -309,7 +288,6 @@ TEST(CudaMediaEngine, RefusesMediaWithoutATowerOrWithBadInputs) {
     } catch (const std::runtime_error& e) {
       EXPECT_NE(std::string(e.what()).find("no vision tower"), std::string::npos) << e.what();
     }
-    fs::remove_all(dir);
   }
   auto eng = make("tiny-r2m", engine::DType::Float32);
   ASSERT_TRUE(eng->supports_media());

@@ -119,7 +119,7 @@ __global__ void pos_embed_add_kernel(E* __restrict__ x, int row0, const E* __res
                                      int side, int h, int w, int W) {
   const int hw = h * w;
   const int i = static_cast<int>(blockIdx.x % hw);
-  // Block-major patch order (vision_tower.cpp patch_coords): merge block i / 4 row-major over
+  // Block-major patch order (media::patch_coords): merge block i / 4 row-major over
   // the (h/2) x (w/2) blocks, cell (i / 2 % 2, i % 2) inside it.
   const int blk = i / 4, blocks_w = w / 2;
   const int r = blk / blocks_w * 2 + i / 2 % 2, c = blk % blocks_w * 2 + i % 2;

@@ -39,14 +39,6 @@ std::vector<unsigned char> host_bytes(const std::vector<float>& v, DataType t) {
   return out;
 }
 
-// Block-major patch order (docs/spec/media.md §4; cpu/vision_tower.cpp): row i of a temporal
-// slice is merge block i / 4, cell (i / 2 % 2, i % 2) inside it.
-void patch_coords(int64_t i, int w, int32_t& r, int32_t& c) {
-  const int64_t block = i / 4, blocks_w = w / 2;
-  r = static_cast<int32_t>(block / blocks_w * 2 + i / 2 % 2);
-  c = static_cast<int32_t>(block % blocks_w * 2 + i % 2);
-}
-
 std::vector<media::Grid> all_grids(const media::VisualInput& v) {
   std::vector<media::Grid> g = v.image_grids;
   g.insert(g.end(), v.video_grids.begin(), v.video_grids.end());
@@ -288,7 +280,7 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
       for (const media::Grid& g : grids)
         for (int k = 0; k < g.t; ++k)
           for (int64_t i = 0; i < static_cast<int64_t>(g.h) * g.w; ++i, ++row)
-            patch_coords(i, g.w, rc[2 * row], rc[2 * row + 1]);
+            media::patch_coords(i, g.w, rc[2 * row], rc[2 * row + 1]);
     }
     int32_t* ht = reinterpret_cast<int32_t*>(hp + align256(rc_bytes));
     std::copy(tiles.begin(), tiles.end(), ht);
