@@ -1,88 +1,66 @@
 #!/usr/bin/env bash
-# The FP8 gate (docs/engine.md "FP8"): one bf16 flash-preset release (realistic weights), N
+# The FP8 gate (docs/engine.md "FP8"): one bf16 flash-preset release M (realistic weights) and its
+# FP8 twin M8 (`make-model --dtype fp8`, same seed: M's bf16 values quantised per 128x128 block), N
 # decisions of manifests/public231-shape.jsonl served by `clefserve serve` and recorded by
-# `clefserve bench` (one pass, concurrency 1, the same --max-length and truncation for every dtype)
-# with --dtype float32 (the CUDA float32 engine: ground truth), bfloat16 and fp8; then max |dp| and
-# the share of flipped choices of bf16 and fp8 vs float32, and `clefserve profile` fp8 beside bf16
-# (e2e and the GEMM floor). Logs under $OUT, summary last.
-# Budget (H200): make-model ~30 s; per serve ~30-60 s start + prepare; float32 ~0.3 s a decision
-# at <= 2048 tokens (fp32 GEMMs without TF32, ~18 GFLOP a token); the two profiles ~40 s each.
+# `clefserve bench` (one pass, concurrency 1, the same --max-length and truncation for every run).
+# Runs (label:model:dtype), default:
+#   f32      M  float32   the CUDA float32 engine: ground truth
+#   bf16     M  bfloat16
+#   fp8      M  fp8       weights quantised at load
+#   f32w8    M8 float32   exact float32 arithmetic on the dequantised FP8 weights: FP8's weight
+#                         rounding alone, with no FP8 kernel involved
+#   fp8ckpt  M8 fp8       the checkpoint's codes and scales
+# Then max |dp| and flipped choices of every pair in PAIRS (also counting only choices whose
+# reference margin, top-1 minus top-2 probability, exceeds 0.05), and `clefserve profile` fp8 beside
+# bf16. Logs under $OUT, summary last.
+# Budget (H200): make-model ~100 s each (realistic); per serve ~30-60 s start + prepare; float32
+# ~0.3 s a decision at <= 2048 tokens; the two profiles ~40 s each.
 # Usage (repo root on the device): N=200 MAXLEN=2048 STEPS="model decide profile" scripts/device/fp8_gate.sh
 set -uo pipefail
 STEPS="${STEPS:-model decide profile}"
 N=${N:-200}
 MAXLEN=${MAXLEN:-2048}
+RUNS="${RUNS:-f32:M:float32 bf16:M:bfloat16 fp8:M:fp8 f32w8:M8:float32 fp8ckpt:M8:fp8}"
+PAIRS="${PAIRS:-bf16:f32 fp8:f32 fp8ckpt:f32 f32w8:f32 fp8ckpt:f32w8 fp8:fp8ckpt}"
 source scripts/device/setup.sh > /dev/null
 M=/tmp/flash_realistic
+M8=/tmp/flash_realistic_fp8
 L=$OUT
 PORT=8741
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 summary=()
 if has model; then
-  t0=$(date +%s)
-  [ -d $M ] || clefserve make-model --preset flash --weights realistic --force --out $M \
-    --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1
-  summary+=("model: flash, realistic weights, bf16 ($(( $(date +%s) - t0 )) s)")
+  for spec in "$M bfloat16" "$M8 fp8"; do
+    set -- $spec
+    [[ " $RUNS " == *":$([ "$1" = "$M" ] && echo M || echo M8):"* ]] || continue
+    t0=$(date +%s)
+    rc=0
+    [ -d "$1" ] || clefserve make-model --preset flash --weights realistic --dtype "$2" --force \
+      --out "$1" --tokenizer tests/golden/tokenizers/qwen3 >> "$L/misc.log" 2>&1 || rc=$?
+    summary+=("model: flash, realistic weights, $2 ($(( $(date +%s) - t0 )) s) rc $rc")
+  done
 fi
 if has decide; then
   head -n "$N" manifests/public231-shape.jsonl > /tmp/fp8_gate_manifest.jsonl
-  for dt in float32 bfloat16 fp8; do
+  for run in $RUNS; do
+    IFS=: read -r label mk dt <<< "$run"
+    model=$([ "$mk" = M ] && echo $M || echo $M8)
     t0=$(date +%s)
-    clefserve serve --model $M --device cuda --dtype $dt --port $PORT --max-length "$MAXLEN" \
-      --truncation allow --tuning-cache off > "$L/serve_$dt.log" 2>&1 &
+    clefserve serve --model "$model" --device cuda --dtype "$dt" --port $PORT --max-length "$MAXLEN" \
+      --truncation allow --tuning-cache off > "$L/serve_$label.log" 2>&1 &
     SP=$!
-    for i in $(seq 1 400); do curl -sf http://127.0.0.1:$PORT/health > /tmp/health_$dt.json && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
+    for i in $(seq 1 400); do curl -sf http://127.0.0.1:$PORT/health > /tmp/health_$label.json && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
     t1=$(date +%s)
-    rm -rf /tmp/fp8_gate_$dt
+    rm -rf /tmp/fp8_gate_$label
     timeout 300 clefserve bench --url http://127.0.0.1:$PORT --manifest /tmp/fp8_gate_manifest.jsonl \
-      --concurrency 1 --warmup 0 --traversals 1 --out /tmp/fp8_gate_$dt > "$L/bench_$dt.log" 2>&1
+      --concurrency 1 --warmup 0 --traversals 1 --out /tmp/fp8_gate_$label > "$L/bench_$label.log" 2>&1
     rc=$?
     kill $SP; wait $SP 2>/dev/null
-    summary+=("$dt: start $(( t1 - t0 )) s, bench rc $rc $(( $(date +%s) - t1 )) s :: health $(python3 -c "
-import json; h = json.load(open('/tmp/health_$dt.json')); print(h['dtype'], h['quantization'])" 2>&1)")
-    [ $dt = fp8 ] && while read -r l; do summary+=("  $l"); done < <(grep -E "FP8" "$L/serve_$dt.log" | head -12)
+    summary+=("$label ($mk $dt): start $(( t1 - t0 )) s, bench rc $rc $(( $(date +%s) - t1 )) s :: health $(python3 -c "
+import json; h = json.load(open('/tmp/health_$label.json')); print(h['dtype'], h['quantization'])" 2>&1)")
+    [ "$dt" = fp8 ] && while read -r l; do summary+=("  $l"); done < <(grep -E "FP8" "$L/serve_$label.log" | head -4)
   done
-  summary+=("$(python3 - <<'EOF'
-import json
-
-def answers(dt):
-    r = json.load(open(f'/tmp/fp8_gate_{dt}/report.json'))
-    out = {}
-    for q in r['requests']:
-        if q.get('outcome') == 'ok' and q.get('answer'):
-            out[q['id']] = q['answer']
-    return out
-
-def probs(a):
-    if a.get('type') == 'noul':
-        return {'true': a['noul']}
-    return a.get('probabilities', {})
-
-ref = answers('float32')
-lines = [f'float32 reference: {len(ref)} requests answered (probabilities rounded to 4 decimals by the API)']
-for dt in ('bfloat16', 'fp8'):
-    got = answers(dt)
-    dp, n, choices, flips, missing = 0.0, 0, 0, 0, 0
-    for rid, qs in ref.items():
-        if rid not in got:
-            missing += 1
-            continue
-        for qid, a in qs.items():
-            b = got[rid].get(qid)
-            if b is None:
-                missing += 1
-                continue
-            for k, p in probs(a).items():
-                dp = max(dp, abs(p - probs(b).get(k, float('nan'))))
-                n += 1
-            if a.get('type') == 'choice':
-                choices += 1
-                flips += a['choice'] != b['choice']
-    share = flips / choices if choices else float('nan')
-    lines.append(f'{dt} vs float32: max |dp| {dp:.4f} over {n} probabilities; choice flips {flips}/{choices} ({100 * share:.1f}%); missing {missing}')
-print('\n'.join(lines))
-EOF
-)")
+  summary+=("$(python3 scripts/device/compare_answers.py $PAIRS)")
 fi
 if has profile; then
   for dt in bfloat16 fp8; do

@@ -61,7 +61,8 @@ void add_engine_options(CLI::App* cmd, engine::EngineOptions& opts, engine::Devi
   add_enum(cmd, "--dtype", opts.dtype, engine::kDTypeNames,
            "Engine dtype (default: the backend's, float32 on cpu, bfloat16 on cuda; cpu runs "
            "float32 only; fp8 = cuda only: FP8 weights for the backbone's big projections, bf16 "
-           "activations)",
+           "activations; fp8-emulated = cpu only: float32 arithmetic on the values the fp8 engine "
+           "multiplies, the FP8 oracle, slow)",
            opts.dtype != engine::DType::Default);
   add_enum(cmd, "--kernels", opts.kernels, engine::kKernelsNames,
            "CUDA kernels: auto (the fastest the device supports) or generic (force the generic "

@@ -73,7 +73,9 @@ class Engine {
 enum class Device { Cpu, Cuda };
 // Default: the backend's own (cpu: Float32, the only one it runs; cuda: BFloat16). FP8: bf16
 // activations with FP8 block-scaled backbone GEMMs (docs/engine.md "FP8"; not implemented yet).
-enum class DType { Default, Float32, BFloat16, FP8 };
+// Fp8Emulated (cpu only): float32 arithmetic on the FP8 CUDA engine's rounded GEMM inputs
+// (engine/cpu/fp8_emulation.h): the oracle that separates what FP8 itself costs from the device.
+enum class DType { Default, Float32, BFloat16, FP8, Fp8Emulated };
 // cuda: Auto picks the fastest kernels the device supports, Generic forces the generic ones.
 enum class Kernels { Auto, Generic };
 
@@ -83,7 +85,10 @@ enum class Kernels { Auto, Generic };
 inline constexpr std::pair<const char*, Device> kDeviceNames[] = {{"cpu", Device::Cpu},
                                                                   {"cuda", Device::Cuda}};
 inline constexpr std::pair<const char*, DType> kDTypeNames[] = {
-    {"float32", DType::Float32}, {"bfloat16", DType::BFloat16}, {"fp8", DType::FP8}};
+    {"float32", DType::Float32},
+    {"bfloat16", DType::BFloat16},
+    {"fp8", DType::FP8},
+    {"fp8-emulated", DType::Fp8Emulated}};
 inline constexpr std::pair<const char*, Kernels> kKernelsNames[] = {{"auto", Kernels::Auto},
                                                                     {"generic", Kernels::Generic}};
 

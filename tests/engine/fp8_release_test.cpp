@@ -24,15 +24,21 @@ struct Answers {
   std::vector<std::vector<float>> probs;   // per request and question, concatenated
 };
 
-Answers run(const std::string& dir, const std::vector<testing::GoldenRecord>& records) {
+Answers run(const std::string& dir, const std::vector<testing::GoldenRecord>& records,
+            engine::DType dtype = engine::DType::Default) {
   auto release = model::Release::load(dir);
-  auto eng = engine::create_engine(release, {});
+  engine::EngineOptions eo;
+  eo.dtype = dtype;
+  auto eng = engine::create_engine(release, eo);
+  const auto inputs = dtype == engine::DType::Fp8Emulated ? engine::cpu::GemmInputs::Fp8Emulated
+                                                          : engine::cpu::GemmInputs::Float32;
   Answers a;
   for (const auto& r : records) {
     const auto req = encoding::validate_request(r.request);
     const auto enc =
         encoding::encode_request(req, *release->tokenizer, testing::golden_encode_options(r));
-    a.hidden.push_back(engine::cpu::run_backbone(*release, enc.input_ids, 0));
+    a.hidden.push_back(
+        engine::cpu::run_backbone(*release, enc.input_ids, 0, nullptr, nullptr, inputs));
     std::vector<float> p;
     const auto outs = eng->forward({&enc});
     for (const auto& l : outs[0].logits) {
@@ -130,6 +136,37 @@ TEST(CpuEngineFp8Release, RealisticIsHarderButStillTheSameModel) {
   EXPECT_GT(r.eh, 2.0 * r.ew);
   EXPECT_LT(r.eh, 10.0 * r.ew);
   EXPECT_LT(r.eh, 0.5 * r.eh_other);
+}
+
+// `--dtype fp8-emulated` on an FP8 release multiplies the checkpoint's dequantised codes as they
+// are; on a bf16 release it quantises each weight itself. make-model's FP8 release was quantised
+// from exactly that bf16 release's values with the same rule (per 128x128 block, amax / 448), so
+// the two paths must agree -- to the last bits only (a block scale may differ by one float ulp) --
+// while both sit far from plain float32 (else the emulation would not have run).
+TEST(CpuEngineFp8Release, EmulationOfAnFp8ReleaseEqualsEmulationOfItsBf16Twin) {
+  clef::testing::ScratchDir tmp;
+  model::MakeModelOptions o;
+  o.weights = "realistic";
+  o.seed = 11;
+  const std::string bf16 = o.out_dir = tmp / "bf16";
+  model::make_model(o);
+  o.dtype = "fp8";
+  const std::string fp8 = o.out_dir = tmp / "fp8";
+  model::make_model(o);
+  auto records = testing::load_golden("tiny-r2");
+  records.resize(std::min<size_t>(records.size(), 6));
+  const Answers e16 = run(bf16, records, engine::DType::Fp8Emulated);
+  const Answers e8 = run(fp8, records, engine::DType::Fp8Emulated);
+  const Answers f16 = run(bf16, records);
+  const auto [eh, dp] = distance(e8, e16);
+  const auto [eh_fp8, dp_fp8] = distance(e16, f16);
+  std::printf(
+      "fp8-emulated, FP8 release vs bf16 twin: hidden %.3g, max |dp| %.3g; "
+      "vs float32: hidden %.3g, max |dp| %.3g\n",
+      eh, dp, eh_fp8, dp_fp8);
+  EXPECT_LT(eh, 1e-4);
+  EXPECT_LT(dp, 1e-5);
+  EXPECT_GT(eh_fp8, 100 * eh);
 }
 
 }  // namespace

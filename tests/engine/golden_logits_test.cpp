@@ -75,6 +75,8 @@ TEST(CpuEngineGolden, RefusesOtherDtypesAndUnknownDevices) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("dequantised to float32"), std::string::npos) << e.what();
   }
+  eo.dtype = engine::DType::Fp8Emulated;  // the FP8 oracle: float32 on FP8-rounded inputs
+  EXPECT_EQ(engine::create_engine(release, eo)->info().dtype, "fp8-emulated");
   eo.dtype = engine::DType::Default;
   eo.device = static_cast<engine::Device>(7);  // no such device
   EXPECT_THROW(engine::create_engine(release, eo), std::runtime_error);

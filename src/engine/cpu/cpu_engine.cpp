@@ -93,11 +93,14 @@ std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const model::Release> re
     throw std::runtime_error(
         "the cpu backend runs float32 only (got --dtype fp8); it runs an FP8 release as is, its "
         "weights dequantised to float32 (omit --dtype)");
-  if (opts.dtype != DType::Default && opts.dtype != DType::Float32)
+  if (opts.dtype != DType::Default && opts.dtype != DType::Float32 &&
+      opts.dtype != DType::Fp8Emulated)
     throw std::runtime_error(std::string("the cpu backend runs float32 only (got --dtype ") +
                              name(opts.dtype) + ")");
   if (opts.threads < 0) throw std::runtime_error("cpu engine: threads must be >= 0");
-  return std::make_unique<CpuEngine>(std::move(release), opts.threads);
+  return std::make_unique<CpuEngine>(
+      std::move(release), opts.threads,
+      opts.dtype == DType::Fp8Emulated ? GemmInputs::Fp8Emulated : GemmInputs::Float32);
 }
 
 }  // namespace clef::engine::cpu

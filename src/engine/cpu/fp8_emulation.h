@@ -15,8 +15,9 @@ namespace clef::engine::cpu {
 // Which values the projections of the backbone multiply.
 enum class GemmInputs {
   Float32,      // the stored weights and float32 activations (the reference)
-  Fp8Emulated,  // both as the FP8 CUDA engine quantises them (test oracle; slow: weights are
-                // requantised on every call)
+  Fp8Emulated,  // both as the FP8 CUDA engine quantises them (`--dtype fp8-emulated`, the oracle;
+                // slow: a bf16 release's weights are requantised on every call; an FP8 release's
+                // weights are its dequantised codes, as the device multiplies them)
 };
 
 // x: [rows, cols] with row stride ld, in place.

@@ -6,18 +6,36 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cpu/parallel.h"
+
 namespace clef::engine::cpu {
 
 namespace {
 
-// ~4 MiB of float32 per converted block: large enough for efficient sgemm, small next to the model.
-constexpr size_t kBlockElems = size_t(1) << 20;
+// ~16 MiB of float32 per converted block: large enough for efficient sgemm, small next to the
+// model.
+constexpr size_t kBlockElems = size_t(1) << 22;
 
 int64_t inner_dim(const model::Tensor& w) {
   if (w.shape.empty()) throw std::runtime_error("tensor " + w.name + " is a scalar, not a matrix");
   int64_t in = 1;
   for (size_t i = 1; i < w.shape.size(); ++i) in *= w.shape[i];
   return in;
+}
+
+// Converts elements [offset, offset + n) of w into out on the GEMM's threads (OpenBLAS's count,
+// which the engine sets): at 9B parameters a single-threaded conversion would cost more than the
+// sgemm itself for short inputs. Small conversions stay on the calling thread.
+void to_float_parallel(const model::Tensor& w, float* out, size_t offset, size_t n) {
+  constexpr size_t kMinPerThread = size_t(1) << 18;
+  const int threads =
+      std::max(1, std::min(openblas_get_num_threads(), static_cast<int>(n / kMinPerThread)));
+  if (threads <= 1) return w.to_float(out, offset, n);
+  const size_t per = (n + threads - 1) / threads;
+  parallel_for(threads, threads, [&](int i) {
+    const size_t b = static_cast<size_t>(i) * per, e = std::min(n, b + per);
+    if (b < e) w.to_float(out + b, offset + b, e - b);
+  });
 }
 
 // y = x @ W[row0 : row0 + n_out]^T, the weight converted block by block.
@@ -28,7 +46,8 @@ void sgemm_blocks(const model::Tensor& w, const float* x, int rows, int ldx, flo
   std::vector<float> wbuf(static_cast<size_t>(block) * in);
   for (int r = 0; r < n_out; r += block) {
     const int nb = std::min(block, n_out - r);
-    w.to_float(wbuf.data(), static_cast<size_t>(row0 + r) * in, static_cast<size_t>(nb) * in);
+    to_float_parallel(w, wbuf.data(), static_cast<size_t>(row0 + r) * in,
+                      static_cast<size_t>(nb) * in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, static_cast<int>(in), 1.0f, x,
                 ldx, wbuf.data(), static_cast<int>(in), 0.0f, y + r, ldy);
   }
@@ -43,6 +62,9 @@ void sgemm_fp8_emulated(const model::Tensor& w, const float* x, int rows, int ld
   for (int t = 0; t < rows; ++t)
     std::copy_n(x + static_cast<size_t>(t) * ldx, k, xq.data() + static_cast<size_t>(t) * k);
   fp8_emulate_rows(xq.data(), rows, k, k);
+  // An FP8 release's weight is already what the device multiplies: its dequantised codes, exactly.
+  if (w.dtype == model::DType::F8_E4M3)
+    return sgemm_blocks(w, xq.data(), rows, k, y, ldy, row0, n_out, in);
   std::vector<float> wf = w.to_float();
   fp8_emulate_weight_blocks(wf.data(), static_cast<int>(w.shape[0]), k);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_out, k, 1.0f, xq.data(), k,

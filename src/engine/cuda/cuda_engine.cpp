@@ -406,7 +406,9 @@ std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const model::Release> r
       c.weights = DataType::F8_E4M3;
       break;
     default:
-      throw std::runtime_error("cuda engine: --dtype must be bfloat16, float32 or fp8");
+      throw std::runtime_error(
+          "cuda engine: --dtype must be bfloat16, float32 or fp8 (fp8-emulated "
+          "is the cpu backend's FP8 oracle)");
   }
   switch (opts.kernels) {
     case Kernels::Auto:
