@@ -11,12 +11,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/data_type.h"
 #include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/kernel_path.h"
 #include "media/visual_input.h"
 #include "model/release.h"
 
@@ -26,9 +28,10 @@ class StageRecorder;
 
 class CudaVisionTower {
  public:
-  // Uploads the release's tower (model.visual.*) in the activation type `act`. Throws
-  // std::runtime_error when the release has none or its shapes are not the spec's.
-  CudaVisionTower(const model::Release& release, DataType act, Gemm& gemm,
+  // Uploads the release's tower (model.visual.*) in the activation type `act`; `path` picks the
+  // row kernels' variants (kernels/vision.h). Throws std::runtime_error when the release has none
+  // or its shapes are not the spec's.
+  CudaVisionTower(const model::Release& release, DataType act, Gemm& gemm, KernelPath path,
                   const std::function<void(const std::string&)>& progress);
 
   // Throws std::runtime_error naming what is wrong unless `visual` fits the tower: grids of t >= 1
@@ -47,6 +50,8 @@ class CudaVisionTower {
   void enqueue_gemms_only(const media::VisualInput& visual, cudaStream_t s);
 
   int out_width() const { return out_w_; }
+  // The row kernels' variant per op at this tower's shapes (alignment aside).
+  std::map<std::string, std::string> kernel_variants() const;
   size_t weight_bytes() const { return weight_bytes_; }
   size_t workspace_bytes() const { return work_.bytes(); }
 
@@ -74,6 +79,7 @@ class CudaVisionTower {
   const model::Release& rel_;
   DataType act_;
   Gemm& gemm_;
+  KernelPath path_;
   int W_ = 0, I_ = 0, heads_ = 0, hd_ = 0, hdp_ = 0, side_ = 0, out_w_ = 0, M_ = 0;
   Linear patch_, merger_fc1_, merger_fc2_;
   const void* pos_table_ = nullptr;
