@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "engine/cuda/kernels/vision.h"
+#include "vision_fc1.h"
 
 using namespace clef::engine::cuda;
 using namespace clef::dev;
@@ -142,6 +143,7 @@ void time_tower_shape(std::mt19937_64& rng, Timer& timer, int rows) {
     print_row("vision", tag(scatter_rows_variant(kStream, kStream, true, path), "[R/4,4096]"), rows,
               us, 2.0 * (rows / 4) * kStream * e, kHbm);
   }
+  time_fc1_gelu(timer, x.get<bf16>(), mid.get<bf16>(), rows, kW, kMlp);
 }
 
 }  // namespace

@@ -54,7 +54,11 @@ size_t align256(size_t b) {
 CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Gemm& gemm,
                                  KernelPath path,
                                  const std::function<void(const std::string&)>& progress)
-    : rel_(release), act_(act), gemm_(gemm), path_(path) {
+    : rel_(release),
+      act_(act),
+      gemm_(gemm),
+      path_(path),
+      fused_gelu_(path == KernelPath::Auto && act == DataType::BF16) {
   if (!release.vision) throw tower_error("this model has none (no model.visual.* weights)");
   const model::VisionConfig& v = *release.vision;
   W_ = v.hidden_size;
@@ -150,7 +154,8 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
 std::map<std::string, std::string> CudaVisionTower::kernel_variants() const {
   const VisionRopeArgs ra{1, heads_, hd_, hdp_, nullptr, nullptr};
   return {{"vision_layer_norm", layer_norm_variant(W_, path_)},
-          {"vision_gelu", gelu_variant(path_)},
+          {"vision_mlp_gelu", fused_gelu_ ? "fc1_gemm_gelu_bias_epilogue" : gelu_variant(path_)},
+          {"vision_merger_gelu", gelu_variant(path_)},
           {"vision_pos_embed_add", vision_pos_embed_add_variant(W_, path_)},
           {"vision_rope_split", vision_rope_split_variant(ra, path_)},
           {"vision_float_to_bf16", float_to_bf16_variant(path_)}};
@@ -215,7 +220,7 @@ CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, int tile_slots) 
 }
 
 void CudaVisionTower::gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate,
-                           cudaStream_t s) {
+                           cudaStream_t s, bool gelu) {
   GemmProblem p;
   p.M = rows;
   p.N = l.n;
@@ -228,6 +233,7 @@ void CudaVisionTower::gemm(const Linear& l, const void* x, int rows, void* y, bo
   p.ldc = l.n;
   p.accumulate = accumulate;
   p.bias = l.b;
+  p.gelu = gelu;
   // Row counts vary with every image: the heuristic's answer, cached per shape.
   p.tuning = GemmTuning::Heuristic;
   gemm_.run(p, s);
@@ -348,9 +354,9 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
       layer_norm<E>(x, blk.norm2_w, blk.norm2_b, u, R, W_, kEps, path_, s);
       mark("vision.elementwise");
     }
-    gemm(blk.fc1, u, R, mid, false, s);
+    gemm(blk.fc1, u, R, mid, false, s, fused_gelu_);
     mark("vision.gemm");
-    if (!gemms_only) {
+    if (!gemms_only && !fused_gelu_) {
       gelu_inplace<E>(mid, static_cast<size_t>(R) * I_, GeluKind::Tanh, path_, s);
       mark("vision.elementwise");
     }

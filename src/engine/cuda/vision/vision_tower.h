@@ -29,8 +29,10 @@ class StageRecorder;
 class CudaVisionTower {
  public:
   // Uploads the release's tower (model.visual.*) in the activation type `act`; `path` picks the
-  // row kernels' variants (kernels/vision.h). Throws std::runtime_error when the release has none
-  // or its shapes are not the spec's.
+  // row kernels' variants (kernels/vision.h) and, under Auto in bf16, fuses the MLP's GELU into
+  // the fc1 GEMM's epilogue (one rounding after the GELU instead of one before it and one after;
+  // Generic and float32 keep the reference's separate GELU). Throws std::runtime_error when the
+  // release has none or its shapes are not the spec's.
   CudaVisionTower(const model::Release& release, DataType act, Gemm& gemm, KernelPath path,
                   const std::function<void(const std::string&)>& progress);
 
@@ -71,7 +73,8 @@ class CudaVisionTower {
     int32_t *rc, *tiles;
   };
   Buffers reserve(int64_t rows, int tile_slots);
-  void gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate, cudaStream_t s);
+  void gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate, cudaStream_t s,
+            bool gelu = false);
   template <typename E>
   void enqueue_as(const media::VisualInput& visual, cudaStream_t s, StageRecorder* rec,
                   bool gemms_only);
@@ -80,6 +83,7 @@ class CudaVisionTower {
   DataType act_;
   Gemm& gemm_;
   KernelPath path_;
+  bool fused_gelu_;  // fc1 + GELU in one GEMM (see the constructor)
   int W_ = 0, I_ = 0, heads_ = 0, hd_ = 0, hdp_ = 0, side_ = 0, out_w_ = 0, M_ = 0;
   Linear patch_, merger_fc1_, merger_fc2_;
   const void* pos_table_ = nullptr;
