@@ -1,13 +1,16 @@
 // Workbench: the vision tower's row kernels (engine/cuda/kernels/vision.h): layer_norm,
-// gelu_inplace (tanh and erf), vision_pos_embed_add, vision_rope_split, scatter_rows. Checks the
-// LayerNorm and the GELUs against inline fp32 references at a small shape (the full checks are
-// test_gpu's VisionKernels.*), then times every kernel at the tower's shapes (4096 patch rows of
-// width 1152, 16 heads x 72 padded to 80, MLP width 4304); bf16 storage like the production
-// engine.
+// gelu_inplace (tanh and erf), vision_pos_embed_add, vision_rope_split, scatter_rows,
+// float_to_bf16. Checks the LayerNorm and the GELUs (both paths) against inline fp32 references at
+// a small shape (the full checks are test_gpu's VisionKernels.*), then times every variant
+// (generic beside vec8) at the tower's shapes for a 1024x1024 image (4096 patch rows) and a
+// 512x512 one (1024 rows): width 1152, 16 heads x 72 padded to 80, MLP width 4304, merger
+// [rows / 4, 4608]; bf16 storage like the production engine. Bytes are what each kernel must
+// move (the floor at 4.8 TB/s is bytes / 4.8e12).
 #include <cstdio>
 
 #include "common.h"
 #include "engine/cuda/kernels/vision.h"
+#include "vision_fc1.h"
 
 using namespace clef::engine::cuda;
 using namespace clef::dev;
@@ -15,10 +18,10 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-constexpr int kRows = 4096, kW = 1152, kHeads = 16, kHd = 72, kHdp = 80, kMlp = 4304, kSide = 48;
+constexpr int kW = 1152, kHeads = 16, kHd = 72, kHdp = 80, kMlp = 4304, kSide = 48;
 constexpr double kTol = 4e-3;  // bf16 outputs
 
-bool check_layer_norm(std::mt19937_64& rng, int rows, int D) {
+bool check_layer_norm(std::mt19937_64& rng, int rows, int D, KernelPath path) {
   auto x = rand_e<bf16>(rng, size_t(rows) * D, 3.0f, 2.0f);
   auto w = randn(rng, D, 0.5f, 1.0f), b = randn(rng, D, 0.5f);
   std::vector<float> want(x.size());
@@ -35,11 +38,11 @@ bool check_layer_norm(std::mt19937_64& rng, int rows, int D) {
   auto dw = to_device<float>(w), db = to_device<float>(b);
   auto out = poisoned<bf16>(x.size());
   layer_norm<bf16>(dx.get<bf16>(), dw.get<float>(), db.get<float>(), out.get<bf16>(), rows, D,
-                   1e-6f, 0);
-  return check("layer_norm", "out", to_host<bf16>(out, x.size()), want, kTol);
+                   1e-6f, path, 0);
+  return check(layer_norm_variant(D, path), "out", to_host<bf16>(out, x.size()), want, kTol);
 }
 
-bool check_gelu(std::mt19937_64& rng, GeluKind kind, size_t n) {
+bool check_gelu(std::mt19937_64& rng, GeluKind kind, size_t n, KernelPath path) {
   auto x = rand_e<bf16>(rng, n, 3.0f);
   std::vector<float> want(n);
   for (size_t i = 0; i < n; ++i) {
@@ -50,9 +53,97 @@ bool check_gelu(std::mt19937_64& rng, GeluKind kind, size_t n) {
             : float(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
   }
   auto dx = to_device<bf16>(x);
-  gelu_inplace<bf16>(dx.get<bf16>(), n, kind, 0);
-  return check(kind == GeluKind::Tanh ? "gelu_tanh" : "gelu_erf", "x", to_host<bf16>(dx, n), want,
-               kTol);
+  gelu_inplace<bf16>(dx.get<bf16>(), n, kind, path, 0);
+  return check(std::string(gelu_variant(path)) + (kind == GeluKind::Tanh ? " tanh" : " erf"), "x",
+               to_host<bf16>(dx, n), want, kTol);
+}
+
+constexpr KernelPath kPaths[] = {KernelPath::Generic, KernelPath::Auto};
+
+// Every row kernel at `rows` patch rows (an image of 16 * sqrt(rows) pixels a side), each path.
+void time_tower_shape(std::mt19937_64& rng, Timer& timer, int rows) {
+  const int side_patches = static_cast<int>(std::lround(std::sqrt(double(rows))));
+  const size_t nx = size_t(rows) * kW;
+  auto x = to_device<bf16>(rand_e<bf16>(rng, nx, 3.0f));
+  auto out = poisoned<bf16>(nx);
+  auto w = to_device<float>(randn(rng, kW, 0.5f, 1.0f)), b = to_device<float>(randn(rng, kW, 0.5f));
+  auto mid = to_device<bf16>(rand_e<bf16>(rng, size_t(rows) * kMlp, 3.0f));
+  auto table = to_device<bf16>(rand_e<bf16>(rng, size_t(kSide) * kSide * kW, 0.5f));
+  auto qkv = to_device<bf16>(rand_e<bf16>(rng, size_t(rows) * 3 * kW, 1.5f));
+  const size_t nh = size_t(rows) * kHeads * kHdp;
+  auto q = poisoned<bf16>(nh), k = poisoned<bf16>(nh), v = poisoned<bf16>(nh);
+  const size_t npix = size_t(rows) * 1536;
+  auto pix = to_device<float>(randn(rng, npix, 1.0f));
+  auto pix16 = poisoned<bf16>(npix);
+  std::vector<int32_t> rc(size_t(rows) * 2), dst_rows(rows / 4);
+  for (int r = 0; r < rows; ++r) rc[2 * r] = r / side_patches, rc[2 * r + 1] = r % side_patches;
+  for (int r = 0; r < rows / 4; ++r) dst_rows[r] = 7 + r;
+  Buf drc(rc.size() * 4), drows(dst_rows.size() * 4);
+  DEV_CUDA_CHECK(cudaMemcpy(drc.get(), rc.data(), rc.size() * 4, cudaMemcpyHostToDevice));
+  DEV_CUDA_CHECK(
+      cudaMemcpy(drows.get(), dst_rows.data(), dst_rows.size() * 4, cudaMemcpyHostToDevice));
+  auto inv = to_device<float>(vision_rope_inv_freq(kHd, 10000.0));
+  const int kStream = 4096;  // backbone hidden width (the residual stream the merged rows land in)
+  auto stream = poisoned<bf16>(size_t(rows / 4 + 16) * kStream);
+  auto merged = to_device<bf16>(rand_e<bf16>(rng, size_t(rows / 4) * kStream));
+  const VisionRopeArgs ra{rows, kHeads, kHd, kHdp, drc.get<int32_t>(), inv.get<float>()};
+
+  std::printf("\n%d patch rows (a %dx%d image)\n", rows, 16 * side_patches, 16 * side_patches);
+  const double e = sizeof(bf16);
+  auto tag = [&](const char* variant, const char* what) {
+    return std::string(variant) + " " + what;
+  };
+  for (KernelPath path : kPaths) {
+    double us = timer.median_us([&] {
+      layer_norm<bf16>(x.get<bf16>(), w.get<float>(), b.get<float>(), out.get<bf16>(), rows, kW,
+                       1e-6f, path, 0);
+    });
+    print_row("vision", tag(layer_norm_variant(kW, path), "[R,1152]"), rows, us,
+              2.0 * nx * e + 2.0 * kW * 4, kHbm);
+  }
+  for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf})
+    for (KernelPath path : kPaths) {
+      // tanh: the MLP's fc1 output [R, 4304]; erf: the merger's [R / 4, 4608].
+      const size_t n = kind == GeluKind::Tanh ? size_t(rows) * kMlp : size_t(rows) * kW;
+      const double us =
+          timer.median_us([&] { gelu_inplace<bf16>(mid.get<bf16>(), n, kind, path, 0); });
+      print_row(
+          "vision",
+          tag(gelu_variant(path), kind == GeluKind::Tanh ? "tanh [R,4304]" : "erf [R/4,4608]"),
+          rows, us, 2.0 * n * e, kHbm);
+    }
+  for (KernelPath path : kPaths) {
+    // x read and written, every table row read once or more (nominal: once).
+    const double us = timer.median_us([&] {
+      vision_pos_embed_add<bf16>(x.get<bf16>(), 0, table.get<bf16>(), kSide, 1, side_patches,
+                                 side_patches, kW, path, 0);
+    });
+    print_row("vision", vision_pos_embed_add_variant(kW, path), rows, us,
+              2.0 * nx * e + double(kSide) * kSide * kW * e, kHbm);
+  }
+  for (KernelPath path : kPaths) {
+    const double us = timer.median_us([&] {
+      vision_rope_split<bf16>(qkv.get<bf16>(), q.get<bf16>(), k.get<bf16>(), v.get<bf16>(), ra,
+                              path, 0);
+    });
+    print_row("vision", vision_rope_split_variant(ra, path), rows, us,
+              3.0 * nx * e + 3.0 * nh * e + rc.size() * 4.0, kHbm);
+  }
+  for (KernelPath path : kPaths) {
+    const double us =
+        timer.median_us([&] { float_to_bf16(pix.get<float>(), pix16.get<bf16>(), npix, path, 0); });
+    print_row("vision", tag(float_to_bf16_variant(path), "pixels [R,1536]"), rows, us,
+              npix * (4.0 + e), kHbm);
+  }
+  for (KernelPath path : kPaths) {
+    const double us = timer.median_us([&] {
+      scatter_rows<bf16>(stream.get<bf16>(), kStream, merged.get<bf16>(), drows.get<int32_t>(),
+                         rows / 4, kStream, path, 0);
+    });
+    print_row("vision", tag(scatter_rows_variant(kStream, kStream, true, path), "[R/4,4096]"), rows,
+              us, 2.0 * (rows / 4) * kStream * e, kHbm);
+  }
+  time_fc1_gelu(timer, x.get<bf16>(), mid.get<bf16>(), rows, kW, kMlp);
 }
 
 }  // namespace
@@ -62,63 +153,17 @@ int main() {
   auto rng = make_rng();
   if (!checks_pass("vision", [&] {
         bool ok = true;
-        ok &= check_layer_norm(rng, 37, kW);
-        ok &= check_gelu(rng, GeluKind::Tanh, 10007);
-        ok &= check_gelu(rng, GeluKind::Erf, 10007);
+        for (KernelPath path : kPaths) {
+          ok &= check_layer_norm(rng, 37, kW, path);
+          ok &= check_gelu(rng, GeluKind::Tanh, 10007, path);
+          ok &= check_gelu(rng, GeluKind::Erf, 10007, path);
+        }
         return ok;
       }))
     return 1;
-
-  const size_t nx = size_t(kRows) * kW;
-  auto x = to_device<bf16>(rand_e<bf16>(rng, nx, 3.0f));
-  auto out = poisoned<bf16>(nx);
-  auto w = to_device<float>(randn(rng, kW, 0.5f, 1.0f)), b = to_device<float>(randn(rng, kW, 0.5f));
-  auto mid = to_device<bf16>(rand_e<bf16>(rng, size_t(kRows) * kMlp, 3.0f));
-  auto table = to_device<bf16>(rand_e<bf16>(rng, size_t(kSide) * kSide * kW, 0.5f));
-  auto qkv = to_device<bf16>(rand_e<bf16>(rng, size_t(kRows) * 3 * kW, 1.5f));
-  const size_t nh = size_t(kRows) * kHeads * kHdp;
-  auto q = poisoned<bf16>(nh), k = poisoned<bf16>(nh), v = poisoned<bf16>(nh);
-  std::vector<int32_t> rc(size_t(kRows) * 2), dst_rows(kRows);
-  for (int r = 0; r < kRows; ++r) rc[2 * r] = r / 64, rc[2 * r + 1] = r % 64, dst_rows[r] = 7 + r;
-  Buf drc(rc.size() * 4), drows(dst_rows.size() * 4);
-  DEV_CUDA_CHECK(cudaMemcpy(drc.get(), rc.data(), rc.size() * 4, cudaMemcpyHostToDevice));
-  DEV_CUDA_CHECK(
-      cudaMemcpy(drows.get(), dst_rows.data(), dst_rows.size() * 4, cudaMemcpyHostToDevice));
-  auto inv = to_device<float>(vision_rope_inv_freq(kHd, 10000.0));
-  const int kStream = 4096;  // backbone hidden width (the residual stream the rows land in)
-  auto stream = poisoned<bf16>(size_t(kRows + 16) * kStream);
-  auto merged = to_device<bf16>(rand_e<bf16>(rng, size_t(kRows) * kStream));
-  const VisionRopeArgs ra{kRows, kHeads, kHd, kHdp, drc.get<int32_t>(), inv.get<float>()};
-
   Timer timer;
   print_header(timer);
-  const double e = sizeof(bf16);
-  double us = timer.median_us([&] {
-    layer_norm<bf16>(x.get<bf16>(), w.get<float>(), b.get<float>(), out.get<bf16>(), kRows, kW,
-                     1e-6f, 0);
-  });
-  print_row("vision", "layer_norm", kRows, us, 2.0 * nx * e + 2.0 * kW * 4, kHbm);
-  for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
-    us = timer.median_us(
-        [&] { gelu_inplace<bf16>(mid.get<bf16>(), size_t(kRows) * kMlp, kind, 0); });
-    print_row("vision", kind == GeluKind::Tanh ? "gelu_tanh [4096, 4304]" : "gelu_erf [4096, 4304]",
-              kRows, us, 2.0 * kRows * kMlp * e, kHbm);
-  }
-  // 64 x 64 patches: every table row read once or more (nominal: once), x read and written.
-  us = timer.median_us([&] {
-    vision_pos_embed_add<bf16>(x.get<bf16>(), 0, table.get<bf16>(), kSide, 1, 64, 64, kW, 0);
-  });
-  print_row("vision", "vision_pos_embed_add", kRows, us,
-            2.0 * nx * e + double(kSide) * kSide * kW * e, kHbm);
-  us = timer.median_us([&] {
-    vision_rope_split<bf16>(qkv.get<bf16>(), q.get<bf16>(), k.get<bf16>(), v.get<bf16>(), ra, 0);
-  });
-  print_row("vision", "vision_rope_split", kRows, us, 3.0 * nx * e + 3.0 * nh * e + rc.size() * 4.0,
-            kHbm);
-  us = timer.median_us([&] {
-    scatter_rows<bf16>(stream.get<bf16>(), kStream, merged.get<bf16>(), drows.get<int32_t>(), kRows,
-                       kStream, 0);
-  });
-  print_row("vision", "scatter_rows [4096, 4096]", kRows, us, 2.0 * kRows * kStream * e, kHbm);
+  time_tower_shape(rng, timer, 4096);  // 1024 x 1024
+  time_tower_shape(rng, timer, 1024);  // 512 x 512
   return 0;
 }

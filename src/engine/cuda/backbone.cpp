@@ -227,7 +227,8 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   mark("start");
   embed_gather<E>(static_cast<const E*>(w_.embed), a.ids, h, Tp, D, path_, s);
   if (media && media->n > 0)
-    scatter_rows<E>(h, D, static_cast<const E*>(media->rows), media->pad_rows, media->n, D, s);
+    scatter_rows<E>(h, D, static_cast<const E*>(media->rows), media->pad_rows, media->n, D, path_,
+                    s);
   mark("norms_elementwise");
   // FP8 producers write the next GEMM's activations (K columns) where layer_gemms reads them.
   auto f8 = [&](int K) { return Fp8Rows{a.act_q, K, a.act_scale, Tp}; };

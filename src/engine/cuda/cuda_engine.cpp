@@ -57,7 +57,8 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
       config_.activations == DataType::F32 ? HeadPrecision::Float32 : HeadPrecision::BFloat16,
       gemm_, nullptr, [](const std::string& m) { say("head: " + m); });
   if (rel_->vision) {
-    vision_ = std::make_unique<CudaVisionTower>(*rel_, config_.activations, gemm_, say);
+    vision_ =
+        std::make_unique<CudaVisionTower>(*rel_, config_.activations, gemm_, config_.kernels, say);
     say("vision tower on device");
   }
 }
@@ -220,13 +221,14 @@ EngineInfo CudaEngineImpl::info() const {
   i.dtype = fp8 ? "fp8" : data_type_name(config_.activations);
   if (fp8) i.quantization = "fp8-e4m3-block128";
   // Each dispatcher's own choice at this model's shapes.
-  const std::map<std::string, std::string> v = backbone_->kernel_variants();
+  std::map<std::string, std::string> v = backbone_->kernel_variants();
   const bool tc =
       v.contains("gdn_chunked") && v.at("gdn_chunked") == std::string("gdn_tensor_core");
   i.kernels["linear_attention"] =
       tc ? "chunked gated delta rule (chunk 64, fp32 state, 3xTF32 mma.sync: parallel prep, "
            "warp-specialised scan, parallel output)"
          : "chunked gated delta rule (chunk 64, fp32 SIMT, value columns split)";
+  if (vision_) v.merge(vision_->kernel_variants());
   std::string ew;
   for (const auto& [op, name] : v) ew += (ew.empty() ? "" : ", ") + name;
   i.kernels["elementwise"] = ew;

@@ -1,12 +1,15 @@
 // The vision tower's row kernels (engine/cuda/kernels/vision.h) and the multimodal RoPE of the
 // backbone's attention prep against the float32 CPU engine (engine/cpu: layer_norm, the GELUs,
 // apply_rope, mrope_tables) or, where the CPU code is not a callable unit, an inline port of its
-// formula; both storage types, fresh random inputs.
+// formula; both storage types, both kernel paths (Auto: the vec8 variants where the shape allows,
+// Generic), fresh random inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -80,13 +83,17 @@ DeviceBuffer ints_to_device(const std::vector<T>& v) {
   return b;
 }
 
+constexpr KernelPath kPaths[] = {KernelPath::Auto, KernelPath::Generic};
+
 template <typename E>
 class VisionKernels : public ::testing::Test {};
 using Types = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(VisionKernels, Types);
 
 // LayerNorm vs engine::cpu::layer_norm (double statistics) on rows with a non-zero mean; the tower
-// width 1152 (row in registers) and a wide row (the loop path); in place gives the same bits.
+// width 1152 (vec8: a warp per row; generic: the row in registers), odd row counts (a partial last
+// block of warps), the widest vec8 row (2048), widths the generic kernel takes under Auto (not a
+// multiple of 8, above 2048) and a wide row (the loop path); in place gives the same bits.
 TYPED_TEST(VisionKernels, LayerNorm) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
@@ -94,34 +101,42 @@ TYPED_TEST(VisionKernels, LayerNorm) {
   struct Case {
     int rows, D;
   };
-  for (Case c : {Case{1, 1152}, Case{37, 1152}, Case{700, 1152}, Case{5, 300}, Case{3, 20000}}) {
-    SCOPED_TRACE("rows=" + std::to_string(c.rows) + " D=" + std::to_string(c.D));
-    const size_t n = size_t(c.rows) * c.D;
-    auto x = rand_e<E>(rng, n, 3.0f, 2.0f);
-    auto w = randn(rng, c.D, 0.5f, 1.0f), b = randn(rng, c.D, 0.5f);
-    round_all_bf16(w);
-    round_all_bf16(b);
-    std::vector<float> want(n);
-    cpu::layer_norm(x.data(), w.data(), b.data(), 1e-6f, c.rows, c.D, want.data());
-    auto dx = to_device<E>(x);
-    auto dw = to_device<float>(w), db = to_device<float>(b);
-    auto out = poisoned<E>(n);
-    layer_norm<E>(dx.template get<E>(), dw.template get<float>(), db.template get<float>(),
-                  out.template get<E>(), c.rows, c.D, 1e-6f, 0);
-    const auto got = to_host<E>(out, n);
-    // fp32 statistics against double ones: a few fp32 ulps of the row's largest value (an output
-    // near 0 can be the difference of two such values).
-    std::vector<double> slack(n);
-    for (int r = 0; r < c.rows; ++r) {
-      double mx = 1.0;
-      for (int i = 0; i < c.D; ++i) mx = std::max(mx, std::fabs(double(want[size_t(r) * c.D + i])));
-      std::fill(slack.begin() + size_t(r) * c.D, slack.begin() + size_t(r + 1) * c.D, 2e-6 * mx);
+  EXPECT_STREQ(layer_norm_variant(1152, KernelPath::Auto), "layer_norm_vec8");
+  EXPECT_STREQ(layer_norm_variant(1152, KernelPath::Generic), "layer_norm_generic");
+  EXPECT_STREQ(layer_norm_variant(300, KernelPath::Auto), "layer_norm_generic");
+  EXPECT_STREQ(layer_norm_variant(2056, KernelPath::Auto), "layer_norm_generic");
+  for (Case c : {Case{1, 1152}, Case{37, 1152}, Case{700, 1152}, Case{5, 300}, Case{3, 20000},
+                 Case{13, 8}, Case{9, 1000}, Case{11, 2048}, Case{7, 2056}, Case{33, 1004}})
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE("rows=" + std::to_string(c.rows) + " D=" + std::to_string(c.D) + " " +
+                   layer_norm_variant(c.D, path));
+      const size_t n = size_t(c.rows) * c.D;
+      auto x = rand_e<E>(rng, n, 3.0f, 2.0f);
+      auto w = randn(rng, c.D, 0.5f, 1.0f), b = randn(rng, c.D, 0.5f);
+      round_all_bf16(w);
+      round_all_bf16(b);
+      std::vector<float> want(n);
+      cpu::layer_norm(x.data(), w.data(), b.data(), 1e-6f, c.rows, c.D, want.data());
+      auto dx = to_device<E>(x);
+      auto dw = to_device<float>(w), db = to_device<float>(b);
+      auto out = poisoned<E>(n);
+      layer_norm<E>(dx.template get<E>(), dw.template get<float>(), db.template get<float>(),
+                    out.template get<E>(), c.rows, c.D, 1e-6f, path, 0);
+      const auto got = to_host<E>(out, n);
+      // fp32 statistics against double ones: a few fp32 ulps of the row's largest value (an output
+      // near 0 can be the difference of two such values).
+      std::vector<double> slack(n);
+      for (int r = 0; r < c.rows; ++r) {
+        double mx = 1.0;
+        for (int i = 0; i < c.D; ++i)
+          mx = std::max(mx, std::fabs(double(want[size_t(r) * c.D + i])));
+        std::fill(slack.begin() + size_t(r) * c.D, slack.begin() + size_t(r + 1) * c.D, 2e-6 * mx);
+      }
+      expect_each_near<E>(got, want, slack, "layer_norm");
+      layer_norm<E>(dx.template get<E>(), dw.template get<float>(), db.template get<float>(),
+                    dx.template get<E>(), c.rows, c.D, 1e-6f, path, 0);  // out aliases x
+      EXPECT_EQ(to_host<E>(dx, n), got) << "in place differs from out of place";
     }
-    expect_each_near<E>(got, want, slack, "layer_norm");
-    layer_norm<E>(dx.template get<E>(), dw.template get<float>(), db.template get<float>(),
-                  dx.template get<E>(), c.rows, c.D, 1e-6f, 0);  // out aliases x
-    EXPECT_EQ(to_host<E>(dx, n), got) << "in place differs from out of place";
-  }
 }
 
 // Both GELUs vs engine::cpu::gelu_tanhf / gelu_erff, aligned (16-byte chunks and a tail) and
@@ -131,28 +146,29 @@ TYPED_TEST(VisionKernels, Gelu) {
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
   for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
-    for (int off : {0, 1}) {
-      SCOPED_TRACE(std::string(kind == GeluKind::Tanh ? "tanh" : "erf") + " off " +
-                   std::to_string(off));
-      const size_t n = (size_t(1) << 20) + 5;
-      auto x = rand_e<E>(rng, n, 3.0f);
-      for (size_t i = 0; i < 64; ++i) x[i] = round_e(-12.0f + 0.375f * i, kBf16<E>);  // tails
-      std::vector<float> padded(n + off, 0.0f);
-      std::copy(x.begin(), x.end(), padded.begin() + off);
-      auto dx = to_device<E>(padded);
-      gelu_inplace<E>(dx.template get<E>() + off, n, kind, 0);
-      auto got = to_host<E>(dx, n + off);
-      got.erase(got.begin(), got.begin() + off);
-      std::vector<float> want(n);
-      std::vector<double> slack(n);
-      for (size_t i = 0; i < n; ++i) {
-        want[i] = kind == GeluKind::Tanh ? cpu::gelu_tanhf(x[i]) : cpu::gelu_erff(x[i]);
-        // fp32 library functions differ by a few ulps; 1 + tanh / 1 + erf cancels for x << 0.
-        slack[i] =
-            2e-6 * std::fabs(double(want[i])) + 1e-6 * std::max(1.0, std::fabs(double(x[i])));
+    for (int off : {0, 1})
+      for (KernelPath path : kPaths) {
+        SCOPED_TRACE(std::string(kind == GeluKind::Tanh ? "tanh" : "erf") + " off " +
+                     std::to_string(off) + " " + gelu_variant(path));
+        const size_t n = (size_t(1) << 20) + 5;
+        auto x = rand_e<E>(rng, n, 3.0f);
+        for (size_t i = 0; i < 64; ++i) x[i] = round_e(-12.0f + 0.375f * i, kBf16<E>);  // tails
+        std::vector<float> padded(n + off, 0.0f);
+        std::copy(x.begin(), x.end(), padded.begin() + off);
+        auto dx = to_device<E>(padded);
+        gelu_inplace<E>(dx.template get<E>() + off, n, kind, path, 0);
+        auto got = to_host<E>(dx, n + off);
+        got.erase(got.begin(), got.begin() + off);
+        std::vector<float> want(n);
+        std::vector<double> slack(n);
+        for (size_t i = 0; i < n; ++i) {
+          want[i] = kind == GeluKind::Tanh ? cpu::gelu_tanhf(x[i]) : cpu::gelu_erff(x[i]);
+          // fp32 library functions differ by a few ulps; 1 + tanh / 1 + erf cancels for x << 0.
+          slack[i] =
+              2e-6 * std::fabs(double(want[i])) + 1e-6 * std::max(1.0, std::fabs(double(x[i])));
+        }
+        expect_each_near<E>(got, want, slack, "gelu");
       }
-      expect_each_near<E>(got, want, slack, "gelu");
-    }
   }
 }
 
@@ -204,38 +220,47 @@ std::vector<float> pos_embed_ref(const std::vector<float>& table, int side, int 
 }
 
 // The position embedding add equals the port bit for bit, rows outside [row0, row0 + t*h*w)
-// untouched; grids with interpolated (fractional) and exact (w = side) taps, several slices.
+// untouched; grids with interpolated (fractional) and exact (w = side) taps, several slices; the
+// tower width (vec8 under Auto) and a width not a multiple of 8 (generic under Auto).
 TYPED_TEST(VisionKernels, PosEmbedAdd) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  const int side = 48, W = 1152;
-  const auto table = rand_e<E>(rng, size_t(side) * side * W, 0.5f);
-  auto dtable = to_device<E>(table);
+  const int side = 48;
+  EXPECT_STREQ(vision_pos_embed_add_variant(1152, KernelPath::Auto), "vision_pos_embed_add_vec8");
+  EXPECT_STREQ(vision_pos_embed_add_variant(100, KernelPath::Auto), "vision_pos_embed_add_generic");
   struct Grid {
     int t, h, w, row0;
   };
-  for (Grid g : {Grid{1, 4, 6, 3}, Grid{2, 32, 32, 17}, Grid{1, 2, 2, 1}, Grid{1, 64, 48, 5}}) {
-    SCOPED_TRACE("grid (" + std::to_string(g.t) + ", " + std::to_string(g.h) + ", " +
-                 std::to_string(g.w) + ") row0 " + std::to_string(g.row0));
-    const int rows = g.t * g.h * g.w, total = g.row0 + rows + 2;
-    const auto x = rand_e<E>(rng, size_t(total) * W, 1.0f);
-    auto dx = to_device<E>(x);
-    vision_pos_embed_add<E>(dx.template get<E>(), g.row0, dtable.template get<E>(), side, g.t, g.h,
-                            g.w, W, 0);
-    const auto got = to_host<E>(dx, size_t(total) * W);
-    const std::vector<float> mid(x.begin() + size_t(g.row0) * W,
-                                 x.begin() + size_t(g.row0 + rows) * W);
-    const auto want_mid = pos_embed_ref(table, side, g.h, g.w, W, mid, kBf16<E>);
-    std::vector<float> want(x);
-    std::copy(want_mid.begin(), want_mid.end(), want.begin() + size_t(g.row0) * W);
-    size_t diff = 0, first = want.size();
-    for (size_t i = 0; i < want.size(); ++i)
-      if (!(got[i] == want[i])) diff++, first = std::min(first, i);
-    EXPECT_EQ(diff, 0u) << "first at element " << first << " (row " << first / W << ")";
+  for (int W : {1152, 100}) {
+    const auto table = rand_e<E>(rng, size_t(side) * side * W, 0.5f);
+    auto dtable = to_device<E>(table);
+    for (Grid g : {Grid{1, 4, 6, 3}, Grid{2, 32, 32, 17}, Grid{1, 2, 2, 1}, Grid{1, 64, 48, 5}})
+      for (KernelPath path : kPaths) {
+        SCOPED_TRACE("W " + std::to_string(W) + " grid (" + std::to_string(g.t) + ", " +
+                     std::to_string(g.h) + ", " + std::to_string(g.w) + ") row0 " +
+                     std::to_string(g.row0) + " " + vision_pos_embed_add_variant(W, path));
+        const int rows = g.t * g.h * g.w, total = g.row0 + rows + 2;
+        const auto x = rand_e<E>(rng, size_t(total) * W, 1.0f);
+        auto dx = to_device<E>(x);
+        vision_pos_embed_add<E>(dx.template get<E>(), g.row0, dtable.template get<E>(), side, g.t,
+                                g.h, g.w, W, path, 0);
+        const auto got = to_host<E>(dx, size_t(total) * W);
+        const std::vector<float> mid(x.begin() + size_t(g.row0) * W,
+                                     x.begin() + size_t(g.row0 + rows) * W);
+        const auto want_mid = pos_embed_ref(table, side, g.h, g.w, W, mid, kBf16<E>);
+        std::vector<float> want(x);
+        std::copy(want_mid.begin(), want_mid.end(), want.begin() + size_t(g.row0) * W);
+        size_t diff = 0, first = want.size();
+        for (size_t i = 0; i < want.size(); ++i)
+          if (!(got[i] == want[i])) diff++, first = std::min(first, i);
+        EXPECT_EQ(diff, 0u) << "first at element " << first << " (row " << first / W << ")";
+      }
+    for (KernelPath path : kPaths)
+      EXPECT_THROW(
+          vision_pos_embed_add<E>(nullptr, 0, dtable.template get<E>(), side, 1, 3, 4, W, path, 0),
+          std::invalid_argument);
   }
-  EXPECT_THROW(vision_pos_embed_add<E>(nullptr, 0, dtable.template get<E>(), side, 1, 3, 4, W, 0),
-               std::invalid_argument);
 }
 
 // The float variant on a real table: tiny-r2m's pos_embed (8 x 8 of width 32) gives exactly
@@ -266,78 +291,131 @@ TEST(VisionKernelsTiny, PosEmbedAddMatchesTheCpuTower) {
     for (int s = 0; s < g.t; ++s)
       for (size_t i = 0; i < size_t(hw) * W; ++i)
         want[(size_t(g.row0) + size_t(s) * hw) * W + i] += pos[i];
-    auto dx = to_device<float>(x);
-    vision_pos_embed_add<float>(dx.get<float>(), g.row0, dtable.get<float>(), side, g.t, g.h, g.w,
-                                W, 0);
-    EXPECT_EQ(to_host<float>(dx, want.size()), want);
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(vision_pos_embed_add_variant(W, path));
+      auto dx = to_device<float>(x);
+      vision_pos_embed_add<float>(dx.get<float>(), g.row0, dtable.get<float>(), side, g.t, g.h, g.w,
+                                  W, path, 0);
+      EXPECT_EQ(to_host<float>(dx, want.size()), want);
+    }
   }
 }
 
 // The 2-D RoPE + split vs engine::cpu::apply_rope with the CPU tower's cos/sin tables (cos/sin of
 // the fp32 angle in double): float within 1e-6 of the inputs' magnitude, bf16 within 1 bf16 ulp;
-// v copied exactly, the padding columns zero.
+// v copied exactly, the padding columns zero. Shapes: the tower's (16 x 72 padded to 80: the vec8
+// chunk of columns 32..39 straddles the half at 36), an odd row count, no padding with half a
+// multiple of 8 (64), 3 heads of 40 padded to 48 (several rows per vec8 block, a partial last
+// block), and hd 12 (not a multiple of 8: generic under Auto).
 TYPED_TEST(VisionKernels, RopeSplit) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  const int rows = 300, heads = 16, hd = 72, hdp = 80, half = hd / 2, quarter = hd / 4;
-  const int W = heads * hd;
+  struct Shape {
+    int rows, heads, hd, hdp;
+  };
   const double theta = 10000.0;
-  // inv_freq exactly as run_vision_tower computes it.
-  std::vector<float> inv(quarter);
-  for (int i = 0; i < quarter; ++i) {
-    const float expo = static_cast<float>(2 * i) / static_cast<float>(half);
-    inv[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(expo)));
-  }
-  ASSERT_EQ(vision_rope_inv_freq(hd, theta), inv);
-
-  const auto qkv = rand_e<E>(rng, size_t(rows) * 3 * W, 1.5f);
-  std::vector<int32_t> rc(size_t(rows) * 2);
-  std::uniform_int_distribution<int> small(0, 63), large(0, 1000);
-  for (int r = 0; r < rows; ++r) {
-    auto& d = r % 4 == 3 ? large : small;  // large angles too (argument reduction)
-    rc[2 * r] = d(rng), rc[2 * r + 1] = d(rng);
-  }
-  std::vector<float> wq(size_t(rows) * heads * hdp, 0.0f), wk(wq.size(), 0.0f), wv(wq.size(), 0.0f);
-  std::vector<double> sq(wq.size(), 0.0), sk(wq.size(), 0.0);
-  std::vector<float> cos_r(half), sin_r(half);
-  for (int r = 0; r < rows; ++r) {
-    for (int k = 0; k < quarter; ++k) {
-      const float a_r = static_cast<float>(rc[2 * r]) * inv[k];
-      const float a_c = static_cast<float>(rc[2 * r + 1]) * inv[k];
-      cos_r[k] = static_cast<float>(std::cos(static_cast<double>(a_r)));
-      sin_r[k] = static_cast<float>(std::sin(static_cast<double>(a_r)));
-      cos_r[quarter + k] = static_cast<float>(std::cos(static_cast<double>(a_c)));
-      sin_r[quarter + k] = static_cast<float>(std::sin(static_cast<double>(a_c)));
+  for (Shape sh : {Shape{300, 16, 72, 80}, Shape{301, 16, 72, 80}, Shape{57, 4, 64, 64},
+                   Shape{23, 3, 40, 48}, Shape{19, 2, 12, 16}}) {
+    const int rows = sh.rows, heads = sh.heads, hd = sh.hd, hdp = sh.hdp, half = hd / 2,
+              quarter = hd / 4;
+    const int W = heads * hd;
+    // inv_freq exactly as run_vision_tower computes it.
+    std::vector<float> inv(quarter);
+    for (int i = 0; i < quarter; ++i) {
+      const float expo = static_cast<float>(2 * i) / static_cast<float>(half);
+      inv[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(expo)));
     }
-    std::vector<float> row(qkv.begin() + size_t(r) * 3 * W, qkv.begin() + size_t(r + 1) * 3 * W);
-    const std::vector<float> in(row);
-    cpu::apply_rope(row.data(), heads, hd, hd, cos_r.data(), sin_r.data());
-    cpu::apply_rope(row.data() + W, heads, hd, hd, cos_r.data(), sin_r.data());
-    for (int j = 0; j < heads; ++j)
-      for (int i = 0; i < hd; ++i) {
-        const size_t o = (size_t(r) * heads + j) * hdp + i, s = size_t(j) * hd + i;
-        const size_t p = size_t(j) * hd + (i < half ? i + half : i - half);
-        wq[o] = row[s], wk[o] = row[W + s], wv[o] = row[2 * W + s];
-        sq[o] = 1e-6 * (std::fabs(in[s]) + std::fabs(in[p]));
-        sk[o] = 1e-6 * (std::fabs(in[W + s]) + std::fabs(in[W + p]));
+    ASSERT_EQ(vision_rope_inv_freq(hd, theta), inv);
+
+    const auto qkv = rand_e<E>(rng, size_t(rows) * 3 * W, 1.5f);
+    std::vector<int32_t> rc(size_t(rows) * 2);
+    std::uniform_int_distribution<int> small(0, 63), large(0, 1000);
+    for (int r = 0; r < rows; ++r) {
+      auto& d = r % 4 == 3 ? large : small;  // large angles too (argument reduction)
+      rc[2 * r] = d(rng), rc[2 * r + 1] = d(rng);
+    }
+    std::vector<float> wq(size_t(rows) * heads * hdp, 0.0f), wk(wq.size(), 0.0f),
+        wv(wq.size(), 0.0f);
+    std::vector<double> sq(wq.size(), 0.0), sk(wq.size(), 0.0);
+    std::vector<float> cos_r(half), sin_r(half);
+    for (int r = 0; r < rows; ++r) {
+      for (int k = 0; k < quarter; ++k) {
+        const float a_r = static_cast<float>(rc[2 * r]) * inv[k];
+        const float a_c = static_cast<float>(rc[2 * r + 1]) * inv[k];
+        cos_r[k] = static_cast<float>(std::cos(static_cast<double>(a_r)));
+        sin_r[k] = static_cast<float>(std::sin(static_cast<double>(a_r)));
+        cos_r[quarter + k] = static_cast<float>(std::cos(static_cast<double>(a_c)));
+        sin_r[quarter + k] = static_cast<float>(std::sin(static_cast<double>(a_c)));
       }
+      std::vector<float> row(qkv.begin() + size_t(r) * 3 * W, qkv.begin() + size_t(r + 1) * 3 * W);
+      const std::vector<float> in(row);
+      cpu::apply_rope(row.data(), heads, hd, hd, cos_r.data(), sin_r.data());
+      cpu::apply_rope(row.data() + W, heads, hd, hd, cos_r.data(), sin_r.data());
+      for (int j = 0; j < heads; ++j)
+        for (int i = 0; i < hd; ++i) {
+          const size_t o = (size_t(r) * heads + j) * hdp + i, s = size_t(j) * hd + i;
+          const size_t p = size_t(j) * hd + (i < half ? i + half : i - half);
+          wq[o] = row[s], wk[o] = row[W + s], wv[o] = row[2 * W + s];
+          sq[o] = 1e-6 * (std::fabs(in[s]) + std::fabs(in[p]));
+          sk[o] = 1e-6 * (std::fabs(in[W + s]) + std::fabs(in[W + p]));
+        }
+    }
+    auto dqkv = to_device<E>(qkv);
+    auto drc = ints_to_device(rc);
+    auto dinv = to_device<float>(inv);
+    const size_t n = wq.size();
+    const VisionRopeArgs a{rows, heads, hd, hdp, drc.get<int32_t>(), dinv.get<float>()};
+    EXPECT_STREQ(vision_rope_split_variant(a, KernelPath::Generic), "vision_rope_split_generic");
+    EXPECT_STREQ(vision_rope_split_variant(a, KernelPath::Auto),
+                 hd % 8 == 0 ? "vision_rope_split_vec8" : "vision_rope_split_generic");
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(heads) + " hd " +
+                   std::to_string(hd) + " hdp " + std::to_string(hdp) + " " +
+                   vision_rope_split_variant(a, path));
+      auto q = poisoned<E>(n), k = poisoned<E>(n), v = poisoned<E>(n);
+      vision_rope_split<E>(dqkv.template get<E>(), q.template get<E>(), k.template get<E>(),
+                           v.template get<E>(), a, path, 0);
+      expect_each_near<E>(to_host<E>(q, n), wq, sq, "q");
+      expect_each_near<E>(to_host<E>(k, n), wk, sk, "k");
+      EXPECT_EQ(to_host<E>(v, n), wv) << "v (with zero padding) not copied exactly";
+      const VisionRopeArgs bad{rows, heads, 70, 80, drc.get<int32_t>(), dinv.get<float>()};
+      EXPECT_THROW(vision_rope_split<E>(dqkv.template get<E>(), q.template get<E>(),
+                                        k.template get<E>(), v.template get<E>(), bad, path, 0),
+                   std::invalid_argument);
+    }
   }
+}
+
+// The two RoPE split variants agree bit for bit at the tower's shape (the same rounded products
+// and sums, the same cos/sin), and the vec8 one writes every output (poisoned buffers).
+TYPED_TEST(VisionKernels, RopeSplitVariantsAgree) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const int rows = 4097, heads = 16, hd = 72, hdp = 80;
+  const auto qkv = rand_e<E>(rng, size_t(rows) * 3 * heads * hd, 2.0f);
+  std::vector<int32_t> rc(size_t(rows) * 2);
+  std::uniform_int_distribution<int> pos(0, 200);
+  for (auto& x : rc) x = pos(rng);
   auto dqkv = to_device<E>(qkv);
   auto drc = ints_to_device(rc);
-  auto dinv = to_device<float>(inv);
-  const size_t n = wq.size();
-  auto q = poisoned<E>(n), k = poisoned<E>(n), v = poisoned<E>(n);
+  auto dinv = to_device<float>(vision_rope_inv_freq(hd, 10000.0));
   const VisionRopeArgs a{rows, heads, hd, hdp, drc.get<int32_t>(), dinv.get<float>()};
-  vision_rope_split<E>(dqkv.template get<E>(), q.template get<E>(), k.template get<E>(),
-                       v.template get<E>(), a, 0);
-  expect_each_near<E>(to_host<E>(q, n), wq, sq, "q");
-  expect_each_near<E>(to_host<E>(k, n), wk, sk, "k");
-  EXPECT_EQ(to_host<E>(v, n), wv) << "v (with zero padding) not copied exactly";
-  const VisionRopeArgs bad{rows, heads, 70, 80, drc.get<int32_t>(), dinv.get<float>()};
-  EXPECT_THROW(vision_rope_split<E>(dqkv.template get<E>(), q.template get<E>(),
-                                    k.template get<E>(), v.template get<E>(), bad, 0),
-               std::invalid_argument);
+  const size_t n = size_t(rows) * heads * hdp;
+  std::vector<std::vector<float>> out[2];
+  for (int p = 0; p < 2; ++p) {
+    auto q = poisoned<E>(n), k = poisoned<E>(n), v = poisoned<E>(n);
+    vision_rope_split<E>(dqkv.template get<E>(), q.template get<E>(), k.template get<E>(),
+                         v.template get<E>(), a, kPaths[p], 0);
+    out[p] = {to_host<E>(q, n), to_host<E>(k, n), to_host<E>(v, n)};
+  }
+  for (int t = 0; t < 3; ++t) {
+    size_t diff = 0;
+    for (size_t i = 0; i < n; ++i) diff += !(out[0][t][i] == out[1][t][i]);  // NaN counts
+    EXPECT_EQ(diff, 0u) << "tensor "
+                        << "qkv"[t] << ": vec8 and generic differ";
+  }
 }
 
 // Rows scattered into a wider residual stream: the listed rows' first D columns replaced, every
@@ -350,26 +428,55 @@ TYPED_TEST(VisionKernels, ScatterRows) {
     int D, ld, off;  // off: destination pointer offset in elements (1 misaligns it)
   };
   for (Case c : {Case{4096, 4096, 0}, Case{4096, 4100, 0}, Case{1152, 1160, 0}, Case{13, 20, 0},
-                 Case{1152, 1152, 1}}) {
-    SCOPED_TRACE("D=" + std::to_string(c.D) + " ld=" + std::to_string(c.ld) +
-                 " off=" + std::to_string(c.off));
-    const int T = 97, n = 40;
-    std::vector<int32_t> order(T);
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    const std::vector<int32_t> dst_rows(order.begin(), order.begin() + n);
-    const auto dst = rand_e<E>(rng, size_t(T) * c.ld + c.off);
-    const auto src = rand_e<E>(rng, size_t(n) * c.D);
-    std::vector<float> want(dst);
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < c.D; ++j)
-        want[c.off + size_t(dst_rows[i]) * c.ld + j] = src[size_t(i) * c.D + j];
-    auto ddst = to_device<E>(dst), dsrc = to_device<E>(src);
-    auto drows = ints_to_device(dst_rows);
-    scatter_rows<E>(ddst.template get<E>() + c.off, c.ld, dsrc.template get<E>(),
-                    drows.get<int32_t>(), n, c.D, 0);
-    EXPECT_EQ(to_host<E>(ddst, dst.size()), want);
-  }
+                 Case{1152, 1152, 1}})
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE("D=" + std::to_string(c.D) + " ld=" + std::to_string(c.ld) + " off=" +
+                   std::to_string(c.off) + " " + scatter_rows_variant(c.D, c.ld, kBf16<E>, path));
+      const int T = 97, n = 40;
+      std::vector<int32_t> order(T);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      const std::vector<int32_t> dst_rows(order.begin(), order.begin() + n);
+      const auto dst = rand_e<E>(rng, size_t(T) * c.ld + c.off);
+      const auto src = rand_e<E>(rng, size_t(n) * c.D);
+      std::vector<float> want(dst);
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < c.D; ++j)
+          want[c.off + size_t(dst_rows[i]) * c.ld + j] = src[size_t(i) * c.D + j];
+      auto ddst = to_device<E>(dst), dsrc = to_device<E>(src);
+      auto drows = ints_to_device(dst_rows);
+      scatter_rows<E>(ddst.template get<E>() + c.off, c.ld, dsrc.template get<E>(),
+                      drows.get<int32_t>(), n, c.D, path, 0);
+      EXPECT_EQ(to_host<E>(ddst, dst.size()), want);
+    }
+}
+
+// The pixel rows' cast equals model::float_to_bf16 (round to nearest even) bit for bit: random
+// values, ties, the largest finite float (to inf), a denormal, signed zeros; aligned (16-byte
+// chunks and a tail) and misaligned (scalar) buffers, both paths.
+TEST(VisionKernelsCast, FloatToBf16) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const size_t n = (size_t(1) << 16) + 3;
+  auto x = randn(rng, n, 10.0f);
+  const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu,
+                              0x7f7fffffu, 0x00000001u, 0x80000000u, 0x00000000u};
+  for (size_t i = 0; i < std::size(special); ++i) std::memcpy(&x[i], &special[i], 4);
+  for (KernelPath path : kPaths)
+    for (int off : {0, 1}) {
+      SCOPED_TRACE(std::string(float_to_bf16_variant(path)) + " off " + std::to_string(off));
+      std::vector<float> padded(n + off, 0.0f);
+      std::copy(x.begin(), x.end(), padded.begin() + off);
+      auto din = to_device<float>(padded);
+      DeviceBuffer dout((n + off) * 2);
+      CLEF_CUDA_CHECK(cudaMemset(dout.get(), 0xff, (n + off) * 2));
+      float_to_bf16(din.get<float>() + off, dout.get<bf16>() + off, n, path, 0);
+      std::vector<uint16_t> got(n + off);
+      CLEF_CUDA_CHECK(cudaMemcpy(got.data(), dout.get(), got.size() * 2, cudaMemcpyDeviceToHost));
+      size_t bad = 0;
+      for (size_t i = 0; i < n; ++i) bad += got[off + i] != model::float_to_bf16(x[i]);
+      EXPECT_EQ(bad, 0u);
+    }
 }
 
 // attn_prep with 3-D positions vs the CPU engine (attn_prep_ref without RoPE for the per-head

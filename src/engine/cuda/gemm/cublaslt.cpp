@@ -133,7 +133,7 @@ Gemm::Key Gemm::key_of(const GemmProblem& p) {
          al.a,
          al.b,
          al.c,
-         p.bias ? 1 : 0};
+         p.bias ? (p.gelu ? 2 : 1) : 0};
   return k;
 }
 
@@ -175,6 +175,14 @@ namespace {
 
 bool scaled(const GemmProblem& p) {
   return p.a.scale_mode != ScaleMode::None || p.b.scale_mode != ScaleMode::None;
+}
+
+// The GELU epilogue is the bias epilogue's variant; with beta = 1 its order against C's add is not
+// what the tower needs, so it is refused rather than guessed.
+void check_gelu(const GemmProblem& p) {
+  if (p.gelu && (!p.bias || p.accumulate))
+    throw std::invalid_argument("gemm " + shape_text(p) +
+                                ": the GELU epilogue needs a bias and no accumulation");
 }
 
 // The one scaled form gemm.h documents; anything else is refused by name before cuBLASLt sees it.
@@ -221,7 +229,7 @@ Gemm::Plan Gemm::make_descriptors(const GemmProblem& p) const {
     set_batch(pl.b, p.batch, p.a.batch_stride);
     set_batch(pl.c, p.batch, p.c_batch_stride);
     if (p.bias) {  // Lt's rows are our columns: its per-row bias is our per-column (per output) one
-      const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+      const cublasLtEpilogue_t ep = p.gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
       CLEF_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
       const cudaDataType_t bt = lt_type(p.c_dtype);
@@ -394,10 +402,12 @@ Gemm::Plan& Gemm::plan(const GemmProblem& p, cudaStream_t s) {
 }
 
 void Gemm::tune(const GemmProblem& p, cudaStream_t s) {
+  check_gelu(p);
   if (p.M > 0 && p.N > 0 && p.K > 0 && p.batch > 0) plan(p, s);
 }
 
 void Gemm::run(const GemmProblem& p, cudaStream_t s) {
+  check_gelu(p);
   if (p.M <= 0 || p.N <= 0 || p.K <= 0 || p.batch <= 0) return;
   const Plan& pl = plan(p, s);
   CLEF_CUBLAS_CHECK(launch(pl, pl.algo, p, p.c, s));

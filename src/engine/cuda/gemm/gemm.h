@@ -71,6 +71,10 @@ struct GemmProblem {
   // (CUBLASLT_EPILOGUE_BIAS): a Linear's bias, fused. 16-byte aligned. Heuristic problems only
   // (the tuning cache's shapes do not name it).
   const void* bias = nullptr;
+  // With bias, not with accumulate: the tanh-form GELU of (A op(B) + bias) in fp32 before that one
+  // rounding (CUBLASLT_EPILOGUE_GELU_BIAS). The vision MLP's fc1 + gelu_pytorch_tanh in one pass;
+  // the unfused reference rounds the biased output to c_dtype before its GELU.
+  bool gelu = false;
   GemmTuning tuning = GemmTuning::Timed;
 };
 

@@ -1,6 +1,7 @@
-// Row kernels of the vision tower (see vision.h). Generic code: one block per row (LayerNorm, the
-// position embedding, the RoPE split, the scatter) or a grid-stride loop (GELU); 16-byte accesses
-// only where they are a plain copy or a map (GELU, scatter).
+// Row kernels of the vision tower (see vision.h). Generic variants: one block per row (LayerNorm,
+// the position embedding, the RoPE split, the scatter) or a grid-stride loop (GELU, the cast),
+// scalar accesses. vec8 variants: 16-byte accesses, every load of a thread issued before any use
+// (the generic ones were latency-bound at 16-24 % of HBM bandwidth, perf-log v10b).
 #include "engine/cuda/kernels/vision.h"
 
 #include <algorithm>
@@ -15,6 +16,9 @@ namespace clef::engine::cuda {
 namespace {
 
 constexpr int kLnRegs = 16;  // row values per thread kept in registers by the LayerNorm
+constexpr int kLnVec = 8;    // 8-element chunks per lane of the warp-per-row LayerNorm (D <= 2048)
+constexpr int kLnWarps = 8;  // rows per block of the warp-per-row LayerNorm
+constexpr int kRopeThreads = 512;  // target block size of the vec8 RoPE split (several rows)
 
 // One block per row. x and out are not __restrict__: out may alias x (each thread writes only the
 // elements it has read itself, after the last reduction).
@@ -61,6 +65,65 @@ __global__ void layer_norm_kernel(const E* x, const float* __restrict__ w,
   const float r = rsqrtf(block_sum(sq, scratch) / fd + eps);
   for (int i = threadIdx.x; i < D; i += blockDim.x)
     orow[i] = from_f<E>((to_f(xr[i]) - mean) * r * w[i] + b[i]);
+}
+
+// One warp per row, kLnVec chunks of 8 per lane in registers; warp shuffles only (no
+// __syncthreads), so 4096 rows are 4096 independent warps. The same two-pass fp32 arithmetic as the
+// generic kernel; only the order of the partial sums differs. out may alias x (each lane writes
+// the chunks it has read itself, after both reductions).
+template <typename E>
+__global__ void layer_norm_vec8_kernel(const E* x, const float* __restrict__ w,
+                                       const float* __restrict__ b, E* out, int rows, int D,
+                                       float eps) {
+  const int lane = threadIdx.x & 31;
+  const size_t row = static_cast<size_t>(blockIdx.x) * kLnWarps + threadIdx.x / 32;
+  if (row >= static_cast<size_t>(rows)) return;  // the whole warp leaves together
+  const E* xr = x + row * D;
+  E* orow = out + row * D;
+  const int nc = D / 8;
+  const float fd = static_cast<float>(D);
+  Vec8<E> raw[kLnVec];
+#pragma unroll
+  for (int k = 0; k < kLnVec; ++k) {
+    const int c = lane + 32 * k;
+    raw[k] = c < nc ? ld8(xr + 8 * c) : Vec8<E>{};
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kLnVec; ++k) {
+    float v[8];
+    unpack8(raw[k], v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum += v[j];
+  }
+  const float mean = warp_sum(sum) / fd;
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kLnVec; ++k) {
+    if (lane + 32 * k < nc) {
+      float v[8];
+      unpack8(raw[k], v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float d = v[j] - mean;
+        sq += d * d;
+      }
+    }
+  }
+  const float r = rsqrtf(warp_sum(sq) / fd + eps);
+#pragma unroll
+  for (int k = 0; k < kLnVec; ++k) {
+    const int c = lane + 32 * k;
+    if (c < nc) {
+      float v[8], wv[8], bv[8], o[8];
+      unpack8(raw[k], v);
+      load8f(w + 8 * c, wv);
+      load8f(b + 8 * c, bv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[j] = (v[j] - mean) * r * wv[j] + bv[j];
+      st8(orow + 8 * c, pack8<E>(o));
+    }
+  }
 }
 
 template <GeluKind K>
@@ -113,35 +176,79 @@ __device__ __forceinline__ Tap pos_tap(int i, int n, int side) {
           fmaxf(0.0f, __fsub_rn(1.0f, fabsf(__fsub_rn(frac, 1.0f))))};
 }
 
-// grid (t*h*w, ceil(W / kSlice)): block row p = s*h*w + i (slice s, patch i).
-template <typename E>
-__global__ void pos_embed_add_kernel(E* __restrict__ x, int row0, const E* __restrict__ table,
-                                     int side, int h, int w, int W) {
+// The 4 table rows (element offsets) and weights of patch row p = s*h*w + i (slice s, patch i).
+struct PosTaps {
+  size_t idx[4];
+  float wt[4];
+};
+__device__ __forceinline__ PosTaps pos_taps(size_t p, int side, int h, int w, int W) {
   const int hw = h * w;
-  const int i = static_cast<int>(blockIdx.x % hw);
+  const int i = static_cast<int>(p % hw);
   // Block-major patch order (media::patch_coords): merge block i / 4 row-major over
   // the (h/2) x (w/2) blocks, cell (i / 2 % 2, i % 2) inside it.
   const int blk = i / 4, blocks_w = w / 2;
   const int r = blk / blocks_w * 2 + i / 2 % 2, c = blk % blocks_w * 2 + i % 2;
   const Tap tr = pos_tap(r, h, side), tc = pos_tap(c, w, side);
-  const size_t idx[4] = {
-      static_cast<size_t>(tr.lo * side + tc.lo) * W, static_cast<size_t>(tr.lo * side + tc.hi) * W,
-      static_cast<size_t>(tr.hi * side + tc.lo) * W, static_cast<size_t>(tr.hi * side + tc.hi) * W};
-  const float wt[4] = {__fmul_rn(tr.w_lo, tc.w_lo), __fmul_rn(tr.w_lo, tc.w_hi),
-                       __fmul_rn(tr.w_hi, tc.w_lo), __fmul_rn(tr.w_hi, tc.w_hi)};
+  return {
+      {static_cast<size_t>(tr.lo * side + tc.lo) * W, static_cast<size_t>(tr.lo * side + tc.hi) * W,
+       static_cast<size_t>(tr.hi * side + tc.lo) * W,
+       static_cast<size_t>(tr.hi * side + tc.hi) * W},
+      {__fmul_rn(tr.w_lo, tc.w_lo), __fmul_rn(tr.w_lo, tc.w_hi), __fmul_rn(tr.w_hi, tc.w_lo),
+       __fmul_rn(tr.w_hi, tc.w_hi)}};
+}
+
+// x + the rounded interpolated embedding, from fp32 x and the 4 table values.
+template <typename E>
+__device__ __forceinline__ float pos_add(float x, const float (&tv)[4], const float (&wt)[4]) {
+  const float p0 = __fmul_rn(tv[0], wt[0]), p1 = __fmul_rn(tv[1], wt[1]);
+  const float p2 = __fmul_rn(tv[2], wt[2]), p3 = __fmul_rn(tv[3], wt[3]);
+  const float pos = rnd<E>(__fadd_rn(__fadd_rn(__fadd_rn(p0, p1), p2), p3));
+  return __fadd_rn(x, pos);
+}
+
+// grid (t*h*w, ceil(W / kSlice)): block row p = s*h*w + i (slice s, patch i).
+template <typename E>
+__global__ void pos_embed_add_kernel(E* __restrict__ x, int row0, const E* __restrict__ table,
+                                     int side, int h, int w, int W) {
+  const PosTaps t = pos_taps(blockIdx.x, side, h, w, W);
   E* xr = x + (static_cast<size_t>(row0) + blockIdx.x) * W;
   const int d0 = blockIdx.y * kSlice + threadIdx.x;
 #pragma unroll
   for (int k = 0; k < kSlice / kSliceThreads; ++k) {
     const int d = d0 + k * kSliceThreads;
     if (d >= W) break;
-    const float p0 = __fmul_rn(to_f(table[idx[0] + d]), wt[0]);
-    const float p1 = __fmul_rn(to_f(table[idx[1] + d]), wt[1]);
-    const float p2 = __fmul_rn(to_f(table[idx[2] + d]), wt[2]);
-    const float p3 = __fmul_rn(to_f(table[idx[3] + d]), wt[3]);
-    const float pos = rnd<E>(__fadd_rn(__fadd_rn(__fadd_rn(p0, p1), p2), p3));
-    xr[d] = from_f<E>(__fadd_rn(to_f(xr[d]), pos));
+    const float tv[4] = {to_f(table[t.idx[0] + d]), to_f(table[t.idx[1] + d]),
+                         to_f(table[t.idx[2] + d]), to_f(table[t.idx[3] + d])};
+    xr[d] = from_f<E>(pos_add<E>(to_f(xr[d]), tv, t.wt));
   }
+}
+
+// A thread per 8-element chunk of the rows (flat over rows x W / 8): 5 loads in flight per
+// thread (x and the 4 table rows; the table is 5 MB, read from L2 after the first rows).
+template <typename E>
+__global__ void pos_embed_add_vec8_kernel(E* __restrict__ x, int row0, const E* __restrict__ table,
+                                          int side, int h, int w, int W, size_t chunks) {
+  const size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= chunks) return;
+  const int nc = W / 8;
+  const size_t p = g / nc;
+  const int d = 8 * static_cast<int>(g - p * nc);
+  const PosTaps t = pos_taps(p, side, h, w, W);
+  E* xr = x + (static_cast<size_t>(row0) + p) * W + d;
+  const Vec8<E> xv = ld8(xr), t0 = ld8(table + t.idx[0] + d), t1 = ld8(table + t.idx[1] + d),
+                t2 = ld8(table + t.idx[2] + d), t3 = ld8(table + t.idx[3] + d);
+  float xf[8], f0[8], f1[8], f2[8], f3[8], o[8];
+  unpack8(xv, xf);
+  unpack8(t0, f0);
+  unpack8(t1, f1);
+  unpack8(t2, f2);
+  unpack8(t3, f3);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float tv[4] = {f0[j], f1[j], f2[j], f3[j]};
+    o[j] = pos_add<E>(xf[j], tv, t.wt);
+  }
+  st8(xr, pack8<E>(o));
 }
 
 // One block per row: the row's hd/2 cos/sin values in shared memory, then every element of its
@@ -184,6 +291,97 @@ __global__ void vision_rope_split_kernel(const E* __restrict__ qkv, E* __restric
                        : __fadd_rn(__fmul_rn(self, cv), __fmul_rn(partner, sv));
     *dst = from_f<E>(o);
   }
+}
+
+// 4 consecutive values of E: one 8-byte access for bf16, one 16-byte access for float (pointers
+// aligned to that size).
+template <typename E>
+struct Vec4;
+template <>
+struct Vec4<__nv_bfloat16> {
+  uint2 u;
+};
+template <>
+struct Vec4<float> {
+  float4 a;
+};
+__device__ __forceinline__ Vec4<__nv_bfloat16> ld4(const __nv_bfloat16* p) {
+  return {*reinterpret_cast<const uint2*>(p)};
+}
+__device__ __forceinline__ Vec4<float> ld4(const float* p) {
+  return {*reinterpret_cast<const float4*>(p)};
+}
+__device__ __forceinline__ void unpack4(const Vec4<__nv_bfloat16>& v, float* f) {
+  f[0] = __uint_as_float(v.u.x << 16), f[1] = __uint_as_float(v.u.x & 0xffff0000u);
+  f[2] = __uint_as_float(v.u.y << 16), f[3] = __uint_as_float(v.u.y & 0xffff0000u);
+}
+__device__ __forceinline__ void unpack4(const Vec4<float>& v, float* f) {
+  f[0] = v.a.x, f[1] = v.a.y, f[2] = v.a.z, f[3] = v.a.w;
+}
+
+// Block (heads * hdp / 8, rows per block): thread (x, y) is chunk c of head j of row
+// blockIdx.x * blockDim.y + y and writes that chunk of q, k and v (5 loads in flight: q and k's
+// chunk and their partners' two 4-element groups, v's chunk). The row's cos/sin in shared memory
+// as the generic kernel computes them; the same rounded products and sums.
+template <typename E>
+__global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __restrict__ q,
+                                              E* __restrict__ k, E* __restrict__ v,
+                                              VisionRopeArgs a) {
+  extern __shared__ float cs_all[];  // per row of the block: cos [hd/2] | sin [hd/2]
+  const int half = a.hd / 2, quarter = a.hd / 4;
+  const size_t row = static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool live = row < static_cast<size_t>(a.rows);
+  float* cs = cs_all + threadIdx.y * a.hd;
+  if (live) {
+    const float pr = static_cast<float>(a.rc[2 * row]), pc = static_cast<float>(a.rc[2 * row + 1]);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      const float ang =
+          i < quarter ? __fmul_rn(pr, a.inv_freq[i]) : __fmul_rn(pc, a.inv_freq[i - quarter]);
+      cs[i] = cosf(ang);
+      cs[half + i] = sinf(ang);
+    }
+  }
+  __syncthreads();
+  const int cph = a.hdp / 8;
+  if (!live || static_cast<int>(threadIdx.x) >= a.heads * cph) return;
+  const int j = threadIdx.x / cph, c = threadIdx.x - j * cph, i0 = 8 * c;
+  const size_t width = static_cast<size_t>(a.heads) * a.hd;
+  const size_t out = (row * a.heads + j) * a.hdp + i0;
+  if (i0 >= a.hd) {  // a padding chunk (hd is a multiple of 8: never partly padding)
+    st8(q + out, Vec8<E>{});
+    st8(k + out, Vec8<E>{});
+    st8(v + out, Vec8<E>{});
+    return;
+  }
+  const E* hq = qkv + row * 3 * width + static_cast<size_t>(j) * a.hd;
+  const E* hk = hq + width;
+  // Partners of the 4-element groups at i0 and i0 + 4 (half is a multiple of 4: a group never
+  // straddles the half).
+  const int p0 = i0 < half ? i0 + half : i0 - half;
+  const int p1 = i0 + 4 < half ? i0 + 4 + half : i0 + 4 - half;
+  const Vec8<E> qs = ld8(hq + i0), ks = ld8(hk + i0), vs = ld8(hk + width + i0);
+  const Vec4<E> qp0 = ld4(hq + p0), qp1 = ld4(hq + p1), kp0 = ld4(hk + p0), kp1 = ld4(hk + p1);
+  st8(v + out, vs);
+  float cv[8], sv[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int i = i0 + e, slot = i < half ? i : i - half;
+    cv[e] = cs[slot];
+    sv[e] = cs[half + slot];
+  }
+  auto rotate = [&](const Vec8<E>& self_v, const Vec4<E>& pa, const Vec4<E>& pb, E* dst) {
+    float self[8], partner[8], o[8];
+    unpack8(self_v, self);
+    unpack4(pa, partner);
+    unpack4(pb, partner + 4);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      o[e] = i0 + e < half ? __fsub_rn(__fmul_rn(self[e], cv[e]), __fmul_rn(partner[e], sv[e]))
+                           : __fadd_rn(__fmul_rn(self[e], cv[e]), __fmul_rn(partner[e], sv[e]));
+    st8(dst, pack8<E>(o));
+  };
+  rotate(qs, qp0, qp1, q + out);
+  rotate(ks, kp0, kp1, k + out);
 }
 
 template <typename E>
@@ -230,26 +428,87 @@ __global__ void float_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
+// Two float4 loads, one 16-byte store per chunk of 8 (grid-stride), then the n % 8 tail.
+__global__ void float_to_bf16_vec8_kernel(const float* __restrict__ in,
+                                          __nv_bfloat16* __restrict__ out, size_t n) {
+  const size_t n8 = n / 8, stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t gid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  for (size_t c = gid; c < n8; c += stride) {
+    float f[8];
+    load8f(in + 8 * c, f);
+    st8(out + 8 * c, pack8<__nv_bfloat16>(f));
+  }
+  if (gid < n - 8 * n8) out[8 * n8 + gid] = __float2bfloat16_rn(in[8 * n8 + gid]);
+}
+
 int grid_stride_blocks(size_t items) {
   return static_cast<int>(std::min<size_t>((items + 255) / 256, 8192));
 }
 
+bool layer_norm_vec8_shape(int D) {
+  return D % 8 == 0 && D / 8 <= 32 * kLnVec;
+}
+bool pos_embed_add_vec8_shape(int W) {
+  return W % 8 == 0;
+}
+// Rows per block of the vec8 RoPE split, 0 when the shape is the generic kernel's.
+int rope_vec8_rows_per_block(const VisionRopeArgs& a) {
+  if (a.hd % 8 != 0 || a.hdp % 8 != 0) return 0;
+  const int per_row = a.heads * (a.hdp / 8);
+  if (per_row > 1024) return 0;
+  return std::max(1, kRopeThreads / per_row);
+}
+bool scatter_rows_vec_shape(int D, int ld, size_t es) {
+  return (static_cast<size_t>(D) * es) % 16 == 0 && (static_cast<size_t>(ld) * es) % 16 == 0;
+}
+
 }  // namespace
+
+const char* layer_norm_variant(int D, KernelPath path) {
+  return path == KernelPath::Auto && layer_norm_vec8_shape(D) ? "layer_norm_vec8"
+                                                              : "layer_norm_generic";
+}
+const char* gelu_variant(KernelPath path) {
+  return path == KernelPath::Auto ? "gelu_vec8" : "gelu_generic";
+}
+const char* vision_pos_embed_add_variant(int W, KernelPath path) {
+  return path == KernelPath::Auto && pos_embed_add_vec8_shape(W) ? "vision_pos_embed_add_vec8"
+                                                                 : "vision_pos_embed_add_generic";
+}
+const char* vision_rope_split_variant(const VisionRopeArgs& a, KernelPath path) {
+  return path == KernelPath::Auto && rope_vec8_rows_per_block(a) > 0 ? "vision_rope_split_vec8"
+                                                                     : "vision_rope_split_generic";
+}
+const char* scatter_rows_variant(int D, int ld, bool bf16, KernelPath path) {
+  return path == KernelPath::Auto && scatter_rows_vec_shape(D, ld, bf16 ? 2 : 4)
+             ? "scatter_rows_vec"
+             : "scatter_rows_generic";
+}
+const char* float_to_bf16_variant(KernelPath path) {
+  return path == KernelPath::Auto ? "float_to_bf16_vec8" : "float_to_bf16_generic";
+}
 
 template <typename E>
 void layer_norm(const E* x, const float* w, const float* b, E* out, int rows, int D, float eps,
-                cudaStream_t s) {
+                KernelPath path, cudaStream_t s) {
   if (rows <= 0) return;
   if (D <= 0) throw std::invalid_argument("layer_norm: row width must be positive");
+  if (path == KernelPath::Auto && layer_norm_vec8_shape(D) && aligned16(x) && aligned16(w) &&
+      aligned16(b) && aligned16(out)) {
+    layer_norm_vec8_kernel<E>
+        <<<(rows + kLnWarps - 1) / kLnWarps, 32 * kLnWarps, 0, s>>>(x, w, b, out, rows, D, eps);
+    CLEF_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const int threads = std::min(1024, std::max(128, (D + kLnRegs - 1) / kLnRegs + 31) / 32 * 32);
   layer_norm_kernel<E><<<rows, threads, 0, s>>>(x, w, b, out, D, eps);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
 template <typename E>
-void gelu_inplace(E* x, size_t n, GeluKind kind, cudaStream_t s) {
+void gelu_inplace(E* x, size_t n, GeluKind kind, KernelPath path, cudaStream_t s) {
   if (n == 0) return;
-  const bool vec = aligned16(x);
+  const bool vec = path == KernelPath::Auto && aligned16(x);
   const int blocks = grid_stride_blocks(vec ? std::max<size_t>(n / 8, 1) : n);
   if (kind == GeluKind::Tanh) {
     if (vec)
@@ -267,7 +526,7 @@ void gelu_inplace(E* x, size_t n, GeluKind kind, cudaStream_t s) {
 
 template <typename E>
 void vision_pos_embed_add(E* x, int row0, const E* table, int side, int t, int h, int w, int W,
-                          cudaStream_t s) {
+                          KernelPath path, cudaStream_t s) {
   if (side < 1 || W < 1 || t < 1 || h < 2 || w < 2 || h % 2 != 0 || w % 2 != 0 || row0 < 0) {
     throw std::invalid_argument("vision_pos_embed_add: grid (" + std::to_string(t) + ", " +
                                 std::to_string(h) + ", " + std::to_string(w) +
@@ -276,6 +535,14 @@ void vision_pos_embed_add(E* x, int row0, const E* table, int side, int t, int h
   }
   const int64_t rows = static_cast<int64_t>(t) * h * w;
   if (rows > INT32_MAX) throw std::invalid_argument("vision_pos_embed_add: too many patches");
+  // (row0 * W and the table are 16-byte aligned when W is a multiple of 8 and x, table are.)
+  if (path == KernelPath::Auto && pos_embed_add_vec8_shape(W) && aligned16(x) && aligned16(table)) {
+    const size_t chunks = static_cast<size_t>(rows) * (W / 8);
+    pos_embed_add_vec8_kernel<E><<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, s>>>(
+        x, row0, table, side, h, w, W, chunks);
+    CLEF_CUDA_LAUNCH_CHECK();
+    return;
+  }
   pos_embed_add_kernel<E>
       <<<dim3(static_cast<unsigned>(rows), (W + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(
           x, row0, table, side, h, w, W);
@@ -283,12 +550,22 @@ void vision_pos_embed_add(E* x, int row0, const E* table, int side, int t, int h
 }
 
 template <typename E>
-void vision_rope_split(const E* qkv, E* q, E* k, E* v, const VisionRopeArgs& a, cudaStream_t s) {
+void vision_rope_split(const E* qkv, E* q, E* k, E* v, const VisionRopeArgs& a, KernelPath path,
+                       cudaStream_t s) {
   if (a.rows <= 0) return;
   if (a.heads < 1 || a.hd < 4 || a.hd % 4 != 0 || a.hdp < a.hd)
     throw std::invalid_argument("vision_rope_split: head dim " + std::to_string(a.hd) +
                                 " (a positive multiple of 4 needed), padded " +
                                 std::to_string(a.hdp) + ", heads " + std::to_string(a.heads));
+  const int rpb = path == KernelPath::Auto ? rope_vec8_rows_per_block(a) : 0;
+  if (rpb > 0 && aligned16(qkv) && aligned16(q) && aligned16(k) && aligned16(v)) {
+    const dim3 block(a.heads * (a.hdp / 8), rpb);
+    vision_rope_split_vec8_kernel<E>
+        <<<(a.rows + rpb - 1) / rpb, block, static_cast<size_t>(rpb) * a.hd * sizeof(float), s>>>(
+            qkv, q, k, v, a);
+    CLEF_CUDA_LAUNCH_CHECK();
+    return;
+  }
   vision_rope_split_kernel<E>
       <<<a.rows, 256, static_cast<size_t>(a.hd) * sizeof(float), s>>>(qkv, q, k, v, a);
   CLEF_CUDA_LAUNCH_CHECK();
@@ -296,12 +573,13 @@ void vision_rope_split(const E* qkv, E* q, E* k, E* v, const VisionRopeArgs& a, 
 
 template <typename E>
 void scatter_rows(E* dst, int ld, const E* src, const int32_t* dst_rows, int n, int D,
-                  cudaStream_t s) {
+                  KernelPath path, cudaStream_t s) {
   if (n <= 0 || D <= 0) return;
   if (ld < D) throw std::invalid_argument("scatter_rows: destination stride below the row width");
   const size_t row_bytes = static_cast<size_t>(D) * sizeof(E);
   const size_t ld_bytes = static_cast<size_t>(ld) * sizeof(E);
-  if (row_bytes % 16 == 0 && ld_bytes % 16 == 0 && aligned16(dst) && aligned16(src)) {
+  if (path == KernelPath::Auto && scatter_rows_vec_shape(D, ld, sizeof(E)) && aligned16(dst) &&
+      aligned16(src)) {
     const int words = static_cast<int>(row_bytes / 16);
     scatter_rows_vec_kernel<<<dim3(n, (words + kVecChunks - 1) / kVecChunks), kVecThreads, 0, s>>>(
         reinterpret_cast<uint4*>(dst), static_cast<int>(ld_bytes / 16),
@@ -313,9 +591,13 @@ void scatter_rows(E* dst, int ld, const E* src, const int32_t* dst_rows, int n, 
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-void float_to_bf16(const float* in, __nv_bfloat16* out, size_t n, cudaStream_t s) {
+void float_to_bf16(const float* in, __nv_bfloat16* out, size_t n, KernelPath path, cudaStream_t s) {
   if (n == 0) return;
-  float_to_bf16_kernel<<<grid_stride_blocks(n), 256, 0, s>>>(in, out, n);
+  if (path == KernelPath::Auto && aligned16(in) && aligned16(out))
+    float_to_bf16_vec8_kernel<<<grid_stride_blocks(std::max<size_t>(n / 8, 1)), 256, 0, s>>>(
+        in, out, n);
+  else
+    float_to_bf16_kernel<<<grid_stride_blocks(n), 256, 0, s>>>(in, out, n);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
@@ -329,13 +611,16 @@ std::vector<float> vision_rope_inv_freq(int head_dim, double theta) {
   return f;
 }
 
-#define CLEF_INSTANTIATE(E)                                                                        \
-  template void layer_norm<E>(const E*, const float*, const float*, E*, int, int, float,           \
-                              cudaStream_t);                                                       \
-  template void gelu_inplace<E>(E*, size_t, GeluKind, cudaStream_t);                               \
-  template void vision_pos_embed_add<E>(E*, int, const E*, int, int, int, int, int, cudaStream_t); \
-  template void vision_rope_split<E>(const E*, E*, E*, E*, const VisionRopeArgs&, cudaStream_t);   \
-  template void scatter_rows<E>(E*, int, const E*, const int32_t*, int, int, cudaStream_t);
+#define CLEF_INSTANTIATE(E)                                                                     \
+  template void layer_norm<E>(const E*, const float*, const float*, E*, int, int, float,        \
+                              KernelPath, cudaStream_t);                                        \
+  template void gelu_inplace<E>(E*, size_t, GeluKind, KernelPath, cudaStream_t);                \
+  template void vision_pos_embed_add<E>(E*, int, const E*, int, int, int, int, int, KernelPath, \
+                                        cudaStream_t);                                          \
+  template void vision_rope_split<E>(const E*, E*, E*, E*, const VisionRopeArgs&, KernelPath,   \
+                                     cudaStream_t);                                             \
+  template void scatter_rows<E>(E*, int, const E*, const int32_t*, int, int, KernelPath,        \
+                                cudaStream_t);
 CLEF_INSTANTIATE(float)
 CLEF_INSTANTIATE(__nv_bfloat16)
 #undef CLEF_INSTANTIATE

@@ -52,8 +52,13 @@ size_t align256(size_t b) {
 }  // namespace
 
 CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Gemm& gemm,
+                                 KernelPath path,
                                  const std::function<void(const std::string&)>& progress)
-    : rel_(release), act_(act), gemm_(gemm) {
+    : rel_(release),
+      act_(act),
+      gemm_(gemm),
+      path_(path),
+      fused_gelu_(path == KernelPath::Auto && act == DataType::BF16) {
   if (!release.vision) throw tower_error("this model has none (no model.visual.* weights)");
   const model::VisionConfig& v = *release.vision;
   W_ = v.hidden_size;
@@ -146,6 +151,16 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
   merger_fc2_ = linear("merger.linear_fc2", out_w_, M_);
 }
 
+std::map<std::string, std::string> CudaVisionTower::kernel_variants() const {
+  const VisionRopeArgs ra{1, heads_, hd_, hdp_, nullptr, nullptr};
+  return {{"vision_layer_norm", layer_norm_variant(W_, path_)},
+          {"vision_mlp_gelu", fused_gelu_ ? "fc1_gemm_gelu_bias_epilogue" : gelu_variant(path_)},
+          {"vision_merger_gelu", gelu_variant(path_)},
+          {"vision_pos_embed_add", vision_pos_embed_add_variant(W_, path_)},
+          {"vision_rope_split", vision_rope_split_variant(ra, path_)},
+          {"vision_float_to_bf16", float_to_bf16_variant(path_)}};
+}
+
 void CudaVisionTower::check(const media::VisualInput& visual) {
   int64_t rows = 0;
   for (const media::Grid& g : all_grids(visual)) {
@@ -205,7 +220,7 @@ CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, int tile_slots) 
 }
 
 void CudaVisionTower::gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate,
-                           cudaStream_t s) {
+                           cudaStream_t s, bool gelu) {
   GemmProblem p;
   p.M = rows;
   p.N = l.n;
@@ -218,6 +233,7 @@ void CudaVisionTower::gemm(const Linear& l, const void* x, int rows, void* y, bo
   p.ldc = l.n;
   p.accumulate = accumulate;
   p.bias = l.b;
+  p.gelu = gelu;
   // Row counts vary with every image: the heuristic's answer, cached per shape.
   p.tuning = GemmTuning::Heuristic;
   gemm_.run(p, s);
@@ -287,7 +303,7 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
     float* f32 = is_bf16 ? static_cast<float*>(b.pixels_f32) : static_cast<float*>(b.pixels);
     CLEF_CUDA_CHECK(cudaMemcpyAsync(f32, visual.pixel_values.data(), n_pix * sizeof(float),
                                     cudaMemcpyHostToDevice, s));
-    if (is_bf16) float_to_bf16(f32, static_cast<bf16*>(b.pixels), n_pix, s);
+    if (is_bf16) float_to_bf16(f32, static_cast<bf16*>(b.pixels), n_pix, path_, s);
     CLEF_CUDA_CHECK(cudaMemcpyAsync(b.rc, rc, rc_bytes, cudaMemcpyHostToDevice, s));
     CLEF_CUDA_CHECK(cudaMemcpyAsync(b.tiles, ht, tile_bytes, cudaMemcpyHostToDevice, s));
   }
@@ -302,7 +318,7 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
     int64_t row0 = 0;
     for (const media::Grid& g : grids) {
       vision_pos_embed_add<E>(x, static_cast<int>(row0), static_cast<const E*>(pos_table_), side_,
-                              g.t, g.h, g.w, W_, s);
+                              g.t, g.h, g.w, W_, path_, s);
       row0 += g.patches();
     }
     mark("vision.elementwise");
@@ -315,7 +331,7 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   const VisionRopeArgs ra{R, heads_, hd_, hdp_, b.rc, inv_freq_};
   for (const Block& blk : blocks_) {
     if (!gemms_only) {
-      layer_norm<E>(x, blk.norm1_w, blk.norm1_b, u, R, W_, kEps, s);
+      layer_norm<E>(x, blk.norm1_w, blk.norm1_b, u, R, W_, kEps, path_, s);
       mark("vision.elementwise");
     }
     gemm(blk.qkv, u, R, b.qkv, false, s);
@@ -324,7 +340,7 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
       E* q = static_cast<E*>(b.q);
       E* k = static_cast<E*>(b.k);
       E* v = static_cast<E*>(b.v);
-      vision_rope_split<E>(static_cast<const E*>(b.qkv), q, k, v, ra, s);
+      vision_rope_split<E>(static_cast<const E*>(b.qkv), q, k, v, ra, path_, s);
       mark("vision.elementwise");
       if constexpr (std::is_same_v<E, float>)
         attention_core_f32(q, k, v, static_cast<float*>(b.attn), R, heads_, heads_, hdp_, s, &seqs);
@@ -335,13 +351,13 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
     gemm(blk.proj, b.attn, R, x, true, s);
     mark("vision.gemm");
     if (!gemms_only) {
-      layer_norm<E>(x, blk.norm2_w, blk.norm2_b, u, R, W_, kEps, s);
+      layer_norm<E>(x, blk.norm2_w, blk.norm2_b, u, R, W_, kEps, path_, s);
       mark("vision.elementwise");
     }
-    gemm(blk.fc1, u, R, mid, false, s);
+    gemm(blk.fc1, u, R, mid, false, s, fused_gelu_);
     mark("vision.gemm");
-    if (!gemms_only) {
-      gelu_inplace<E>(mid, static_cast<size_t>(R) * I_, GeluKind::Tanh, s);
+    if (!gemms_only && !fused_gelu_) {
+      gelu_inplace<E>(mid, static_cast<size_t>(R) * I_, GeluKind::Tanh, path_, s);
       mark("vision.elementwise");
     }
     gemm(blk.fc2, mid, R, x, true, s);
@@ -349,14 +365,15 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   }
   // Merger: LayerNorm per patch, each 2 x 2 block's 4 consecutive rows read as one [4W] row.
   if (!gemms_only) {
-    layer_norm<E>(x, merger_norm_w_, merger_norm_b_, u, R, W_, kEps, s);
+    layer_norm<E>(x, merger_norm_w_, merger_norm_b_, u, R, W_, kEps, path_, s);
     mark("vision.elementwise");
   }
   const int tokens = R / 4;
   gemm(merger_fc1_, u, tokens, b.merged, false, s);
   mark("vision.gemm");
   if (!gemms_only) {
-    gelu_inplace<E>(static_cast<E*>(b.merged), static_cast<size_t>(tokens) * M_, GeluKind::Erf, s);
+    gelu_inplace<E>(static_cast<E*>(b.merged), static_cast<size_t>(tokens) * M_, GeluKind::Erf,
+                    path_, s);
     mark("vision.elementwise");
   }
   gemm(merger_fc2_, b.merged, tokens, b.out, false, s);

@@ -11,12 +11,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/data_type.h"
 #include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/kernel_path.h"
 #include "media/visual_input.h"
 #include "model/release.h"
 
@@ -26,9 +28,12 @@ class StageRecorder;
 
 class CudaVisionTower {
  public:
-  // Uploads the release's tower (model.visual.*) in the activation type `act`. Throws
-  // std::runtime_error when the release has none or its shapes are not the spec's.
-  CudaVisionTower(const model::Release& release, DataType act, Gemm& gemm,
+  // Uploads the release's tower (model.visual.*) in the activation type `act`; `path` picks the
+  // row kernels' variants (kernels/vision.h) and, under Auto in bf16, fuses the MLP's GELU into
+  // the fc1 GEMM's epilogue (one rounding after the GELU instead of one before it and one after;
+  // Generic and float32 keep the reference's separate GELU). Throws std::runtime_error when the
+  // release has none or its shapes are not the spec's.
+  CudaVisionTower(const model::Release& release, DataType act, Gemm& gemm, KernelPath path,
                   const std::function<void(const std::string&)>& progress);
 
   // Throws std::runtime_error naming what is wrong unless `visual` fits the tower: grids of t >= 1
@@ -47,6 +52,8 @@ class CudaVisionTower {
   void enqueue_gemms_only(const media::VisualInput& visual, cudaStream_t s);
 
   int out_width() const { return out_w_; }
+  // The row kernels' variant per op at this tower's shapes (alignment aside).
+  std::map<std::string, std::string> kernel_variants() const;
   size_t weight_bytes() const { return weight_bytes_; }
   size_t workspace_bytes() const { return work_.bytes(); }
 
@@ -66,7 +73,8 @@ class CudaVisionTower {
     int32_t *rc, *tiles;
   };
   Buffers reserve(int64_t rows, int tile_slots);
-  void gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate, cudaStream_t s);
+  void gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate, cudaStream_t s,
+            bool gelu = false);
   template <typename E>
   void enqueue_as(const media::VisualInput& visual, cudaStream_t s, StageRecorder* rec,
                   bool gemms_only);
@@ -74,6 +82,8 @@ class CudaVisionTower {
   const model::Release& rel_;
   DataType act_;
   Gemm& gemm_;
+  KernelPath path_;
+  bool fused_gelu_;  // fc1 + GELU in one GEMM (see the constructor)
   int W_ = 0, I_ = 0, heads_ = 0, hd_ = 0, hdp_ = 0, side_ = 0, out_w_ = 0, M_ = 0;
   Linear patch_, merger_fc1_, merger_fc2_;
   const void* pos_table_ = nullptr;
