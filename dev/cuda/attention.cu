@@ -1,15 +1,15 @@
 // Workbench: the GQA attention core (engine/cuda/attention/attention_core.h). Checks every bf16
-// kernel variant (tuning.h: 4 or 8 warps, 1 or 2 K/V stages, Q in shared memory or registers), the
-// public entry point (its own pick, attention_core_bf16_pick_warps) and the fp32 parity kernel
-// against clef_engine_ref's double-precision reference; then times each at the Clef-flash shape
-// (16 q / 4 kv heads, hd 256, causal; T 961, 2761, 5661, 16384, or CLEF_BENCH_T), causal FLOPs
-// against mma.sync's dense bf16 peak (660 TFLOP/s on an H200; fp32 kernel: the fp32 SIMT peak).
-// Then the vision tower's mode (docs/spec/media.md §7): non-causal per segment, 16 heads of 72
-// columns zero-padded to attention_padded_head_dim(72) = 80, scale 1/sqrt(72), segment_tiles
-// tables; checked on a mixed packing against segment_attention_ref, timed on one 4096-row segment
-// and on four of 1024, FLOPs counted at the padded 80 columns (what the kernel computes).
-// CLEF_ATTN_VARIANT=w4s2,w8s2q (names from attention_variant_name) times those variants only
-// (with the auto pick), read once here.
+// kernel variant (tuning.h: 4 or 8 warps of 1 or 2 m-tiles, 1 or 2 K/V stages, Q in shared memory
+// or registers), the public entry point (its own pick, attention_core_bf16_pick_warps) and the
+// fp32 parity kernel against clef_engine_ref's double-precision reference; then times each at the
+// Clef-flash shape (16 q / 4 kv heads, hd 256, causal; T 961, 2761, 5661, 16384, or CLEF_BENCH_T),
+// causal FLOPs against mma.sync's dense bf16 peak (660 TFLOP/s on an H200; fp32 kernel: the fp32
+// SIMT peak). Then the vision tower's mode (docs/spec/media.md §7): non-causal per segment, 16
+// heads of 72 columns zero-padded to attention_padded_head_dim(72) = 80, scale 1/sqrt(72),
+// segment_tiles tables; checked on a mixed packing against segment_attention_ref, timed on one
+// 4096-row segment and on four of 1024, FLOPs counted at the padded 80 columns (what the kernel
+// computes). CLEF_ATTN_VARIANT=w4s2,w8s2q (names from attention_variant_name) times those variants
+// only (with the auto pick), read once here.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -66,7 +66,7 @@ std::string kernel_name(const Kernel& kr, int T, int nh = kAttnNh, int hd = kAtt
 }
 
 int kernel_rows_per_tile(const Kernel& kr, int T, int nh, int hd) {
-  if (kr.kind == Kernel::kVariant) return 16 * kr.var.warps;
+  if (kr.kind == Kernel::kVariant) return attention_variant_rows_per_tile(kr.var);
   return attention_rows_per_tile(!kr.f32(), T, nh, hd);
 }
 

@@ -128,40 +128,50 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat
   }
 }
 
-// Shared memory of one CTA: Q (16 * WARPS rows), STAGES buffers each of K and V (kBc rows), rows
+// Shared memory of one CTA: Q (rows query rows), STAGES buffers each of K and V (kBc rows), rows
 // padded by 8 columns.
-constexpr size_t bf16_smem_bytes(int head_dim, int warps, int stages) {
-  return static_cast<size_t>(warps * 16 + 2 * stages * kBc) * (head_dim + 8) * 2;
+constexpr size_t bf16_smem_bytes(int head_dim, int rows, int stages) {
+  return static_cast<size_t>(rows + 2 * stages * kBc) * (head_dim + 8) * 2;
 }
 
-// CTAs per SM the compiler budgets registers for (__launch_bounds__). One stage: two CTAs of 4
-// warps (99 KiB smem at hd 256, which fits sm_86/89 too), one of 8. Two stages: as many as sm_90's
-// 227 KiB of shared memory holds, at most 3 of 4 warps (170 registers a thread) or 2 of 8 (128).
-constexpr int bf16_min_blocks(int head_dim, int warps, int stages) {
+// CTAs per SM the compiler budgets registers for (__launch_bounds__). The default (one stage, one
+// m-tile): two CTAs of 4 warps (99 KiB smem at hd 256, which fits sm_86/89 too), one of 8. Two
+// m-tiles a warp: twice the accumulators, so two CTAs of 4 warps (255 registers), one of 8. Two
+// stages, one m-tile: as many as sm_90's 227 KiB of shared memory holds, at most 3 of 4 warps
+// (170 registers a thread) or 2 of 8 (128).
+constexpr int bf16_min_blocks(int head_dim, int warps, int mt, int stages) {
+  if (mt == 2) return warps == 4 ? 2 : 1;
   if (stages == 1) return warps == 4 ? 2 : 1;
-  const int fit = static_cast<int>(227 * 1024 / (bf16_smem_bytes(head_dim, warps, stages) + 1024));
+  const int fit =
+      static_cast<int>(227 * 1024 / (bf16_smem_bytes(head_dim, warps * 16, stages) + 1024));
   const int cap = warps == 4 ? 3 : 2;
   return fit < 1 ? 1 : fit > cap ? cap : fit;
 }
 
-// WARPS warps of 16 query rows each: Br = 16 * WARPS query rows per CTA. 4 warps (99 KiB smem at
-// hd 256, two CTAs per SM, fits sm_86/sm_89) or 8 warps (FlashAttention-2's Hopper/A100 shape:
-// 132 KiB, one CTA per SM, each K/V tile serves twice the rows).
+// WARPS warps of 16 * MT query rows each: Br = 16 * MT * WARPS query rows per CTA. MT 1, 4 warps
+// (the default: 99 KiB smem at hd 256, two CTAs per SM, fits sm_86/sm_89) or 8 warps
+// (FlashAttention-2's Hopper/A100 shape at hd 256: 132 KiB, one CTA per SM, each K/V tile serves
+// twice the rows). MT 2 (FlashAttention-2's shape at hd <= 128): each K/V fragment read from
+// shared memory feeds two MMAs instead of one, halving the ldmatrix traffic per MMA (at MT 1 the
+// ldmatrix reads, 512 B each at 128 B/clock, outlast the MMAs they feed).
 // STAGES 1: one buffer each for K and V, the V load of tile j overlapping S = Q K_j^T and the K
 // load of tile j+1 overlapping P V_j (four barriers a tile). STAGES 2: K_{j+1} and V_{j+1} load
 // into the other buffer pair while tile j computes (one barrier a tile; needs sm_90-class shared
 // memory at large head dims). QREG: each warp's Q A-fragments are read from shared memory once,
-// before the key loop, instead of once per key tile (HD / 4 registers more).
-template <int HD, int WARPS, bool CAUSAL, int STAGES = 1, bool QREG = false>
-__global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, STAGES))
+// before the key loop, instead of once per key tile (MT * HD / 4 registers more).
+template <int HD, int WARPS, bool CAUSAL, int STAGES = 1, bool QREG = false, int MT = 1>
+__global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STAGES))
     flash_attn_bf16_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                            const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out,
                            int T, int n_heads, int group, float scale_log2,
                            const int4* __restrict__ tiles) {
+  static_assert(STAGES == 1 || STAGES == 2, "one or two K/V stages");
+  static_assert(MT == 1 || MT == 2, "one or two m-tiles of 16 rows a warp");
   constexpr int kThreads = WARPS * 32;
-  constexpr int kBr = WARPS * 16;
+  constexpr int kWr = 16 * MT;  // query rows per warp
+  constexpr int kBr = WARPS * kWr;
   constexpr int kStride = HD + 8;
-  constexpr int kNT = HD / 8;  // output n-tiles of 8 columns per warp
+  constexpr int kNT = HD / 8;  // output n-tiles of 8 columns per m-tile
   // Skipping sub-tiles past a warp's rows is kept for the 8-warp shape only (two diagonal key tiles
   // per CTA, the second wholly past half of its warps); in the 4-warp shape the runtime tests
   // inside the unrolled MMA loops appeared to cost more than they saved (H200, T 5661: 190 TFLOP/s
@@ -172,7 +182,6 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, STAGES)
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* sK = sQ + kBr * kStride;
   __nv_bfloat16* sV = sK + STAGES * kBc * kStride;
-  static_assert(STAGES == 1 || STAGES == 2, "one or two K/V stages");
 
   // This CTA's query rows [q0, q0 + kBr) of the sequence [s0, s1). One sequence: heaviest (last)
   // query tiles first, as causal work grows with the tile index; packed: the table's order (which
@@ -201,31 +210,38 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, STAGES)
   load_tile<HD, kBc, kThreads>(sK, kh, s0, s1, kv_stride);
   if constexpr (STAGES == 2) load_tile<HD, kBc, kThreads>(sV, vh, s0, s1, kv_stride);
   cp_async_commit();
-  uint32_t qf[QREG ? HD / 16 : 1][4];  // QREG: this warp's Q fragments, one per 16-column k-step
+  // QREG: this warp's Q fragments, per m-tile and 16-column k-step.
+  uint32_t qf[QREG ? MT : 1][QREG ? HD / 16 : 1][4];
   if constexpr (QREG) {
     cp_async_wait<1>();  // Q has landed (K_0, V_0 may still be in flight)
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
-      ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk)
+        ldmatrix_x4(qf[mt][kk],
+                    sQ + (warp * kWr + mt * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
   }
 
-  float o[kNT][4];
+  float o[MT][kNT][4];
 #pragma unroll
-  for (int i = 0; i < kNT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY};  // running max (log2 domain) for rows g and g + 8
-  float l_run[2] = {0.f, 0.f};
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < kNT; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  // Running max (log2 domain) and row sum for rows g and g + 8 of each m-tile.
+  float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    m_run[mt][0] = m_run[mt][1] = -INFINITY, l_run[mt][0] = l_run[mt][1] = 0.f;
 
   // Keys s0..last_key: causal, up to the tile's last row; non-causal, the whole sequence.
   const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
   const int n_tiles = (last_key - s0) / kBc + 1;
-  const int warp_first = q0 + warp * 16;  // this warp's 16 query rows
-  const int warp_last = warp_first + 15;
-  const int row_a = warp_first + g;  // this thread's two rows
-  const int row_b = row_a + 8;
+  const int warp_first = q0 + warp * kWr;  // this warp's kWr query rows
+  const int warp_last = warp_first + kWr - 1;
   // The last key each row sees (keys past it are masked): causal, the row itself; non-causal, the
-  // sequence's last key. lim_lo / lim_hi: the smallest / largest of them in this warp.
-  const int lim_a = CAUSAL ? row_a : s1 - 1, lim_b = CAUSAL ? row_b : s1 - 1;
+  // sequence's last key. lim_lo / lim_hi: the smallest / largest of them in this warp. This
+  // thread's rows: warp_first + mt * 16 + g (+ 8).
   const int lim_lo = CAUSAL ? warp_first : s1 - 1, lim_hi = CAUSAL ? warp_last : s1 - 1;
 
   for (int j = 0; j < n_tiles; ++j) {
@@ -253,20 +269,26 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, STAGES)
     // Warp-uniform: does any key of this tile precede one of the warp's rows' limits / pass one?
     const bool active = key0 <= lim_hi;
     const bool diagonal = key0 + kBc - 1 > lim_lo;
-    uint32_t p[4][4];  // P as A fragments, one per 16-key k-step
+    uint32_t p[MT][4][4];  // P as A fragments, per m-tile and 16-key k-step
     if (active) {
-      // S = Q K_j^T for this warp's 16 rows x 64 keys.
-      float s[8][4];
+      // S = Q K_j^T for this warp's kWr rows x 64 keys.
+      float s[MT][8][4];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
-        uint32_t a[4];
-        if constexpr (QREG) {
+        uint32_t a[MT][4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) a[i] = qf[kk][i];
-        } else {
-          ldmatrix_x4(a, sQ + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (QREG) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[mt][i] = qf[mt][kk][i];
+          } else {
+            ldmatrix_x4(a[mt], sQ + (warp * kWr + mt * 16 + lane % 16) * kStride + kk * 16 +
+                                   (lane / 16) * 8);
+          }
         }
 #pragma unroll
         for (int np = 0; np < 4; ++np) {                   // pairs of 8-key n-tiles
@@ -274,64 +296,72 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, STAGES)
           uint32_t b[4];
           ldmatrix_x4(b, cK + (np * 16 + lane % 8 + (lane / 16) * 8) * kStride + kk * 16 +
                              ((lane / 8) % 2) * 8);
-          mma_bf16(s[2 * np], a, b[0], b[1]);
-          mma_bf16(s[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+            mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
         }
       }
 
-      // Mask the keys past each row's limit (causal: this also covers keys >= s1, which only exist
-      // past the last row; non-causal: the zero-filled keys >= s1 of the last tile).
-      if (diagonal) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int row_a = warp_first + mt * 16 + g, row_b = row_a + 8;
+        const int lim_a = CAUSAL ? row_a : s1 - 1, lim_b = CAUSAL ? row_b : s1 - 1;
+        // Mask the keys past each row's limit (causal: this also covers keys >= s1, which only
+        // exist past the last row; non-causal: the zero-filled keys >= s1 of the last tile).
+        if (diagonal) {
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            const int key = key0 + nt * 8 + tig * 2;
+            if (key > lim_a) s[mt][nt][0] = -INFINITY;
+            if (key + 1 > lim_a) s[mt][nt][1] = -INFINITY;
+            if (key > lim_b) s[mt][nt][2] = -INFINITY;
+            if (key + 1 > lim_b) s[mt][nt][3] = -INFINITY;
+          }
+        }
+
+        // Online softmax (log2 domain). Key s0 is visible to every row, so after tile 0 the max
+        // is finite; a row with no visible key in a later tile keeps its state (p = 0, alpha = 1)
+        // (causal only: non-causal, key0 < s1 is visible to every row in every tile).
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          const int key = key0 + nt * 8 + tig * 2;
-          if (key > lim_a) s[nt][0] = -INFINITY;
-          if (key + 1 > lim_a) s[nt][1] = -INFINITY;
-          if (key > lim_b) s[nt][2] = -INFINITY;
-          if (key + 1 > lim_b) s[nt][3] = -INFINITY;
+          mx[0] = fmaxf(mx[0], fmaxf(s[mt][nt][0], s[mt][nt][1]));
+          mx[1] = fmaxf(mx[1], fmaxf(s[mt][nt][2], s[mt][nt][3]));
         }
-      }
-
-      // Online softmax (log2 domain). Key s0 is visible to every row, so after tile 0 the max is
-      // finite; a row with no visible key in a later tile keeps its state (p = 0, alpha = 1)
-      // (causal only: non-causal, key0 < s1 is visible to every row in every tile).
-      float mx[2] = {-INFINITY, -INFINITY};
+        float alpha[2];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
-      }
-      float alpha[2];
+        for (int r = 0; r < 2; ++r) {
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+          const float m_new = fmaxf(m_run[mt][r], mx[r] * scale_log2);
+          alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[mt][r] - m_new);
+          m_run[mt][r] = m_new;
+        }
+        const float mb0 = m_run[mt][0] == -INFINITY ? 0.f : m_run[mt][0];
+        const float mb1 = m_run[mt][1] == -INFINITY ? 0.f : m_run[mt][1];
+        float rs[2] = {0.f, 0.f};
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
-        alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[r] - m_new);
-        m_run[r] = m_new;
-      }
-      const float mb0 = m_run[0] == -INFINITY ? 0.f : m_run[0];
-      const float mb1 = m_run[1] == -INFINITY ? 0.f : m_run[1];
-      float rs[2] = {0.f, 0.f};
+        for (int nt = 0; nt < 8; ++nt) {
+          const float p0 = exp2f(s[mt][nt][0] * scale_log2 - mb0);
+          const float p1 = exp2f(s[mt][nt][1] * scale_log2 - mb0);
+          const float p2 = exp2f(s[mt][nt][2] * scale_log2 - mb1);
+          const float p3 = exp2f(s[mt][nt][3] * scale_log2 - mb1);
+          rs[0] += p0 + p1;
+          rs[1] += p2 + p3;
+          p[mt][nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p0, p1);
+          p[mt][nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+        }
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float p0 = exp2f(s[nt][0] * scale_log2 - mb0);
-        const float p1 = exp2f(s[nt][1] * scale_log2 - mb0);
-        const float p2 = exp2f(s[nt][2] * scale_log2 - mb1);
-        const float p3 = exp2f(s[nt][3] * scale_log2 - mb1);
-        rs[0] += p0 + p1;
-        rs[1] += p2 + p3;
-        p[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p0, p1);
-        p[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
-      }
+        for (int r = 0; r < 2; ++r) l_run[mt][r] = l_run[mt][r] * alpha[r] + rs[r];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
-#pragma unroll
-      for (int i = 0; i < kNT; ++i) {
-        o[i][0] *= alpha[0];
-        o[i][1] *= alpha[0];
-        o[i][2] *= alpha[1];
-        o[i][3] *= alpha[1];
+        for (int i = 0; i < kNT; ++i) {
+          o[mt][i][0] *= alpha[0];
+          o[mt][i][1] *= alpha[0];
+          o[mt][i][2] *= alpha[1];
+          o[mt][i][3] *= alpha[1];
+        }
       }
     }
 
@@ -353,8 +383,11 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, STAGES)
           uint32_t b[4];
           ldmatrix_x4_trans(b, cV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride +
                                    np * 16 + (lane / 16) * 8);
-          mma_bf16(o[2 * np], p[kk], b[0], b[1]);
-          mma_bf16(o[2 * np + 1], p[kk], b[2], b[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16(o[mt][2 * np], p[mt][kk], b[0], b[1]);
+            mma_bf16(o[mt][2 * np + 1], p[mt][kk], b[2], b[3]);
+          }
         }
       }
     }
@@ -364,34 +397,38 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, STAGES)
   cp_async_wait<0>();
 
   // Normalise and store (row sums reduced over the quad that shares a row).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-  }
-  const float inv0 = 1.f / l_run[0], inv1 = 1.f / l_run[1];
   __nv_bfloat16* oh = out + static_cast<size_t>(h) * HD;
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    const int col = nt * 8 + tig * 2;
-    if (row_a < s1)
-      *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_a) * q_stride + col) =
-          __floats2bfloat162_rn(o[nt][0] * inv0, o[nt][1] * inv0);
-    if (row_b < s1)
-      *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_b) * q_stride + col) =
-          __floats2bfloat162_rn(o[nt][2] * inv1, o[nt][3] * inv1);
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l_run[mt][r] += __shfl_xor_sync(0xffffffffu, l_run[mt][r], 1);
+      l_run[mt][r] += __shfl_xor_sync(0xffffffffu, l_run[mt][r], 2);
+    }
+    const float inv0 = 1.f / l_run[mt][0], inv1 = 1.f / l_run[mt][1];
+    const int row_a = warp_first + mt * 16 + g, row_b = row_a + 8;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int col = nt * 8 + tig * 2;
+      if (row_a < s1)
+        *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_a) * q_stride + col) =
+            __floats2bfloat162_rn(o[mt][nt][0] * inv0, o[mt][nt][1] * inv0);
+      if (row_b < s1)
+        *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_b) * q_stride + col) =
+            __floats2bfloat162_rn(o[mt][nt][2] * inv1, o[mt][nt][3] * inv1);
+    }
   }
 }
 
 // Launches one instantiation; a shared-memory need past the device's opt-in limit (a 2-stage
 // variant on sm_86/89) is refused with std::invalid_argument before anything runs.
-template <int HD, int WARPS, bool CAUSAL, int STAGES, bool QREG>
+template <int HD, int WARPS, bool CAUSAL, int STAGES, bool QREG, int MT>
 void launch_bf16_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                         __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
                         float scale_log2, const int4* tiles, cudaStream_t stream) {
-  constexpr size_t smem = bf16_smem_bytes(HD, WARPS, STAGES);
-  auto* kernel = flash_attn_bf16_kernel<HD, WARPS, CAUSAL, STAGES, QREG>;
-  if constexpr (STAGES > 1) {
+  constexpr size_t smem = bf16_smem_bytes(HD, 16 * MT * WARPS, STAGES);
+  auto* kernel = flash_attn_bf16_kernel<HD, WARPS, CAUSAL, STAGES, QREG, MT>;
+  if constexpr (STAGES > 1 || MT > 1) {  // beyond the default shapes
     int dev = 0, optin = 0;
     CLEF_CUDA_CHECK(cudaGetDevice(&dev));
     CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -411,12 +448,13 @@ void launch_bf16_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-// One (head dim, shape, stages, Q placement): the scale and the grid for the call, causal or not.
-template <int HD, int WARPS, int STAGES = 1, bool QREG = false>
+// One (head dim, shape, stages, Q placement, m-tiles): the scale and the grid for the call, causal
+// or not.
+template <int HD, int WARPS, int STAGES = 1, bool QREG = false, int MT = 1>
 void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                  __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
                  cudaStream_t stream) {
-  constexpr int kBr = WARPS * 16;
+  constexpr int kBr = WARPS * 16 * MT;
   const int4* tiles = tile_table(seqs);
   const int grid_x = tiles ? seqs->tile_slots : (T + kBr - 1) / kBr;
   // The default scale as it always was (1/sqrt(HD) folded into the constant in fp32, same bits);
@@ -426,11 +464,11 @@ void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bflo
           ? static_cast<float>(1.4426950408889634 * static_cast<double>(seqs->scale))
           : 1.4426950408889634f / sqrtf(static_cast<float>(HD));
   if (is_causal(seqs))
-    launch_bf16_kernel<HD, WARPS, true, STAGES, QREG>(q, k, v, out, T, n_heads, n_kv_heads, grid_x,
-                                                      scale_log2, tiles, stream);
+    launch_bf16_kernel<HD, WARPS, true, STAGES, QREG, MT>(q, k, v, out, T, n_heads, n_kv_heads,
+                                                          grid_x, scale_log2, tiles, stream);
   else
-    launch_bf16_kernel<HD, WARPS, false, STAGES, QREG>(q, k, v, out, T, n_heads, n_kv_heads, grid_x,
-                                                       scale_log2, tiles, stream);
+    launch_bf16_kernel<HD, WARPS, false, STAGES, QREG, MT>(q, k, v, out, T, n_heads, n_kv_heads,
+                                                           grid_x, scale_log2, tiles, stream);
 }
 
 }  // namespace clef::engine::cuda::flash
