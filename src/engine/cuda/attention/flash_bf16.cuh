@@ -4,15 +4,16 @@
 // instantiates only what it dispatches to. Internal to attention/; see attention_core.h for the
 // contract and tuning.h for the variants.
 //
-// One CTA of 4 (or 8) warps per (16 * warps query tile, query head); each warp owns 16 query rows.
+// One CTA of 4 (or 8) warps per (query tile, query head); each warp owns 16 (or 32) query rows.
 // Key/value tiles of 64 rows stream through shared memory with cp.async. One stage (the default):
 // the V load of tile j overlaps S = Q K_j^T and the K load of tile j+1 overlaps O += P V_j
 // (FlashAttention-2 ordering), so one buffer each for Q, K and V suffices: 3 x 64 x (hd + 8) bf16 =
 // 99 KiB at hd 256, which also fits sm_86/sm_89 (99 KiB opt-in) and lets two CTAs share an
 // sm_80/sm_90 SM. Rows are padded by 16 bytes so ldmatrix reads are bank-conflict free. Matrix
 // products: mma.sync m16n8k16 bf16 -> fp32; softmax in fp32 with exp2 and a running max. Causal and
-// non-causal are separate instantiations (CAUSAL), as are the variants (STAGES, QREG), so the
-// default kernels compile as before the variants existed.
+// non-causal are separate instantiations (CAUSAL), as are the variants (STAGES, QREG, MT); the
+// default kernels do the same arithmetic in the same order as before the variants existed (their
+// register counts moved by one at most: sm_90a, hd 80 and 256).
 #pragma once
 
 #include <cuda_bf16.h>
