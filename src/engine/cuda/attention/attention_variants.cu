@@ -1,7 +1,7 @@
 // The bf16 attention kernel variants beyond the default shapes (tuning.h): 2-stage K/V pipelines,
-// Q in registers and two m-tiles a warp, instantiated for the head dims the models use (64, 80 =
-// the tower's padded 72, 128, 256), so that the workbench and the tests can run each one next to
-// the default kernel.
+// Q in registers, two m-tiles a warp and the rescale skip, instantiated for the head dims the
+// models use (64, 80 = the tower's padded 72, 128, 256), so that the workbench and the tests can
+// run each one next to the default kernel.
 #include <cuda_bf16.h>
 
 #include <stdexcept>
@@ -23,27 +23,27 @@ bool variant_head_dim(const AttnVariant& v, int head_dim) {
 }
 
 bool is_default(const AttnVariant& v) {
-  return v.stages == 1 && !v.q_in_regs && v.m_tiles == 1;
+  return v.stages == 1 && !v.q_in_regs && v.m_tiles == 1 && !v.skip_rescale;
 }
 
-template <int WARPS, int STAGES, bool QREG, int MT>
+template <int WARPS, int STAGES, bool QREG, int MT, bool RSKIP>
 void launch_hd(int head_dim, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
                cudaStream_t stream) {
   switch (head_dim) {
     case 64:
-      return launch_bf16<64, WARPS, STAGES, QREG, MT>(q, k, v, out, T, n_heads, n_kv_heads, seqs,
-                                                      stream);
+      return launch_bf16<64, WARPS, STAGES, QREG, MT, RSKIP>(q, k, v, out, T, n_heads, n_kv_heads,
+                                                             seqs, stream);
     case 80:
-      return launch_bf16<80, WARPS, STAGES, QREG, MT>(q, k, v, out, T, n_heads, n_kv_heads, seqs,
-                                                      stream);
+      return launch_bf16<80, WARPS, STAGES, QREG, MT, RSKIP>(q, k, v, out, T, n_heads, n_kv_heads,
+                                                             seqs, stream);
     case 128:
-      return launch_bf16<128, WARPS, STAGES, QREG, MT>(q, k, v, out, T, n_heads, n_kv_heads, seqs,
-                                                       stream);
+      return launch_bf16<128, WARPS, STAGES, QREG, MT, RSKIP>(q, k, v, out, T, n_heads, n_kv_heads,
+                                                              seqs, stream);
     case 256:
       if constexpr (MT == 1)
-        return launch_bf16<256, WARPS, STAGES, QREG, MT>(q, k, v, out, T, n_heads, n_kv_heads, seqs,
-                                                         stream);
+        return launch_bf16<256, WARPS, STAGES, QREG, MT, RSKIP>(q, k, v, out, T, n_heads,
+                                                                n_kv_heads, seqs, stream);
       [[fallthrough]];
     default:
       throw std::invalid_argument("attention_core_bf16: no variant kernel for head_dim " +
@@ -54,9 +54,10 @@ void launch_hd(int head_dim, const __nv_bfloat16* q, const __nv_bfloat16* k, con
 }  // namespace
 
 std::vector<AttnVariant> attention_bf16_variants() {
-  return {{4, 1, false, 1}, {8, 1, false, 1}, {4, 1, true, 1}, {8, 1, true, 1},
-          {4, 2, false, 1}, {8, 2, false, 1}, {4, 2, true, 1}, {8, 2, true, 1},
-          {4, 1, false, 2}, {4, 2, false, 2}, {8, 2, false, 2}};
+  return {{4, 1, false, 1},      {8, 1, false, 1}, {4, 1, true, 1},  {8, 1, true, 1},
+          {4, 2, false, 1},      {8, 2, false, 1}, {4, 2, true, 1},  {8, 2, true, 1},
+          {4, 1, false, 2},      {4, 2, false, 2}, {8, 2, false, 2}, {4, 1, false, 2, true},
+          {8, 2, false, 1, true}};
 }
 
 int attention_variant_rows_per_tile(const AttnVariant& v) {
@@ -65,14 +66,16 @@ int attention_variant_rows_per_tile(const AttnVariant& v) {
 
 std::string attention_variant_name(const AttnVariant& v) {
   return "w" + std::to_string(v.warps) + (v.m_tiles > 1 ? "m" + std::to_string(v.m_tiles) : "") +
-         "s" + std::to_string(v.stages) + (v.q_in_regs ? "q" : "");
+         "s" + std::to_string(v.stages) + (v.q_in_regs ? "q" : "") + (v.skip_rescale ? "r" : "");
 }
 
 AttnVariant attention_variant_from_name(const std::string& name) {
-  for (const AttnVariant& v : attention_bf16_variants())
+  std::string names;
+  for (const AttnVariant& v : attention_bf16_variants()) {
     if (attention_variant_name(v) == name) return v;
-  throw std::invalid_argument("attention: no kernel variant named '" + name +
-                              "' (w4s1, w8s1, w4s1q, w8s1q, w4s2, w8s2, w4s2q, w8s2q)");
+    names += (names.empty() ? "" : ", ") + attention_variant_name(v);
+  }
+  throw std::invalid_argument("attention: no kernel variant named '" + name + "' (" + names + ")");
 }
 
 bool attention_variant_supported(const AttnVariant& v, int head_dim) {
@@ -99,20 +102,23 @@ void attention_core_bf16_variant(const AttnVariant& variant, const __nv_bfloat16
   check_sequences(seqs);
   if (T == 0) return;
   const int w = variant.warps, st = variant.stages, mt = variant.m_tiles;
-  const bool qr = variant.q_in_regs;
+  const bool qr = variant.q_in_regs, rs = variant.skip_rescale;
   // The built non-default variants (attention_bf16_variants).
-#define CLEF_VARIANT(W, ST, QR, MT)               \
-  if (w == W && st == ST && qr == QR && mt == MT) \
-    return launch_hd<W, ST, QR, MT>(head_dim, q, k, v, out, T, n_heads, n_kv_heads, seqs, stream);
-  CLEF_VARIANT(4, 1, true, 1)
-  CLEF_VARIANT(8, 1, true, 1)
-  CLEF_VARIANT(4, 2, false, 1)
-  CLEF_VARIANT(8, 2, false, 1)
-  CLEF_VARIANT(4, 2, true, 1)
-  CLEF_VARIANT(8, 2, true, 1)
-  CLEF_VARIANT(4, 1, false, 2)
-  CLEF_VARIANT(4, 2, false, 2)
-  CLEF_VARIANT(8, 2, false, 2)
+#define CLEF_VARIANT(W, ST, QR, MT, RS)                                                       \
+  if (w == W && st == ST && qr == QR && mt == MT && rs == RS)                                 \
+    return launch_hd<W, ST, QR, MT, RS>(head_dim, q, k, v, out, T, n_heads, n_kv_heads, seqs, \
+                                        stream);
+  CLEF_VARIANT(4, 1, true, 1, false)
+  CLEF_VARIANT(8, 1, true, 1, false)
+  CLEF_VARIANT(4, 2, false, 1, false)
+  CLEF_VARIANT(8, 2, false, 1, false)
+  CLEF_VARIANT(4, 2, true, 1, false)
+  CLEF_VARIANT(8, 2, true, 1, false)
+  CLEF_VARIANT(4, 1, false, 2, false)
+  CLEF_VARIANT(4, 2, false, 2, false)
+  CLEF_VARIANT(8, 2, false, 2, false)
+  CLEF_VARIANT(4, 1, false, 2, true)
+  CLEF_VARIANT(8, 2, false, 1, true)
 #undef CLEF_VARIANT
   throw std::invalid_argument("attention_core_bf16: no kernel variant " +
                               attention_variant_name(variant));

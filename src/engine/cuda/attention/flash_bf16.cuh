@@ -159,8 +159,11 @@ constexpr int bf16_min_blocks(int head_dim, int warps, int mt, int stages) {
 // load of tile j+1 overlapping P V_j (four barriers a tile). STAGES 2: K_{j+1} and V_{j+1} load
 // into the other buffer pair while tile j computes (one barrier a tile; needs sm_90-class shared
 // memory at large head dims). QREG: each warp's Q A-fragments are read from shared memory once,
-// before the key loop, instead of once per key tile (MT * HD / 4 registers more).
-template <int HD, int WARPS, bool CAUSAL, int STAGES = 1, bool QREG = false, int MT = 1>
+// before the key loop, instead of once per key tile (MT * HD / 4 registers more). RSKIP: the
+// rescale of O is skipped when no row of the warp moved its max (alpha exactly 1, so exact), one
+// warp vote against MT * HD / 2 multiplications a tile.
+template <int HD, int WARPS, bool CAUSAL, int STAGES = 1, bool QREG = false, int MT = 1,
+          bool RSKIP = false>
 __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STAGES))
     flash_attn_bf16_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                            const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out,
@@ -356,12 +359,14 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) l_run[mt][r] = l_run[mt][r] * alpha[r] + rs[r];
+        if (!RSKIP || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-        for (int i = 0; i < kNT; ++i) {
-          o[mt][i][0] *= alpha[0];
-          o[mt][i][1] *= alpha[0];
-          o[mt][i][2] *= alpha[1];
-          o[mt][i][3] *= alpha[1];
+          for (int i = 0; i < kNT; ++i) {
+            o[mt][i][0] *= alpha[0];
+            o[mt][i][1] *= alpha[0];
+            o[mt][i][2] *= alpha[1];
+            o[mt][i][3] *= alpha[1];
+          }
         }
       }
     }
@@ -423,12 +428,12 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
 
 // Launches one instantiation; a shared-memory need past the device's opt-in limit (a 2-stage
 // variant on sm_86/89) is refused with std::invalid_argument before anything runs.
-template <int HD, int WARPS, bool CAUSAL, int STAGES, bool QREG, int MT>
+template <int HD, int WARPS, bool CAUSAL, int STAGES, bool QREG, int MT, bool RSKIP>
 void launch_bf16_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                         __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
                         float scale_log2, const int4* tiles, cudaStream_t stream) {
   constexpr size_t smem = bf16_smem_bytes(HD, 16 * MT * WARPS, STAGES);
-  auto* kernel = flash_attn_bf16_kernel<HD, WARPS, CAUSAL, STAGES, QREG, MT>;
+  auto* kernel = flash_attn_bf16_kernel<HD, WARPS, CAUSAL, STAGES, QREG, MT, RSKIP>;
   if constexpr (STAGES > 1 || MT > 1) {  // beyond the default shapes
     int dev = 0, optin = 0;
     CLEF_CUDA_CHECK(cudaGetDevice(&dev));
@@ -449,9 +454,9 @@ void launch_bf16_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-// One (head dim, shape, stages, Q placement, m-tiles): the scale and the grid for the call, causal
-// or not.
-template <int HD, int WARPS, int STAGES = 1, bool QREG = false, int MT = 1>
+// One (head dim, shape, stages, Q placement, m-tiles, rescale skip): the scale and the grid for the
+// call, causal or not.
+template <int HD, int WARPS, int STAGES = 1, bool QREG = false, int MT = 1, bool RSKIP = false>
 void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                  __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
                  cudaStream_t stream) {
@@ -465,11 +470,11 @@ void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bflo
           ? static_cast<float>(1.4426950408889634 * static_cast<double>(seqs->scale))
           : 1.4426950408889634f / sqrtf(static_cast<float>(HD));
   if (is_causal(seqs))
-    launch_bf16_kernel<HD, WARPS, true, STAGES, QREG, MT>(q, k, v, out, T, n_heads, n_kv_heads,
-                                                          grid_x, scale_log2, tiles, stream);
+    launch_bf16_kernel<HD, WARPS, true, STAGES, QREG, MT, RSKIP>(
+        q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2, tiles, stream);
   else
-    launch_bf16_kernel<HD, WARPS, false, STAGES, QREG, MT>(q, k, v, out, T, n_heads, n_kv_heads,
-                                                           grid_x, scale_log2, tiles, stream);
+    launch_bf16_kernel<HD, WARPS, false, STAGES, QREG, MT, RSKIP>(
+        q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2, tiles, stream);
 }
 
 }  // namespace clef::engine::cuda::flash

@@ -26,15 +26,16 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim);
 // must be built for it); stages 1 (one K and one V buffer, four barriers per key tile: the default
 // kernel) or 2 (double-buffered K/V, one barrier per tile; refused where the device's shared memory
 // is too small); q_in_regs: Q read into registers once instead of from shared memory every key
-// tile.
+// tile; skip_rescale: O's rescale skipped when no row max of the warp moved (exact).
 struct AttnVariant {
   int warps = 4;
   int stages = 1;
   bool q_in_regs = false;
   int m_tiles = 1;
+  bool skip_rescale = false;
   bool operator==(const AttnVariant& o) const {  // (tuning.h is also compiled as CUDA C++17)
     return warps == o.warps && stages == o.stages && q_in_regs == o.q_in_regs &&
-           m_tiles == o.m_tiles;
+           m_tiles == o.m_tiles && skip_rescale == o.skip_rescale;
   }
 };
 
@@ -45,7 +46,8 @@ std::vector<AttnVariant> attention_bf16_variants();
 
 int attention_variant_rows_per_tile(const AttnVariant& v);
 
-// "w4s1", "w8s2q", "w4m2s2", ...: warps, m-tiles when 2, stages, q for Q in registers.
+// "w4s1", "w8s2q", "w4m2s2r", ...: warps, m-tiles when 2, stages, q for Q in registers, r for the
+// rescale skip.
 // attention_variant_from_name throws std::invalid_argument for a name that is not a built variant.
 std::string attention_variant_name(const AttnVariant& v);
 AttnVariant attention_variant_from_name(const std::string& name);
