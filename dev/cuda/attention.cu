@@ -1,6 +1,6 @@
 // Workbench: the GQA attention core (engine/cuda/attention/attention_core.h). Checks every bf16
 // kernel variant (tuning.h: 4 or 8 warps of 1 or 2 m-tiles, 1 or 2 K/V stages, Q in shared memory
-// or registers), the public entry point (its own pick, attention_core_bf16_pick_warps) and the
+// or registers), the public entry point (its own pick, attention_core_bf16_pick) and the
 // fp32 parity kernel against clef_engine_ref's double-precision reference; then times each at the
 // Clef-flash shape (16 q / 4 kv heads, hd 256, causal; T 961, 2761, 5661, 16384, or CLEF_BENCH_T),
 // causal FLOPs against mma.sync's dense bf16 peak (660 TFLOP/s on an H200; fp32 kernel: the fp32
@@ -61,7 +61,7 @@ bool runs(const Kernel& kr, int hd) {
 std::string kernel_name(const Kernel& kr, int T, int nh = kAttnNh, int hd = kAttnHd) {
   if (kr.f32()) return "attention_core_f32";
   if (kr.kind == Kernel::kAuto)
-    return "bf16 auto (" + std::to_string(attention_core_bf16_pick_warps(T, nh, hd)) + " warps)";
+    return "bf16 auto (" + attention_variant_name(attention_core_bf16_pick(T, nh, hd)) + ")";
   return "bf16 " + attention_variant_name(kr.var);
 }
 

@@ -202,7 +202,8 @@ void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfl
 }
 
 int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim) {
-  return bf16 ? 16 * attention_core_bf16_pick_warps(T, n_heads, head_dim) : kFBr;
+  return bf16 ? attention_variant_rows_per_tile(attention_core_bf16_pick(T, n_heads, head_dim))
+              : kFBr;
 }
 
 int attention_padded_head_dim(int head_dim) {
@@ -225,13 +226,20 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {
   return 4;
 }
 
+AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim) {
+  // The default shape until the variants (attention_bf16_variants) have been timed on the device;
+  // a pick must stay a variant attention_variant_supported accepts on every device it can meet (or
+  // fall back to a default shape), as attention_rows_per_tile follows it.
+  return {attention_core_bf16_pick_warps(T, n_heads, head_dim), 1, false, 1, false};
+}
+
 void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
                          cudaStream_t stream, const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   if (T == 0) return;
-  attention_core_bf16_warps(attention_core_bf16_pick_warps(T, n_heads, head_dim), q, k, v, out, T,
-                            n_heads, n_kv_heads, head_dim, stream, seqs);
+  attention_core_bf16_variant(attention_core_bf16_pick(T, n_heads, head_dim), q, k, v, out, T,
+                              n_heads, n_kv_heads, head_dim, stream, seqs);
 }
 
 void attention_core_f32(const float* q, const float* k, const float* v, float* out, int T,

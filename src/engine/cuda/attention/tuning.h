@@ -56,6 +56,10 @@ AttnVariant attention_variant_from_name(const std::string& name);
 // device (built for it, and its shared memory within the device's opt-in limit).
 bool attention_variant_supported(const AttnVariant& v, int head_dim);
 
+// The variant attention_core_bf16 runs for this shape on the current device (its tile size is
+// attention_rows_per_tile's): the default shape of attention_core_bf16_pick_warps for now.
+AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim);
+
 // attention_core_bf16 with the given variant (its tile table, if any, built for
 // attention_variant_rows_per_tile rows per tile). Throws std::invalid_argument for a variant not
 // built or not supported here.
