@@ -1,12 +1,13 @@
-// Every bf16 attention kernel variant (engine/cuda/attention/tuning.h: warps, K/V stages, Q in
-// registers) against the CPU reference (support/ref/attention_ref.h, double accumulation) on fresh
-// random inputs, outputs NaN-poisoned before every launch: causal and non-causal, one sequence
-// without a table and packed tables (pack_tables for causal, as the backbone builds them;
-// segment_tiles for non-causal, as the tower does) with lengths around the tile sizes, mixed long
-// and short sequences and unused slots; head dims 64, 80, 128 and 256; GQA 1:1 and 4:1. The stage
-// count, Q's place and the rescale skip (a multiplication by exactly 1 left out) change where
-// operands wait (shared memory, registers, which buffer), never the arithmetic or its order, so
-// those variants must also equal the 1-stage kernel of their warps and m-tiles bit for bit.
+// Every bf16 attention kernel variant (engine/cuda/attention/tuning.h: warps, m-tiles, K/V stages,
+// Q in registers, rescale skip) against the CPU reference (support/ref/attention_ref.h, double
+// accumulation) on fresh random inputs, outputs NaN-poisoned before every launch: causal and
+// non-causal, one sequence without a table and packed tables (pack_tables for causal, as the
+// backbone builds them; segment_tiles for non-causal, as the tower does) with lengths around the
+// tile sizes, mixed long and short sequences and unused slots; head dims 64, 80, 128 and 256; GQA
+// 1:1 and 4:1. The stage count, Q's place and the rescale skip (a multiplication by exactly 1 left
+// out) change where operands wait (shared memory, registers, which buffer), never the arithmetic or
+// its order, so those variants must also equal the 1-stage kernel of their warps and m-tiles bit
+// for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,7 +55,7 @@ std::vector<float> expand_heads(const std::vector<float>& x, int T, const Shape&
 }
 
 // One packing (or one sequence without a table: `table` false), one mode; every supported variant
-// checked against the reference and against the default kernel of its warps.
+// checked against the reference and against the 1-stage kernel of its warps and m-tiles.
 void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool causal, bool table,
                         std::mt19937_64& rng) {
   const int T = std::accumulate(lengths.begin(), lengths.end(), 0);
