@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "common.h"
@@ -185,7 +186,13 @@ bool check_segments(const std::vector<Kernel>& kernels, std::mt19937_64& rng,
 int main() {
   print_device();
   auto rng = make_rng();
-  const std::vector<Kernel> kernels = kernels_to_run();
+  std::vector<Kernel> kernels;
+  try {
+    kernels = kernels_to_run();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "CLEF_ATTN_VARIANT: %s\n", e.what());
+    return 2;
+  }
   const std::vector<int> tokens =
       std::getenv("CLEF_BENCH_T") ? bench_tokens() : std::vector<int>{961, 2761, 5661, 16384};
   if (!checks_pass("attention", [&] {
