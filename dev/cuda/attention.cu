@@ -1,13 +1,20 @@
-// Workbench: the causal GQA attention core (engine/cuda/attention/attention_core.h). Checks the
-// bf16 flash kernel in both shapes (4 and 8 warps of 16 query rows per CTA) and the public entry
-// point (its own pick, attention_core_bf16_pick_warps), plus the fp32 parity kernel, against
-// clef_engine_ref's double-precision reference; then times each at the Clef-flash shape (16 q / 4
-// kv heads, hd 256), causal FLOPs against the bf16 tensor peak (fp32 kernel: the fp32 SIMT peak).
-// Then the vision tower's mode (docs/spec/media.md §7): non-causal per segment, 16 heads of 72
-// columns zero-padded to attention_padded_head_dim(72), scale 1/sqrt(72), segment_tiles tables;
-// checked on a mixed packing against segment_attention_ref, timed on one 4096-row segment.
+// Workbench: the GQA attention core (engine/cuda/attention/attention_core.h). Checks every bf16
+// kernel variant (tuning.h: 4 or 8 warps of 1 or 2 m-tiles, 1 or 2 K/V stages, Q in shared memory
+// or registers), the public entry point (its own pick, attention_core_bf16_pick) and the
+// fp32 parity kernel against clef_engine_ref's double-precision reference; then times each at the
+// Clef-flash shape (16 q / 4 kv heads, hd 256, causal; T 961, 2761, 5661, 16384, or CLEF_BENCH_T),
+// causal FLOPs against mma.sync's dense bf16 peak (660 TFLOP/s on an H200; fp32 kernel: the fp32
+// SIMT peak). Then the vision tower's mode (docs/spec/media.md §7): non-causal per segment, 16
+// heads of 72 columns zero-padded to attention_padded_head_dim(72) = 80, scale 1/sqrt(72),
+// segment_tiles tables; checked on a mixed packing against segment_attention_ref, timed on one
+// 4096-row segment and on four of 1024, FLOPs counted at the padded 80 columns (what the kernel
+// computes). CLEF_ATTN_VARIANT=w4s2,w8s2q (names from attention_variant_name) times those variants
+// only (with the auto pick), read once here.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "common.h"
@@ -23,27 +30,58 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-// 0: attention_core_bf16 (its own pick); 4 or 8: that kernel shape; -1: attention_core_f32.
-constexpr int kVariants[] = {4, 8, 0, -1};
+constexpr Peak kMmaSync{"bf16 mma.sync 660 TFLOP/s", 660e12, true};
 
-std::string variant_name(int v, int T, int nh = kAttnNh, int hd = kAttnHd) {
-  if (v < 0) return "attention_core_f32";
-  if (v == 0)
-    return "bf16 auto (" + std::to_string(attention_core_bf16_pick_warps(T, nh, hd)) + " warps)";
-  return "bf16 " + std::to_string(v) + " warps";
+// What one row runs: attention_core_bf16 (its own pick), one bf16 variant, or attention_core_f32.
+struct Kernel {
+  enum Kind { kAuto, kVariant, kF32 } kind = kAuto;
+  AttnVariant var;
+  bool f32() const { return kind == kF32; }
+};
+
+// Every variant, or those CLEF_ATTN_VARIANT names (comma-separated), between auto and f32.
+std::vector<Kernel> kernels_to_run() {
+  std::vector<Kernel> ks{{Kernel::kAuto, {}}};
+  const char* env = std::getenv("CLEF_ATTN_VARIANT");
+  if (env && *env) {
+    std::stringstream ss(env);
+    std::string name;
+    while (std::getline(ss, name, ','))
+      if (!name.empty()) ks.push_back({Kernel::kVariant, attention_variant_from_name(name)});
+  } else {
+    for (const AttnVariant& v : attention_bf16_variants()) ks.push_back({Kernel::kVariant, v});
+  }
+  ks.push_back({Kernel::kF32, {}});
+  return ks;
 }
 
-void run(int v, const Buf& q, const Buf& k, const Buf& vv, Buf& out, int T, int nh, int nkv, int hd,
-         const AttnSequences* seqs = nullptr) {
-  if (v < 0)
+bool runs(const Kernel& kr, int hd) {
+  return kr.kind != Kernel::kVariant || attention_variant_supported(kr.var, hd);
+}
+
+std::string kernel_name(const Kernel& kr, int T, int nh = kAttnNh, int hd = kAttnHd) {
+  if (kr.f32()) return "attention_core_f32";
+  if (kr.kind == Kernel::kAuto)
+    return "bf16 auto (" + attention_variant_name(attention_core_bf16_pick(T, nh, hd)) + ")";
+  return "bf16 " + attention_variant_name(kr.var);
+}
+
+int kernel_rows_per_tile(const Kernel& kr, int T, int nh, int hd) {
+  if (kr.kind == Kernel::kVariant) return attention_variant_rows_per_tile(kr.var);
+  return attention_rows_per_tile(!kr.f32(), T, nh, hd);
+}
+
+void run(const Kernel& kr, const Buf& q, const Buf& k, const Buf& vv, Buf& out, int T, int nh,
+         int nkv, int hd, const AttnSequences* seqs = nullptr) {
+  if (kr.f32())
     attention_core_f32(q.get<float>(), k.get<float>(), vv.get<float>(), out.get<float>(), T, nh,
                        nkv, hd, nullptr, seqs);
-  else if (v == 0)
+  else if (kr.kind == Kernel::kAuto)
     attention_core_bf16(q.get<bf16>(), k.get<bf16>(), vv.get<bf16>(), out.get<bf16>(), T, nh, nkv,
                         hd, nullptr, seqs);
   else
-    attention_core_bf16_warps(v, q.get<bf16>(), k.get<bf16>(), vv.get<bf16>(), out.get<bf16>(), T,
-                              nh, nkv, hd, nullptr, seqs);
+    attention_core_bf16_variant(kr.var, q.get<bf16>(), k.get<bf16>(), vv.get<bf16>(),
+                                out.get<bf16>(), T, nh, nkv, hd, nullptr, seqs);
 }
 
 struct Qkv {
@@ -57,22 +95,24 @@ Qkv random_qkv(std::mt19937_64& rng, int T, int nh, int nkv, int hd) {
   return x;
 }
 
-bool check_shape(std::mt19937_64& rng, int T, int nh, int nkv, int hd) {
+bool check_shape(const std::vector<Kernel>& kernels, std::mt19937_64& rng, int T, int nh, int nkv,
+                 int hd) {
   const Qkv x = random_qkv(rng, T, nh, nkv, hd);
   std::vector<double> want_d;
   ref::attention_ref(x.q, x.k, x.v, T, nh, nkv, hd, {}, want_d);
   const std::vector<float> want(want_d.begin(), want_d.end());
   bool ok = true;
-  for (int v : kVariants) {
-    const bool f32 = v < 0;
+  for (const Kernel& kr : kernels) {
+    if (!runs(kr, hd)) continue;
+    const bool f32 = kr.f32();
     Buf dq = f32 ? to_device<float>(x.q) : to_device<bf16>(x.q);
     Buf dk = f32 ? to_device<float>(x.k) : to_device<bf16>(x.k);
     Buf dv = f32 ? to_device<float>(x.v) : to_device<bf16>(x.v);
     Buf out = f32 ? poisoned<float>(x.q.size()) : poisoned<bf16>(x.q.size());
-    run(v, dq, dk, dv, out, T, nh, nkv, hd);
+    run(kr, dq, dk, dv, out, T, nh, nkv, hd);
     const auto got = f32 ? to_host<float>(out, x.q.size()) : to_host<bf16>(out, x.q.size());
     // bf16: output rounding alone is ~2^-9 relative, and P is rounded to bf16 for the PV product.
-    ok &= check(variant_name(v, T), "out", got, want, f32 ? 1e-5 : 8e-3);
+    ok &= check(kernel_name(kr, T, nh, hd), "out", got, want, f32 ? 1e-5 : 8e-3);
   }
   return ok;
 }
@@ -101,10 +141,8 @@ struct SegTable {
   Buf tiles;
   AttnSequences seqs;
 };
-SegTable seg_table(int v, const std::vector<int>& lengths, int T, int hdp) {
-  const int rpt = v < 0    ? attention_rows_per_tile(false, T, kVisNh, hdp)
-                  : v == 0 ? attention_rows_per_tile(true, T, kVisNh, hdp)
-                           : 16 * v;
+SegTable seg_table(const Kernel& kr, const std::vector<int>& lengths, int T, int hdp) {
+  const int rpt = kernel_rows_per_tile(kr, T, kVisNh, hdp);
   const std::vector<int32_t> host = segment_tiles(lengths, rpt);
   SegTable t{Buf(host.size() * 4), {}};
   DEV_CUDA_CHECK(cudaMemcpy(t.tiles.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
@@ -115,7 +153,8 @@ SegTable seg_table(int v, const std::vector<int>& lengths, int T, int hdp) {
   return t;
 }
 
-bool check_segments(std::mt19937_64& rng, const std::vector<int>& lengths) {
+bool check_segments(const std::vector<Kernel>& kernels, std::mt19937_64& rng,
+                    const std::vector<int>& lengths) {
   int T = 0;
   for (int l : lengths) T += l;
   const int hdp = attention_padded_head_dim(kVisHd);
@@ -126,16 +165,17 @@ bool check_segments(std::mt19937_64& rng, const std::vector<int>& lengths) {
   const std::vector<float> want(want_d.begin(), want_d.end());
   const auto qp = pad_heads(x.q, hdp), kp = pad_heads(x.k, hdp), vp = pad_heads(x.v, hdp);
   bool ok = true;
-  for (int v : kVariants) {
-    const bool f32 = v < 0;
+  for (const Kernel& kr : kernels) {
+    if (!runs(kr, hdp)) continue;
+    const bool f32 = kr.f32();
     Buf dq = f32 ? to_device<float>(qp) : to_device<bf16>(qp);
     Buf dk = f32 ? to_device<float>(kp) : to_device<bf16>(kp);
     Buf dv = f32 ? to_device<float>(vp) : to_device<bf16>(vp);
     Buf out = f32 ? poisoned<float>(qp.size()) : poisoned<bf16>(qp.size());
-    const SegTable t = seg_table(v, lengths, T, hdp);
-    run(v, dq, dk, dv, out, T, kVisNh, kVisNh, hdp, &t.seqs);
+    const SegTable t = seg_table(kr, lengths, T, hdp);
+    run(kr, dq, dk, dv, out, T, kVisNh, kVisNh, hdp, &t.seqs);
     const auto got = f32 ? to_host<float>(out, qp.size()) : to_host<bf16>(out, qp.size());
-    ok &= check(variant_name(v, T, kVisNh, hdp) + " non-causal", "out", unpad_heads(got, hdp), want,
+    ok &= check(kernel_name(kr, T, kVisNh, hdp) + " non-causal", "out", unpad_heads(got, hdp), want,
                 f32 ? 1e-5 : 8e-3);
   }
   return ok;
@@ -146,12 +186,21 @@ bool check_segments(std::mt19937_64& rng, const std::vector<int>& lengths) {
 int main() {
   print_device();
   auto rng = make_rng();
-  const std::vector<int> tokens = bench_tokens();
+  std::vector<Kernel> kernels;
+  try {
+    kernels = kernels_to_run();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "CLEF_ATTN_VARIANT: %s\n", e.what());
+    return 2;
+  }
+  const std::vector<int> tokens =
+      std::getenv("CLEF_BENCH_T") ? bench_tokens() : std::vector<int>{961, 2761, 5661, 16384};
   if (!checks_pass("attention", [&] {
         bool ok = true;
-        ok &= check_shape(rng, 300, kAttnNh, kAttnNkv, kAttnHd);  // flash heads, tiles + a tail
-        ok &= check_shape(rng, 65, 8, 2, 32);                     // smallest head dim
-        ok &= check_segments(rng, {17, 300, 3, 64, 65});          // the tower's mode
+        ok &= check_shape(kernels, rng, 300, kAttnNh, kAttnNkv, kAttnHd);  // tiles + a tail
+        ok &= check_shape(kernels, rng, 65, 8, 2, 32);                     // smallest head dim
+        ok &= check_shape(kernels, rng, 200, 8, 2, 80);                    // the variants at 80
+        ok &= check_segments(kernels, rng, {17, 300, 3, 64, 65});          // the tower's mode
         return ok;
       }))
     return 1;
@@ -166,35 +215,40 @@ int main() {
   for (int T : tokens) {
     // Causal FLOPs: QK^T and PV over the lower triangle (incl. diagonal), 2 FLOP per MAC.
     const double flop = 4.0 * kAttnNh * kAttnHd * (double(T) * (T + 1) / 2);
-    for (int v : kVariants) {
-      const bool f32 = v < 0;
+    for (const Kernel& kr : kernels) {
+      if (!runs(kr, kAttnHd)) continue;
+      const bool f32 = kr.f32();
+      if (f32 && T > 5661) continue;  // seconds per run: not what this table is for
       const double us = timer.median_us([&] {
-        run(v, f32 ? q32 : q16, f32 ? k32 : k16, f32 ? v32 : v16, out, T, kAttnNh, kAttnNkv,
+        run(kr, f32 ? q32 : q16, f32 ? k32 : k16, f32 ? v32 : v16, out, T, kAttnNh, kAttnNkv,
             kAttnHd);
       });
-      print_row("attention", variant_name(v, T), T, us, flop, f32 ? kFp32Simt : kBf16Tensor);
+      print_row("attention", kernel_name(kr, T), T, us, flop, f32 ? kFp32Simt : kMmaSync);
     }
   }
 
-  // The tower: one 4096-row segment (a 1024 x 1024 image's patches), non-causal. FLOPs of the true
-  // head dim (4 nh 72 T^2), so the padding to 80 columns shows as lost throughput.
-  {
-    const int T = 4096, hdp = attention_padded_head_dim(kVisHd);
-    const Qkv xs = random_qkv(rng, T, kVisNh, kVisNh, kVisHd);
-    const auto qp = pad_heads(xs.q, hdp), kp = pad_heads(xs.k, hdp), vp = pad_heads(xs.v, hdp);
-    const Buf sq16 = to_device<bf16>(qp), sk16 = to_device<bf16>(kp), sv16 = to_device<bf16>(vp);
-    const Buf sq32 = to_device<float>(qp), sk32 = to_device<float>(kp), sv32 = to_device<float>(vp);
-    Buf sout = poisoned<float>(qp.size());  // big enough for either type
-    const double flop = 4.0 * kVisNh * kVisHd * double(T) * T;
-    for (int v : kVariants) {
-      const bool f32 = v < 0;
-      const SegTable t = seg_table(v, {T}, T, hdp);
+  // The tower: one 4096-row segment (a 1024 x 1024 image's patches) and four of 1024 (four 512 x
+  // 512 images), non-causal. FLOPs of the padded head dim (4 nh 80 sum len^2): the kernel's work.
+  const int T = 4096, hdp = attention_padded_head_dim(kVisHd);
+  const Qkv xs = random_qkv(rng, T, kVisNh, kVisNh, kVisHd);
+  const auto qp = pad_heads(xs.q, hdp), kp = pad_heads(xs.k, hdp), vp = pad_heads(xs.v, hdp);
+  const Buf sq16 = to_device<bf16>(qp), sk16 = to_device<bf16>(kp), sv16 = to_device<bf16>(vp);
+  const Buf sq32 = to_device<float>(qp), sk32 = to_device<float>(kp), sv32 = to_device<float>(vp);
+  Buf sout = poisoned<float>(qp.size());  // big enough for either type
+  for (const std::vector<int>& lengths : {std::vector<int>{4096}, std::vector<int>(4, 1024)}) {
+    double flop = 0;
+    for (int l : lengths) flop += 4.0 * kVisNh * hdp * double(l) * l;
+    const std::string shape = lengths.size() == 1 ? " nc 1x4096" : " nc 4x1024";
+    for (const Kernel& kr : kernels) {
+      if (!runs(kr, hdp)) continue;
+      const bool f32 = kr.f32();
+      const SegTable t = seg_table(kr, lengths, T, hdp);
       const double us = timer.median_us([&] {
-        run(v, f32 ? sq32 : sq16, f32 ? sk32 : sk16, f32 ? sv32 : sv16, sout, T, kVisNh, kVisNh,
+        run(kr, f32 ? sq32 : sq16, f32 ? sk32 : sk16, f32 ? sv32 : sv16, sout, T, kVisNh, kVisNh,
             hdp, &t.seqs);
       });
-      print_row("attention", variant_name(v, T, kVisNh, hdp) + " non-causal 16x72", T, us, flop,
-                f32 ? kFp32Simt : kBf16Tensor);
+      print_row("attention", kernel_name(kr, T, kVisNh, hdp) + shape, T, us, flop,
+                f32 ? kFp32Simt : kMmaSync);
     }
   }
   return 0;

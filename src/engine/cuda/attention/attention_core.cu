@@ -1,13 +1,6 @@
-// GQA flash attention, causal or non-causal per packed sequence (see attention_core.h).
-//
-// bf16 kernel: one CTA of 4 warps per (64-query tile, query head); each warp owns 16 query rows.
-// Key/value tiles of 64 rows stream through shared memory with cp.async; the V load of tile j
-// overlaps S = Q K_j^T and the K load of tile j+1 overlaps O += P V_j (FlashAttention-2 ordering),
-// so one buffer each for Q, K and V suffices: 3 x 64 x (hd + 8) bf16 = 99 KiB at hd 256, which also
-// fits sm_86/sm_89 (99 KiB opt-in) and lets two CTAs share an sm_80/sm_90 SM. Rows are padded by 16
-// bytes so ldmatrix reads are bank-conflict free. Matrix products: mma.sync m16n8k16 bf16 -> fp32;
-// softmax in fp32 with exp2 and a running max. Causal and non-causal are separate instantiations
-// (CAUSAL), so the causal kernels compile exactly as before the non-causal mode existed.
+// GQA flash attention, causal or non-causal per packed sequence (see attention_core.h): the entry
+// points, the default bf16 kernel shapes (flash_bf16.cuh, one stage, every head dim) and the fp32
+// parity kernel.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -16,355 +9,14 @@
 #include <string>
 
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/flash_bf16.cuh"
 #include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/cuda_check.h"
 
 namespace clef::engine::cuda {
 namespace {
 
-constexpr int kBc = 64;  // key rows per tile
-
-// The head dims both kernels are instantiated for (CLEF_HEAD_DIM_CASES below): multiples of 32,
-// and 80 for the vision tower's 72 (the bf16 kernel needs a multiple of 16 with an even number of
-// 8-column n-tiles; 80 pads 72 with 11 % more work where 96 would take 33 %).
-bool supported_head_dim(int head_dim) {
-  return head_dim > 0 && head_dim <= 256 && (head_dim % 32 == 0 || head_dim == 80);
-}
-
-void check_shape(int T, int n_heads, int n_kv_heads, int head_dim) {
-  if (T < 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
-    throw std::invalid_argument("attention_core: bad head counts (" + std::to_string(n_heads) +
-                                " / " + std::to_string(n_kv_heads) + ") or T " + std::to_string(T));
-  if (!supported_head_dim(head_dim))
-    throw std::invalid_argument("attention_core: head_dim " + std::to_string(head_dim) +
-                                " is not 80 or a multiple of 32 in [32, 256] (zero-pad it to "
-                                "attention_padded_head_dim)");
-}
-
-void check_sequences(const AttnSequences* seqs) {
-  if (!seqs) return;
-  const bool table_ok =
-      seqs->tiles ? seqs->tile_slots >= 1 && reinterpret_cast<uintptr_t>(seqs->tiles) % 16 == 0
-                  : seqs->tile_slots == 0;
-  if (!table_ok) throw std::invalid_argument("attention_core: bad packed-sequence tile table");
-  if (!std::isfinite(seqs->scale) || seqs->scale < 0.f)
-    throw std::invalid_argument("attention_core: score scale " + std::to_string(seqs->scale) +
-                                " is not finite and >= 0");
-}
-
-// The score scale of a call: the caller's, or 1/sqrt(head_dim) (computed as before the scale field
-// existed, so default callers get the same bits).
-float score_scale(const AttnSequences* seqs, int head_dim) {
-  return seqs && seqs->scale != 0.f ? seqs->scale : 1.f / sqrtf(static_cast<float>(head_dim));
-}
-bool is_causal(const AttnSequences* seqs) {
-  return !seqs || seqs->causal;
-}
-const int4* tile_table(const AttnSequences* seqs) {
-  return seqs ? reinterpret_cast<const int4*>(seqs->tiles) : nullptr;
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy; src_bytes 0 zero-fills (rows past T must be finite zeros: 0 * garbage may be
-// NaN).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// D += A B, m16n8k16, bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// Loads rows [row0, row0 + ROWS) of a [T, heads, HD] tensor's head into a padded smem tile.
-template <int HD, int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* base, int row0,
-                                          int T, int row_stride) {
-  constexpr int kChunksPerRow = HD / 8;  // 16-byte chunks
-  constexpr int kStride = HD + 8;
-  for (int c = threadIdx.x; c < ROWS * kChunksPerRow; c += THREADS) {
-    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-    const int row = row0 + r;
-    const bool ok = row < T;
-    const __nv_bfloat16* src = base + static_cast<size_t>(ok ? row : 0) * row_stride + col;
-    cp_async16(tile + r * kStride + col, src, ok ? 16 : 0);
-  }
-}
-
-// WARPS warps of 16 query rows each: Br = 16 * WARPS query rows per CTA. 4 warps (99 KiB smem at
-// hd 256, two CTAs per SM, fits sm_86/sm_89) or 8 warps (FlashAttention-2's Hopper/A100 shape:
-// 132 KiB, one CTA per SM, each K/V tile serves twice the rows).
-template <int HD, int WARPS, bool CAUSAL>
-__global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1)
-    flash_attn_bf16_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
-                           const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out,
-                           int T, int n_heads, int group, float scale_log2,
-                           const int4* __restrict__ tiles) {
-  constexpr int kThreads = WARPS * 32;
-  constexpr int kBr = WARPS * 16;
-  constexpr int kStride = HD + 8;
-  constexpr int kNT = HD / 8;  // output n-tiles of 8 columns per warp
-  // Skipping sub-tiles past a warp's rows is kept for the 8-warp shape only (two diagonal key tiles
-  // per CTA, the second wholly past half of its warps); in the 4-warp shape the runtime tests
-  // inside the unrolled MMA loops appeared to cost more than they saved (H200, T 5661: 190 TFLOP/s
-  // without, 178 with; one run each, on two machines), so masking alone handles its single diagonal
-  // tile. Non-causal, the same test skips the sub-tiles past the sequence's last key.
-  constexpr bool kSkip = WARPS == 8;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* sK = sQ + kBr * kStride;
-  __nv_bfloat16* sV = sK + kBc * kStride;
-
-  // This CTA's query rows [q0, q0 + kBr) of the sequence [s0, s1). One sequence: heaviest (last)
-  // query tiles first, as causal work grows with the tile index; packed: the table's order (which
-  // the host sorts heaviest first).
-  int q0, s0, s1;
-  if (tiles) {
-    const int4 tl = tiles[blockIdx.x];
-    if (tl.x < 0) return;  // an unused slot
-    q0 = tl.x, s0 = tl.y, s1 = tl.z;
-  } else {
-    q0 = (gridDim.x - 1 - blockIdx.x) * kBr, s0 = 0, s1 = T;
-  }
-  const int h = blockIdx.y;
-  const int kvh = h / group;
-  const int n_kv = n_heads / group;
-  const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
-  const __nv_bfloat16* qh = q + static_cast<size_t>(h) * HD;
-  const __nv_bfloat16* kh = k + static_cast<size_t>(kvh) * HD;
-  const __nv_bfloat16* vh = v + static_cast<size_t>(kvh) * HD;
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, tig = lane % 4;
-
-  load_tile<HD, kBr, kThreads>(sQ, qh, q0, s1, q_stride);
-  load_tile<HD, kBc, kThreads>(sK, kh, s0, s1, kv_stride);
-  cp_async_commit();
-
-  float o[kNT][4];
-#pragma unroll
-  for (int i = 0; i < kNT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY};  // running max (log2 domain) for rows g and g + 8
-  float l_run[2] = {0.f, 0.f};
-
-  // Keys s0..last_key: causal, up to the tile's last row; non-causal, the whole sequence.
-  const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
-  const int n_tiles = (last_key - s0) / kBc + 1;
-  const int warp_first = q0 + warp * 16;  // this warp's 16 query rows
-  const int warp_last = warp_first + 15;
-  const int row_a = warp_first + g;  // this thread's two rows
-  const int row_b = row_a + 8;
-  // The last key each row sees (keys past it are masked): causal, the row itself; non-causal, the
-  // sequence's last key. lim_lo / lim_hi: the smallest / largest of them in this warp.
-  const int lim_a = CAUSAL ? row_a : s1 - 1, lim_b = CAUSAL ? row_b : s1 - 1;
-  const int lim_lo = CAUSAL ? warp_first : s1 - 1, lim_hi = CAUSAL ? warp_last : s1 - 1;
-
-  for (int j = 0; j < n_tiles; ++j) {
-    load_tile<HD, kBc, kThreads>(sV, vh, s0 + j * kBc, s1, kv_stride);
-    cp_async_commit();
-    cp_async_wait<1>();  // Q and K_j have landed
-    __syncthreads();
-
-    const int key0 = s0 + j * kBc;
-    // Warp-uniform: does any key of this tile precede one of the warp's rows' limits / pass one?
-    const bool active = key0 <= lim_hi;
-    const bool diagonal = key0 + kBc - 1 > lim_lo;
-    uint32_t p[4][4];  // P as A fragments, one per 16-key k-step
-    if (active) {
-      // S = Q K_j^T for this warp's 16 rows x 64 keys.
-      float s[8][4];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4(a, sQ + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {                   // pairs of 8-key n-tiles
-          if (kSkip && key0 + np * 16 > lim_hi) continue;  // keys past all of the warp's limits
-          uint32_t b[4];
-          ldmatrix_x4(b, sK + (np * 16 + lane % 8 + (lane / 16) * 8) * kStride + kk * 16 +
-                             ((lane / 8) % 2) * 8);
-          mma_bf16(s[2 * np], a, b[0], b[1]);
-          mma_bf16(s[2 * np + 1], a, b[2], b[3]);
-        }
-      }
-
-      // Mask the keys past each row's limit (causal: this also covers keys >= s1, which only exist
-      // past the last row; non-causal: the zero-filled keys >= s1 of the last tile).
-      if (diagonal) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int key = key0 + nt * 8 + tig * 2;
-          if (key > lim_a) s[nt][0] = -INFINITY;
-          if (key + 1 > lim_a) s[nt][1] = -INFINITY;
-          if (key > lim_b) s[nt][2] = -INFINITY;
-          if (key + 1 > lim_b) s[nt][3] = -INFINITY;
-        }
-      }
-
-      // Online softmax (log2 domain). Key s0 is visible to every row, so after tile 0 the max is
-      // finite; a row with no visible key in a later tile keeps its state (p = 0, alpha = 1)
-      // (causal only: non-causal, key0 < s1 is visible to every row in every tile).
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
-      }
-      float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
-        alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[r] - m_new);
-        m_run[r] = m_new;
-      }
-      const float mb0 = m_run[0] == -INFINITY ? 0.f : m_run[0];
-      const float mb1 = m_run[1] == -INFINITY ? 0.f : m_run[1];
-      float rs[2] = {0.f, 0.f};
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float p0 = exp2f(s[nt][0] * scale_log2 - mb0);
-        const float p1 = exp2f(s[nt][1] * scale_log2 - mb0);
-        const float p2 = exp2f(s[nt][2] * scale_log2 - mb1);
-        const float p3 = exp2f(s[nt][3] * scale_log2 - mb1);
-        rs[0] += p0 + p1;
-        rs[1] += p2 + p3;
-        p[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p0, p1);
-        p[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
-#pragma unroll
-      for (int i = 0; i < kNT; ++i) {
-        o[i][0] *= alpha[0];
-        o[i][1] *= alpha[0];
-        o[i][2] *= alpha[1];
-        o[i][3] *= alpha[1];
-      }
-    }
-
-    __syncthreads();  // every warp is done with sK
-    if (j + 1 < n_tiles) load_tile<HD, kBc, kThreads>(sK, kh, s0 + (j + 1) * kBc, s1, kv_stride);
-    cp_async_commit();
-    cp_async_wait<1>();  // V_j has landed
-    __syncthreads();
-
-    // O += P V_j.
-    if (active) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        if (kSkip && key0 + kk * 16 > lim_hi) continue;  // P is exactly 0 there (masked)
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {  // pairs of 8-column n-tiles
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride +
-                                   np * 16 + (lane / 16) * 8);
-          mma_bf16(o[2 * np], p[kk], b[0], b[1]);
-          mma_bf16(o[2 * np + 1], p[kk], b[2], b[3]);
-        }
-      }
-    }
-    __syncthreads();  // every warp is done with sV before the next V load
-  }
-  cp_async_wait<0>();
-
-  // Normalise and store (row sums reduced over the quad that shares a row).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-  }
-  const float inv0 = 1.f / l_run[0], inv1 = 1.f / l_run[1];
-  __nv_bfloat16* oh = out + static_cast<size_t>(h) * HD;
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    const int col = nt * 8 + tig * 2;
-    if (row_a < s1)
-      *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_a) * q_stride + col) =
-          __floats2bfloat162_rn(o[nt][0] * inv0, o[nt][1] * inv0);
-    if (row_b < s1)
-      *reinterpret_cast<__nv_bfloat162*>(oh + static_cast<size_t>(row_b) * q_stride + col) =
-          __floats2bfloat162_rn(o[nt][2] * inv1, o[nt][3] * inv1);
-  }
-}
-
-template <int WARPS>
-size_t bf16_smem_bytes(int head_dim) {
-  return static_cast<size_t>(WARPS * 16 + 2 * kBc) * (head_dim + 8) * sizeof(__nv_bfloat16);
-}
-
-template <int HD, int WARPS, bool CAUSAL>
-void launch_bf16_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                        __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
-                        float scale_log2, const int4* tiles, cudaStream_t stream) {
-  const size_t smem = bf16_smem_bytes<WARPS>(HD);
-  // Opting in is per function and cheap; repeating it keeps this free of global state.
-  cudaError_t e =
-      cudaFuncSetAttribute(flash_attn_bf16_kernel<HD, WARPS, CAUSAL>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess)
-    throw std::runtime_error("attention_core_bf16: cannot get " + std::to_string(smem) +
-                             " bytes of shared memory: " + cudaGetErrorString(e));
-  flash_attn_bf16_kernel<HD, WARPS, CAUSAL><<<dim3(grid_x, n_heads), WARPS * 32, smem, stream>>>(
-      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2, tiles);
-  CLEF_CUDA_LAUNCH_CHECK();
-}
-
-template <int HD, int WARPS>
-void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                 __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
-                 cudaStream_t stream) {
-  constexpr int kBr = WARPS * 16;
-  const int4* tiles = tile_table(seqs);
-  const int grid_x = tiles ? seqs->tile_slots : (T + kBr - 1) / kBr;
-  // The default scale as it always was (1/sqrt(HD) folded into the constant in fp32, same bits);
-  // a caller's scale times log2(e) rounded once.
-  const float scale_log2 =
-      seqs && seqs->scale != 0.f
-          ? static_cast<float>(1.4426950408889634 * static_cast<double>(seqs->scale))
-          : 1.4426950408889634f / sqrtf(static_cast<float>(HD));
-  if (is_causal(seqs))
-    launch_bf16_kernel<HD, WARPS, true>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2,
-                                        tiles, stream);
-  else
-    launch_bf16_kernel<HD, WARPS, false>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2,
-                                         tiles, stream);
-}
+using namespace flash;
 
 // ---- fp32 (parity) kernel ---------------------------------------------------------------------
 // One CTA of 128 threads per (32-query tile, head); thread t owns query row t / 4 and, within it,
@@ -550,7 +202,8 @@ void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfl
 }
 
 int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim) {
-  return bf16 ? 16 * attention_core_bf16_pick_warps(T, n_heads, head_dim) : kFBr;
+  return bf16 ? attention_variant_rows_per_tile(attention_core_bf16_pick(T, n_heads, head_dim))
+              : kFBr;
 }
 
 int attention_padded_head_dim(int head_dim) {
@@ -573,13 +226,20 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {
   return 4;
 }
 
+AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim) {
+  // The default shape until the variants (attention_bf16_variants) have been timed on the device;
+  // a pick must stay a variant attention_variant_supported accepts on every device it can meet (or
+  // fall back to a default shape), as attention_rows_per_tile follows it.
+  return {attention_core_bf16_pick_warps(T, n_heads, head_dim), 1, false, 1, false};
+}
+
 void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
                          cudaStream_t stream, const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   if (T == 0) return;
-  attention_core_bf16_warps(attention_core_bf16_pick_warps(T, n_heads, head_dim), q, k, v, out, T,
-                            n_heads, n_kv_heads, head_dim, stream, seqs);
+  attention_core_bf16_variant(attention_core_bf16_pick(T, n_heads, head_dim), q, k, v, out, T,
+                              n_heads, n_kv_heads, head_dim, stream, seqs);
 }
 
 void attention_core_f32(const float* q, const float* k, const float* v, float* out, int T,

@@ -1,0 +1,185 @@
+// Every bf16 attention kernel variant (engine/cuda/attention/tuning.h: warps, m-tiles, K/V stages,
+// Q in registers, rescale skip) against the CPU reference (support/ref/attention_ref.h, double
+// accumulation) on fresh random inputs, outputs NaN-poisoned before every launch: causal and
+// non-causal, one sequence without a table and packed tables (pack_tables for causal, as the
+// backbone builds them; segment_tiles for non-causal, as the tower does) with lengths around the
+// tile sizes, mixed long and short sequences and unused slots; head dims 64, 80, 128 and 256; GQA
+// 1:1 and 4:1. The stage count, Q's place and the rescale skip (a multiplication by exactly 1 left
+// out) change where operands wait (shared memory, registers, which buffer), never the arithmetic or
+// its order, so those variants must also equal the 1-stage kernel of their warps and m-tiles bit
+// for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/tuning.h"
+#include "engine/cuda/gpu_test_util.h"
+#include "engine/cuda/packing.h"
+#include "support/ref/attention_ref.h"
+
+namespace clef {
+namespace {
+
+using namespace clef::engine::cuda;
+using namespace clef::gputest;
+namespace ref = clef::engine::ref;
+using bf16 = __nv_bfloat16;
+
+struct Shape {
+  int nh, nkv, hd;
+};
+
+std::string describe(const std::vector<int>& lengths) {
+  std::string s;
+  for (int l : lengths) s += (s.empty() ? "" : ",") + std::to_string(l);
+  return s;
+}
+
+// k/v [T, nkv, hd] -> [T, nh, hd], head h = kv head h / (nh / nkv): the GQA reading, so the
+// no-GQA segment reference serves every head ratio.
+std::vector<float> expand_heads(const std::vector<float>& x, int T, const Shape& s) {
+  const int group = s.nh / s.nkv;
+  std::vector<float> out(static_cast<size_t>(T) * s.nh * s.hd);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < s.nh; ++h)
+      std::copy_n(x.begin() + (static_cast<size_t>(t) * s.nkv + h / group) * s.hd, s.hd,
+                  out.begin() + (static_cast<size_t>(t) * s.nh + h) * s.hd);
+  return out;
+}
+
+// One packing (or one sequence without a table: `table` false), one mode; every supported variant
+// checked against the reference and against the 1-stage kernel of its warps and m-tiles.
+void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool causal, bool table,
+                        std::mt19937_64& rng) {
+  const int T = std::accumulate(lengths.begin(), lengths.end(), 0);
+  const int S = static_cast<int>(lengths.size());
+  // Default scale on the unpacked causal path (scale 0 = 1/sqrt(hd)); the tower's 1/sqrt(72)
+  // (a caller's scale that is not the head dim's) elsewhere.
+  const bool default_scale = causal && !table;
+  const double scale = default_scale ? 1.0 / std::sqrt(double(s.hd)) : 1.0 / std::sqrt(72.0);
+  // q scaled up (0.5..3) so that some softmax rows are peaked (exercises the running max).
+  const float qs = std::uniform_real_distribution<float>(0.5f, 3.f)(rng);
+  std::vector<float> q = randn(rng, static_cast<size_t>(T) * s.nh * s.hd, qs);
+  std::vector<float> k = randn(rng, static_cast<size_t>(T) * s.nkv * s.hd);
+  std::vector<float> v = randn(rng, k.size());
+  for (auto* x : {&q, &k, &v}) round_all_bf16(*x);
+  std::vector<double> want;
+  ref::segment_attention_ref(q, expand_heads(k, T, s), expand_heads(v, T, s), lengths, s.nh, s.hd,
+                             scale, causal, {}, want);
+  const auto dq = to_device<bf16>(q), dk = to_device<bf16>(k), dv = to_device<bf16>(v);
+  const size_t n = q.size();
+
+  // The 1-stage kernel's output (Q in shared memory, no rescale skip), by warps and m-tiles.
+  std::vector<std::vector<float>> baseline(32);
+  int checked = 0;
+  for (const AttnVariant& var : attention_bf16_variants()) {
+    if (!attention_variant_supported(var, s.hd)) continue;
+    ++checked;
+    SCOPED_TRACE(testing::Message() << "variant " << attention_variant_name(var));
+    const int rpt = attention_variant_rows_per_tile(var);
+    std::vector<int32_t> host_tiles;
+    if (table)
+      host_tiles = causal ? pack_tables(lengths, T, S + 1, rpt).tiles : segment_tiles(lengths, rpt);
+    engine::cuda::DeviceBuffer dtiles(std::max<size_t>(host_tiles.size(), 1) * 4);
+    if (table) {
+      CLEF_CUDA_CHECK(cudaMemcpy(dtiles.get(), host_tiles.data(), host_tiles.size() * 4,
+                                 cudaMemcpyHostToDevice));
+      size_t unused = 0;
+      for (size_t i = 0; i < host_tiles.size(); i += 4) unused += host_tiles[i] < 0;
+      EXPECT_GE(unused, 1u) << "the table should hold an unused slot";
+    }
+    AttnSequences seqs;
+    seqs.tiles = table ? dtiles.get<int32_t>() : nullptr;
+    seqs.tile_slots = static_cast<int>(host_tiles.size() / 4);
+    seqs.causal = causal;
+    seqs.scale = default_scale ? 0.f : static_cast<float>(scale);
+    auto out = poisoned<bf16>(n);
+    attention_core_bf16_variant(var, dq.get<bf16>(), dk.get<bf16>(), dv.get<bf16>(),
+                                out.get<bf16>(), T, s.nh, s.nkv, s.hd, nullptr, &seqs);
+    const std::vector<float> got = to_host<bf16>(out, n);
+    size_t non_finite = 0;
+    double num = 0, den = 0, max_abs = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(got[i])) {
+        ++non_finite;
+        continue;
+      }
+      const double d = got[i] - want[i];
+      num += d * d, den += want[i] * want[i], max_abs = std::max(max_abs, std::abs(d));
+    }
+    const double rel_l2 = std::sqrt(num / std::max(den, 1e-300));
+    EXPECT_EQ(non_finite, 0u);
+    // As attention_core_test: bf16 output rounding alone is ~2^-9 relative, and P is rounded to
+    // bf16 for the PV product.
+    EXPECT_LT(rel_l2, 8e-3) << "max abs " << max_abs;
+    EXPECT_LT(max_abs, 5e-2) << "rel l2 " << rel_l2;
+    // attention_bf16_variants lists those 1-stage kernels before the variants of their shape.
+    auto& base = baseline[var.warps * 3 + var.m_tiles];
+    if (var.stages == 1 && !var.q_in_regs && !var.skip_rescale) {
+      base = got;
+    } else if (!base.empty()) {  // (w8m2s2 has no 1-stage kernel)
+      size_t differ = 0;
+      for (size_t i = 0; i < n; ++i) differ += std::memcmp(&base[i], &got[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0u) << "outputs differing from the 1-stage kernel of " << var.warps
+                            << " warps x " << var.m_tiles << " m-tiles";
+    }
+  }
+  EXPECT_GE(checked, 2) << "the default kernels run everywhere";
+}
+
+class AttentionVariants : public testing::TestWithParam<Shape> {};
+
+TEST_P(AttentionVariants, MatchReferenceAndDefaultKernel) {
+  CLEF_REQUIRE_GPU();
+  const Shape s = GetParam();
+  auto rng = fresh_rng();
+  // Lengths around both tile sizes (64 and 128 rows), then long and short sequences mixed.
+  const std::vector<std::vector<int>> packings = {{1, 63, 64, 65, 127, 128, 129},
+                                                  {700, 3, 129, 1, 64}};
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    for (int T : {1, 129, 300}) {
+      SCOPED_TRACE(testing::Message() << "one sequence of " << T << ", no table");
+      check_all_variants(s, {T}, causal, false, rng);
+    }
+    for (const auto& lengths : packings) {
+      SCOPED_TRACE("packed " + describe(lengths));
+      check_all_variants(s, lengths, causal, true, rng);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionVariants,
+                         testing::Values(Shape{4, 4, 64}, Shape{8, 2, 64}, Shape{4, 4, 80},
+                                         Shape{8, 2, 80}, Shape{4, 4, 128}, Shape{8, 2, 128},
+                                         Shape{4, 4, 256}, Shape{8, 2, 256}),
+                         [](const testing::TestParamInfo<Shape>& i) {
+                           return "hd" + std::to_string(i.param.hd) + "_gqa" +
+                                  std::to_string(i.param.nh / i.param.nkv);
+                         });
+
+// Host side: names round-trip, unknown names are refused.
+TEST(AttentionVariantNames, RoundTripAndRefuseUnknown) {
+  const auto all = attention_bf16_variants();
+  ASSERT_GE(all.size(), 2u);
+  EXPECT_TRUE((all[0] == AttnVariant{4, 1, false}));
+  EXPECT_TRUE((all[1] == AttnVariant{8, 1, false}));
+  for (const AttnVariant& v : all)
+    EXPECT_TRUE(attention_variant_from_name(attention_variant_name(v)) == v);
+  EXPECT_EQ(attention_variant_name({8, 2, true, 1}), "w8s2q");
+  EXPECT_EQ(attention_variant_name({4, 2, false, 2}), "w4m2s2");
+  EXPECT_EQ(attention_variant_rows_per_tile({4, 1, false, 2}), 128);
+  EXPECT_EQ(attention_variant_name({4, 1, false, 2, true}), "w4m2s1r");
+  EXPECT_THROW(attention_variant_from_name("w16s2"), std::invalid_argument);
+  EXPECT_THROW(attention_variant_from_name(""), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace clef
