@@ -202,10 +202,11 @@ TEST(Fp8Gemm, BlockScaledMatchesFloat64OnTheDequantisedOperands) {
     // Reference: float64 over the dequantised operands (+ the prior C when accumulating).
     std::vector<float> c0 = randn(rng, size_t(c.M) * c.N, 0.5f);
     round_all_bf16(c0);
-    std::vector<double> ref(size_t(c.M) * c.N), mag(ref.size());
+    std::vector<double> ref(size_t(c.M) * c.N), mag(ref.size()), prod(ref.size());
     for (int m = 0; m < c.M; ++m)
       for (int n = 0; n < c.N; ++n) {
-        double acc = c.accumulate ? c0[size_t(m) * c.N + n] : 0.0, a = 0;
+        const double prior = c.accumulate ? c0[size_t(m) * c.N + n] : 0.0;
+        double acc = prior, a = 0;
         for (int k = 0; k < c.K; ++k) {
           const double xv = model::e4m3_to_float(hx.q[size_t(m) * c.K + k]) *
                             double(hx.scales[size_t(m) * kb + k / 128]);
@@ -216,6 +217,7 @@ TEST(Fp8Gemm, BlockScaledMatchesFloat64OnTheDequantisedOperands) {
         }
         ref[size_t(m) * c.N + n] = acc;
         mag[size_t(m) * c.N + n] = a;
+        prod[size_t(m) * c.N + n] = acc - prior;
       }
     DeviceBuffer dc = c.accumulate ? to_device<__nv_bfloat16>(c0)
                       : c.bf16_out ? poisoned<__nv_bfloat16>(ref.size())
@@ -241,11 +243,17 @@ TEST(Fp8Gemm, BlockScaledMatchesFloat64OnTheDequantisedOperands) {
     // tensor cores add products with a reduced-precision accumulator before each 128-deep block
     // is promoted to fp32 (measured on the H200: at most 2.8e-4 of the sum of |products|); bound
     // 2^-10.
+    // Accumulating into a bf16 C, the product may also be rounded to bf16 before C is added (one
+    // more half ulp of |x w|: the bf16 reference's own residual add, matmul then add, rounds so).
+    // Session 9 measured 1.58x / 1.18x of the bound without this term at 12x64x64 / 12x64x128,
+    // where C and the product nearly cancel: that size, not more.
     const double out_rel = c.bf16_out ? 0x1.0p-8 : 0x1.0p-20;
+    const double prod_rel = c.bf16_out && c.accumulate ? 0x1.0p-9 : 0.0;
     size_t bad = 0;
     double worst = 0, worst_acc = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
-      const double tol = out_rel * std::fabs(ref[i]) + 0x1.0p-10 * mag[i] + 1e-30;
+      const double tol =
+          out_rel * std::fabs(ref[i]) + prod_rel * std::fabs(prod[i]) + 0x1.0p-10 * mag[i] + 1e-30;
       const double d = std::fabs(double(got[i]) - ref[i]);
       worst = std::max(worst, d / tol);
       worst_acc = std::max(worst_acc, std::max(0.0, d - out_rel * std::fabs(ref[i])) / mag[i]);

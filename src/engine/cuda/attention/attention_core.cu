@@ -3,10 +3,14 @@
 // parity kernel.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/attention/flash_bf16.cuh"
@@ -226,10 +230,42 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim) {
   return 4;
 }
 
+namespace {
+
+// A tuning override of the pick, for timing the variants inside the engine on a device:
+// CLEF_ATTN_PICK="80=w4m2s1,256=w8s2" names a variant per (padded) head dim. Read once per process
+// (process configuration, like OPENBLAS_NUM_THREADS); a malformed value throws at the first pick.
+std::vector<std::pair<int, AttnVariant>> parse_pick_override(const char* env) {
+  std::vector<std::pair<int, AttnVariant>> table;
+  if (!env) return table;
+  const std::string s(env);
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, end - at);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw std::invalid_argument("CLEF_ATTN_PICK: \"" + item + "\" is not HEAD_DIM=VARIANT");
+    table.emplace_back(std::stoi(item.substr(0, eq)),
+                       attention_variant_from_name(item.substr(eq + 1)));
+    at = end + 1;
+  }
+  return table;
+}
+
+const std::vector<std::pair<int, AttnVariant>>& pick_override() {
+  static const std::vector<std::pair<int, AttnVariant>> table =
+      parse_pick_override(std::getenv("CLEF_ATTN_PICK"));
+  return table;
+}
+
+}  // namespace
+
 AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim) {
-  // The default shape until the variants (attention_bf16_variants) have been timed on the device;
-  // a pick must stay a variant attention_variant_supported accepts on every device it can meet (or
+  // A pick must stay a variant attention_variant_supported accepts on every device it can meet (or
   // fall back to a default shape), as attention_rows_per_tile follows it.
+  for (const auto& [hd, v] : pick_override())
+    if (hd == head_dim && attention_variant_supported(v, head_dim)) return v;
   return {attention_core_bf16_pick_warps(T, n_heads, head_dim), 1, false, 1, false};
 }
 
