@@ -12,6 +12,7 @@
 #include "engine/cuda/kernels/vision.h"
 #include "engine/cuda/packing.h"
 #include "engine/cuda/profile.h"
+#include "media/check_visual_input.h"
 #include "model/bf16.h"
 
 namespace clef::engine::cuda {
@@ -162,19 +163,11 @@ std::map<std::string, std::string> CudaVisionTower::kernel_variants() const {
 }
 
 void CudaVisionTower::check(const media::VisualInput& visual) {
-  int64_t rows = 0;
-  for (const media::Grid& g : all_grids(visual)) {
-    if (g.t < 1 || g.h < 2 || g.w < 2 || g.h % 2 != 0 || g.w % 2 != 0)
-      throw tower_error("grid (" + std::to_string(g.t) + ", " + std::to_string(g.h) + ", " +
-                        std::to_string(g.w) + ") is not t >= 1 slices of an even h x w");
-    rows += g.patches();
-    if (rows > (int64_t{1} << 30) / media::kPatchValues)
-      throw tower_error("more patches than one forward takes");
-  }
+  // The constructor refuses a tower whose patches are not the processor's.
+  const int64_t rows = media::check_visual_input(visual, media::kPatchValues);
+  if (rows > (int64_t{1} << 30) / media::kPatchValues)
+    throw tower_error("more patches than one forward takes");
   if (rows == 0) throw tower_error("no images or videos");
-  if (visual.pixel_values.size() != static_cast<size_t>(rows) * media::kPatchValues)
-    throw tower_error(std::to_string(visual.pixel_values.size()) + " pixel values for grids of " +
-                      std::to_string(rows) + " patches");
 }
 
 CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, int tile_slots) {
