@@ -9,8 +9,6 @@ source scripts/device/setup.sh > /dev/null
 mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
 M=/tmp/flash
 L=$OUT
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-summary=()
 if has tests; then
   timeout "${TEST_TIMEOUT:-280}" test_gpu --gtest_brief=1 --gtest_filter="${GTEST_FILTER:--GdnTiming*}" > "$L/test_gpu.log" 2>&1
   summary+=("test_gpu: rc $? :: $(grep -E '^\[  (PASSED|FAILED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
@@ -26,6 +24,5 @@ if has profile; then
     --runs 3 --warmup 2 > "$L/profile.txt" 2>>"$L/misc.log"
   summary+=("profile rc $?")
 fi
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary
 [ -f "$L/profile.txt" ] && cat "$L/profile.txt"

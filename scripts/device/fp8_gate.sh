@@ -27,8 +27,6 @@ M=/tmp/flash_realistic
 M8=/tmp/flash_realistic_fp8
 L=$OUT
 PORT=8741
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-summary=()
 if has model; then
   for spec in "$M bfloat16" "$M8 fp8"; do
     set -- $spec
@@ -70,5 +68,4 @@ if has profile; then
     while read -r l; do summary+=("  $l"); done < <(grep -E '^\| (tokens|961|5661) ' "$L/profile_$dt.txt")
   done
 fi
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary

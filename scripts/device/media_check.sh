@@ -10,8 +10,6 @@ source scripts/device/setup.sh > /dev/null
 mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
 M=/tmp/flash
 L=$OUT
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-summary=()
 if has tests; then
   timeout "${TEST_TIMEOUT:-280}" test_gpu --gtest_brief=1 --gtest_filter="${GTEST_FILTER:--GdnTiming*}" > "$L/test_gpu.log" 2>&1
   summary+=("test_gpu: rc $? :: $(grep -E '^\[  (PASSED|FAILED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
@@ -90,8 +88,7 @@ if has http; then
   kill $SPID; wait $SPID 2>/dev/null
   while read -r l; do summary+=("  $l"); done < <(grep -E "HTTP" "$L/http.txt")
 fi
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary
 [ -f "$L/media_profile.txt" ] && grep -E "^\| [0-9]|^clefserve profile|eager stages|^media:" "$L/media_profile.txt"
 [ -f "$L/profile.txt" ] && grep -E "^\| [0-9]" "$L/profile.txt"
 [ -f "$L/profile_fp8.txt" ] && grep -E "^\| [0-9]|kernels.gemm|dtype" "$L/profile_fp8.txt"

@@ -10,3 +10,12 @@ export PATH=/tmp/c/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 echo "cublasLt from ${CUBLAS_DIR}"
 ldd /tmp/c/bin/clefserve | grep "not found" && echo "MISSING LIBS" || echo "libs ok"
+# The check scripts' step helpers: `has STEP` (is STEP in $STEPS, read when called), the summary
+# lines they collect, and print_summary (the block they end with).
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+summary=()
+print_summary() {
+  echo "================ SUMMARY ================"
+  local s
+  for s in "${summary[@]}"; do echo "$s"; done
+}

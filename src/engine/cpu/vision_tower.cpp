@@ -11,6 +11,7 @@
 #include "engine/cpu/linear.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/parallel.h"
+#include "media/check_visual_input.h"
 
 namespace clef::engine::cpu {
 
@@ -117,28 +118,7 @@ void vision_block(const model::Release& release, int b, std::vector<float>& x, i
 }  // namespace
 
 void check_visual_input(const model::Release& release, const media::VisualInput& visual) {
-  const model::VisionConfig& v = tower_config(release);
-  int64_t patches = 0;
-  auto check = [&](const media::Grid& g, const char* kind, size_t k) {
-    if (g.t < 1 || g.h < 2 || g.w < 2 || g.h % 2 != 0 || g.w % 2 != 0) {
-      throw std::runtime_error(std::string(kind) + " " + std::to_string(k) + ": grid (" +
-                               std::to_string(g.t) + ", " + std::to_string(g.h) + ", " +
-                               std::to_string(g.w) +
-                               ") is not t >= 1 slices of an even h x w of patches");
-    }
-    patches += g.patches();
-  };
-  for (size_t k = 0; k < visual.image_grids.size(); ++k) check(visual.image_grids[k], "image", k);
-  for (size_t k = 0; k < visual.video_grids.size(); ++k) check(visual.video_grids[k], "video", k);
-  if (v.patch_values() != media::kPatchValues) {
-    throw std::runtime_error("vision tower: patches of " + std::to_string(v.patch_values()) +
-                             " values, the processor makes " + std::to_string(media::kPatchValues));
-  }
-  if (visual.pixel_values.size() != static_cast<size_t>(patches) * media::kPatchValues) {
-    throw std::runtime_error("visual input: " + std::to_string(visual.pixel_values.size()) +
-                             " pixel values for grids of " + std::to_string(patches) +
-                             " patches (" + std::to_string(media::kPatchValues) + " each)");
-  }
+  media::check_visual_input(visual, tower_config(release).patch_values());
 }
 
 std::vector<float> vision_position_embedding(const model::Release& release, int h, int w) {

@@ -10,9 +10,9 @@
 
 namespace clef::engine::cpu {
 
-// Checks `visual` against the release's tower: grids positive with even h and w, pixel_values
-// exactly Σ patches x patch_values. Throws std::runtime_error naming what is wrong (also when the
-// release has no tower).
+// Checks `visual` against the release's tower (media::check_visual_input: grids positive with even
+// h and w, pixel_values exactly Σ patches x patch_values). Throws std::runtime_error naming what is
+// wrong (also when the release has no tower).
 void check_visual_input(const model::Release& release, const media::VisualInput& visual);
 
 // The tower on every image, then every video: returns [Σ tokens, out_hidden_size] row-major, the

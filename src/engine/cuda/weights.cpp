@@ -3,59 +3,14 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 
 #include "engine/cuda/kernels/attn_prep.h"
 #include "engine/cuda/kernels/quantize.h"
-#include "model/bf16.h"
+#include "engine/cuda/staging.h"
 
 namespace clef::engine::cuda {
 namespace {
-
-// Host staging for one device tensor in a given element type, filled tensor by tensor (fused
-// projections append their parts).
-class Staging {
- public:
-  explicit Staging(DataType t) : type_(t) {
-    if (t != DataType::F32 && t != DataType::BF16)
-      throw std::runtime_error(std::string("cuda engine: weights in ") + data_type_name(t) +
-                               " are not supported yet");
-  }
-  // Appends tensor t as the engine must use it (bf16-rounded per the loading rule).
-  void append(const model::Tensor& t) {
-    const size_t n = t.numel(), es = data_type_bytes(type_), off = bytes_.size();
-    bytes_.resize(off + n * es);
-    if (type_ == DataType::BF16 && t.dtype == model::DType::BF16) {
-      std::memcpy(bytes_.data() + off, t.data, n * 2);
-    } else {
-      std::vector<float> tmp(std::min<size_t>(n, 1 << 22));
-      for (size_t i = 0; i < n; i += tmp.size()) {
-        const size_t m = std::min(tmp.size(), n - i);
-        t.to_float(tmp.data(), i, m);
-        unsigned char* dst = bytes_.data() + off + i * es;
-        if (type_ == DataType::F32) {
-          std::memcpy(dst, tmp.data(), m * 4);
-        } else {
-          for (size_t j = 0; j < m; ++j) {
-            const uint16_t b = model::float_to_bf16(tmp[j]);
-            std::memcpy(dst + 2 * j, &b, 2);
-          }
-        }
-      }
-    }
-    elems_ += n;
-  }
-  size_t elems() const { return elems_; }
-  DataType type() const { return type_; }
-  const unsigned char* data() const { return bytes_.data(); }
-  size_t bytes() const { return bytes_.size(); }
-
- private:
-  DataType type_;
-  std::vector<unsigned char> bytes_;
-  size_t elems_ = 0;
-};
 
 class Uploader {
  public:
@@ -125,11 +80,7 @@ class Uploader {
   }
 
  private:
-  const void* put(const void* src, size_t bytes) {
-    DeviceBuffer b(std::max<size_t>(bytes, 1));
-    CLEF_CUDA_CHECK(cudaMemcpy(b.get(), src, bytes, cudaMemcpyHostToDevice));
-    return own(std::move(b));
-  }
+  const void* put(const void* src, size_t bytes) { return own(device_copy(src, bytes)); }
   const void* own(DeviceBuffer b) {
     w_.bytes += b.bytes();
     w_.storage.push_back(std::move(b));

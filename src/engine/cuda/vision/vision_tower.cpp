@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 #include <type_traits>
 
@@ -12,7 +11,8 @@
 #include "engine/cuda/kernels/vision.h"
 #include "engine/cuda/packing.h"
 #include "engine/cuda/profile.h"
-#include "model/bf16.h"
+#include "engine/cuda/staging.h"
+#include "media/check_visual_input.h"
 
 namespace clef::engine::cuda {
 namespace {
@@ -22,21 +22,6 @@ constexpr float kEps = 1e-6f;
 
 std::runtime_error tower_error(const std::string& m) {
   return std::runtime_error("vision tower: " + m);
-}
-
-// Host values of a tensor in the activation type, by the loading rule (bf16-rounded unless the
-// release keeps fp32): float values in, bytes out.
-std::vector<unsigned char> host_bytes(const std::vector<float>& v, DataType t) {
-  std::vector<unsigned char> out(v.size() * data_type_bytes(t));
-  if (t == DataType::F32) {
-    std::memcpy(out.data(), v.data(), out.size());
-  } else {
-    for (size_t i = 0; i < v.size(); ++i) {
-      const uint16_t b = model::float_to_bf16(v[i]);
-      std::memcpy(out.data() + 2 * i, &b, 2);
-    }
-  }
-  return out;
 }
 
 std::vector<media::Grid> all_grids(const media::VisualInput& v) {
@@ -80,8 +65,7 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
   hdp_ = attention_padded_head_dim(hd_);
 
   auto put = [&](const void* src, size_t bytes) -> const void* {
-    DeviceBuffer b(std::max<size_t>(bytes, 1));
-    CLEF_CUDA_CHECK(cudaMemcpy(b.get(), src, bytes, cudaMemcpyHostToDevice));
+    DeviceBuffer b = device_copy(src, bytes);
     weight_bytes_ += b.bytes();
     storage_.push_back(std::move(b));
     return storage_.back().get();
@@ -99,8 +83,9 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
     return static_cast<const float*>(put(v32.data(), v32.size() * 4));
   };
   auto act_values = [&](const std::vector<float>& v32) {
-    const std::vector<unsigned char> b = host_bytes(v32, act_);
-    return put(b.data(), b.size());
+    Staging b(act_);  // by the loading rule, as the backbone's weights
+    b.append(v32.data(), v32.size());
+    return put(b.data(), b.bytes());
   };
   auto linear = [&](const std::string& n, int rows, int cols) {
     Linear l;
@@ -162,19 +147,11 @@ std::map<std::string, std::string> CudaVisionTower::kernel_variants() const {
 }
 
 void CudaVisionTower::check(const media::VisualInput& visual) {
-  int64_t rows = 0;
-  for (const media::Grid& g : all_grids(visual)) {
-    if (g.t < 1 || g.h < 2 || g.w < 2 || g.h % 2 != 0 || g.w % 2 != 0)
-      throw tower_error("grid (" + std::to_string(g.t) + ", " + std::to_string(g.h) + ", " +
-                        std::to_string(g.w) + ") is not t >= 1 slices of an even h x w");
-    rows += g.patches();
-    if (rows > (int64_t{1} << 30) / media::kPatchValues)
-      throw tower_error("more patches than one forward takes");
-  }
+  // The constructor refuses a tower whose patches are not the processor's.
+  const int64_t rows = media::check_visual_input(visual, media::kPatchValues);
+  if (rows > (int64_t{1} << 30) / media::kPatchValues)
+    throw tower_error("more patches than one forward takes");
   if (rows == 0) throw tower_error("no images or videos");
-  if (visual.pixel_values.size() != static_cast<size_t>(rows) * media::kPatchValues)
-    throw tower_error(std::to_string(visual.pixel_values.size()) + " pixel values for grids of " +
-                      std::to_string(rows) + " patches");
 }
 
 CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, int tile_slots) {

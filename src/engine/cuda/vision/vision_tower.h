@@ -36,8 +36,9 @@ class CudaVisionTower {
   CudaVisionTower(const model::Release& release, DataType act, Gemm& gemm, KernelPath path,
                   const std::function<void(const std::string&)>& progress);
 
-  // Throws std::runtime_error naming what is wrong unless `visual` fits the tower: grids of t >= 1
-  // slices of an even h x w, exactly their patches' pixel values, not more than one forward takes.
+  // Throws std::runtime_error naming what is wrong unless `visual` fits the tower: the media
+  // layer's check (grids of t >= 1 slices of an even h x w, exactly their patches' pixel values),
+  // then at least one and not more patches than one forward takes.
   static void check(const media::VisualInput& visual);
 
   // Enqueues the tower on `visual` (check()ed) and returns the
