@@ -71,5 +71,10 @@ std::string base64_encode(const std::vector<uint8_t>& bytes);
 
 // An RGB image as a PNG file (encode_png.cpp; 8-bit RGB). Throws MediaError.
 std::vector<uint8_t> encode_png(const Image& img);
+// As a baseline JPEG (encode_jpeg.cpp; libjpeg-turbo defaults, 4:2:0) at quality 1-100.
+std::vector<uint8_t> encode_jpeg(const Image& img, int quality);
+// As a lossy WebP at quality 0-100, or a lossless one (encode_webp.cpp). Throw MediaError.
+std::vector<uint8_t> encode_webp(const Image& img, int quality);
+std::vector<uint8_t> encode_webp_lossless(const Image& img);
 
 }  // namespace clef::media
