@@ -118,32 +118,12 @@ std::pair<int, int> parse_size(const std::string& s, const char* flag) {
   return {w, h};
 }
 
-// A deterministic synthetic picture (smooth horizontal and vertical gradients in red and green, a
-// blue x-xor-y texture, a seeded noise of up to 15 levels in green and 63 in blue: neither flat nor
-// pure noise), as a data URI of `format`: png (libpng level 1), jpeg (quality 90) or webp (lossy,
-// quality 80), the files a client would send.
+// The synthetic picture (media::synthetic_image) as a data URI of --media-format.
 json::Value synthetic_image(int w, int h, int seed, const std::string& format) {
-  media::Image img;
-  img.width = w;
-  img.height = h;
-  img.rgb.resize(static_cast<size_t>(w) * h * 3);
-  uint32_t state = 2166136261u ^ static_cast<uint32_t>(seed);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      state = state * 1664525u + 1013904223u;
-      uint8_t* p = img.rgb.data() + (static_cast<size_t>(y) * w + x) * 3;
-      p[0] = static_cast<uint8_t>((x * 255 / std::max(w - 1, 1) + seed * 37) & 255);
-      p[1] = static_cast<uint8_t>((y * 255 / std::max(h - 1, 1) + (state >> 28)) & 255);
-      p[2] = static_cast<uint8_t>(((x ^ y) + seed * 11 + (state >> 26)) & 255);
-    }
-  if (format == "jpeg")
-    return json::Value::string("data:image/jpeg;base64," +
-                               media::base64_encode(media::encode_jpeg(img, 90)));
-  if (format == "webp")
-    return json::Value::string("data:image/webp;base64," +
-                               media::base64_encode(media::encode_webp(img, 80)));
-  return json::Value::string("data:image/png;base64," +
-                             media::base64_encode(media::encode_png(img)));
+  const media::ImageFormat f = format == "jpeg"   ? media::ImageFormat::Jpeg
+                               : format == "webp" ? media::ImageFormat::Webp
+                                                  : media::ImageFormat::Png;
+  return json::Value::string(media::synthetic_image_uri(w, h, seed, f));
 }
 
 // The profile's media request: --images pictures and --videos videos (frames form at
