@@ -59,6 +59,12 @@ Grid patchify_into(const std::vector<const uint8_t*>& frames, int h, int w, floa
           for (int c = 0; c < 3; ++c)
             for (int k = 0; k < kTemporal; ++k) {
               const uint8_t* f = frames[static_cast<size_t>(t) * kTemporal + k];
+              // An image's second temporal slice is the same frame: a copy of the slice before.
+              if (k > 0 && f == frames[static_cast<size_t>(t) * kTemporal + k - 1]) {
+                std::memcpy(row, row - kPatch * kPatch, sizeof(float) * kPatch * kPatch);
+                row += kPatch * kPatch;
+                continue;
+              }
               for (int y = 0; y < kPatch; ++y) {
                 const uint8_t* px =
                     f + static_cast<size_t>(y0 + y) * stride + static_cast<size_t>(x0) * 3 + c;
