@@ -4,6 +4,7 @@
 # (scripts/device/hf_parity_media.py), the media profile (1 and 4 images of 512x512 and
 # 1024x1024, one 16-frame 640x480 video) and the text profile beside it; table last. Logs in $OUT.
 # Usage (repo root on the device): STEPS="tests model parity media text" scripts/device/media_check.sh
+# MEDIA_FORMAT=jpeg (or webp) sends the media profile's synthetic pictures in that format (default png).
 set -uo pipefail
 STEPS="${STEPS:-tests model parity media text}"
 source scripts/device/setup.sh > /dev/null
@@ -54,7 +55,7 @@ fi
 if has media; then
   timeout 300 clefserve profile --model $M --device cuda --runs 5 --warmup 2 --video-fps 2 \
     --media "${MEDIA:-1@512x512,4@512x512,1@1024x1024,4@1024x1024,v16@640x480}" \
-    > "$L/media_profile.txt" 2>>"$L/misc.log"
+    --media-format "${MEDIA_FORMAT:-png}" > "$L/media_profile.txt" 2>>"$L/misc.log"
   summary+=("media profile rc $?")
 fi
 if has text; then

@@ -45,6 +45,7 @@ struct ProfileArgs {
   // --media "N@WxH,...,vF@WxH": several media profiles in one process (N images of WxH; one video
   // of F frames of WxH).
   std::string media_list;
+  std::string media_format = "png";  // --media-format: the synthetic images' file format
 };
 
 using Clock = std::chrono::steady_clock;
@@ -117,24 +118,12 @@ std::pair<int, int> parse_size(const std::string& s, const char* flag) {
   return {w, h};
 }
 
-// A deterministic synthetic picture (smooth gradients plus a seeded texture: neither flat nor
-// noise), as a PNG data URI.
-json::Value synthetic_image(int w, int h, int seed) {
-  media::Image img;
-  img.width = w;
-  img.height = h;
-  img.rgb.resize(static_cast<size_t>(w) * h * 3);
-  uint32_t state = 2166136261u ^ static_cast<uint32_t>(seed);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      state = state * 1664525u + 1013904223u;
-      uint8_t* p = img.rgb.data() + (static_cast<size_t>(y) * w + x) * 3;
-      p[0] = static_cast<uint8_t>((x * 255 / std::max(w - 1, 1) + seed * 37) & 255);
-      p[1] = static_cast<uint8_t>((y * 255 / std::max(h - 1, 1) + (state >> 28)) & 255);
-      p[2] = static_cast<uint8_t>(((x ^ y) + seed * 11 + (state >> 26)) & 255);
-    }
-  return json::Value::string("data:image/png;base64," +
-                             media::base64_encode(media::encode_png(img)));
+// The synthetic picture (media::synthetic_image) as a data URI of --media-format.
+json::Value synthetic_image(int w, int h, int seed, const std::string& format) {
+  const media::ImageFormat f = format == "jpeg"   ? media::ImageFormat::Jpeg
+                               : format == "webp" ? media::ImageFormat::Webp
+                                                  : media::ImageFormat::Png;
+  return json::Value::string(media::synthetic_image_uri(w, h, seed, f));
 }
 
 // The profile's media request: --images pictures and --videos videos (frames form at
@@ -145,7 +134,7 @@ json::Value media_request(const ProfileArgs& a, const std::string& model) {
   if (a.images > 0) {
     const auto [w, h] = parse_size(a.image_size, "--image-size");
     std::vector<json::Value> imgs;
-    for (int i = 0; i < a.images; ++i) imgs.push_back(synthetic_image(w, h, i));
+    for (int i = 0; i < a.images; ++i) imgs.push_back(synthetic_image(w, h, i, a.media_format));
     members.emplace_back("images", json::Value::array(std::move(imgs)));
   }
   if (a.videos > 0) {
@@ -154,7 +143,7 @@ json::Value media_request(const ProfileArgs& a, const std::string& model) {
     for (int v = 0; v < a.videos; ++v) {
       std::vector<json::Value> frames;
       for (int f = 0; f < a.video_frames; ++f)
-        frames.push_back(synthetic_image(w, h, 1000 * v + f));
+        frames.push_back(synthetic_image(w, h, 1000 * v + f, a.media_format));
       vids.push_back(json::Value::object({{"frames", json::Value::array(std::move(frames))},
                                           {"fps", json::Value::floating(a.video_fps)}}));
     }
@@ -292,9 +281,10 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
   const auto info = eng->info();
   std::printf(
       "clefserve profile (media): %s %s %s, device %s; %d image(s) %s, %d video(s) of %d "
-      "frames %s at %.3g fps\n",
+      "frames %s at %.3g fps, as %s (%zu bytes of JSON)\n",
       release->name.c_str(), info.backend.c_str(), info.dtype.c_str(), info.device.c_str(),
-      a.images, a.image_size.c_str(), a.videos, a.video_frames, a.video_size.c_str(), a.video_fps);
+      a.images, a.image_size.c_str(), a.videos, a.video_frames, a.video_size.c_str(), a.video_fps,
+      a.media_format.c_str(), json::dumps(body).size());
   const service::Prepared p = d.prepare(body);
   const int T = static_cast<int>(p.encoded.input_ids.size());
   int64_t vision_tokens = 0, patches = 0;
@@ -345,6 +335,7 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
                              {"dtype", json::Value::string(info.dtype)},
                              {"images", json::Value::integer(a.images)},
                              {"image_size", json::Value::string(a.image_size)},
+                             {"media_format", json::Value::string(a.media_format)},
                              {"videos", json::Value::integer(a.videos)},
                              {"video_frames", json::Value::integer(a.video_frames)},
                              {"video_size", json::Value::string(a.video_size)},
@@ -580,8 +571,15 @@ void add_profile(CLI::App& app, int& exit_code) {
   cmd->add_option("--media", args->media_list,
                   "several media profiles in one process: N@WxH (N images) or vF@WxH (one video "
                   "of F frames), comma-separated");
+  cmd->add_option("--media-format", args->media_format,
+                  "file format of the synthetic images and video frames: png (libpng level 1), "
+                  "jpeg (quality 90, 4:2:0) or webp (lossy, quality 80); the picture is red and "
+                  "green gradients, a blue x-xor-y texture and seeded noise")
+      ->check(CLI::IsMember({"png", "jpeg", "webp"}))
+      ->capture_default_str();
   cmd->add_option("--images", args->images,
-                  "profile one request with this many synthetic PNG images instead of --lengths")
+                  "profile one request with this many synthetic images (--media-format) instead of "
+                  "--lengths")
       ->check(CLI::Range(0, 64));
   cmd->add_option("--image-size", args->image_size, "WIDTHxHEIGHT of each --images picture")
       ->capture_default_str();

@@ -94,19 +94,24 @@ MediaBlock plan_media(const ValidatedRequest& req, const EncodeOptions& opts,
 }
 
 void render_media(const MediaBlock& block, const EncodeOptions& opts, media::VisualInput& out) {
-  // Images are independent: rendered in parallel into their own rows, then appended in order (the
-  // first refused image, by index, is the one named).
-  size_t total = out.pixel_values.size();
-  for (const auto& im : block.images)
-    total += static_cast<size_t>(im.grid.patches()) * media::kPatchValues;
+  // Images are independent: rendered in parallel, each straight into its own slice of the request's
+  // one pixel buffer (no per-image copy), the first refused image (by index) being the one named.
+  size_t image_values = 0;
+  std::vector<size_t> at(block.images.size());
+  for (size_t k = 0; k < block.images.size(); ++k) {
+    at[k] = out.pixel_values.size() + image_values;
+    image_values += static_cast<size_t>(block.images[k].grid.patches()) * media::kPatchValues;
+  }
+  size_t video_values = 0;
   for (const auto& v : block.videos)
-    total += static_cast<size_t>(v.grid.patches()) * media::kPatchValues;
-  out.pixel_values.reserve(total);  // one allocation, no regrowth copies
-  std::vector<std::vector<float>> rows(block.images.size());
+    video_values += static_cast<size_t>(v.grid.patches()) * media::kPatchValues;
+  out.pixel_values.reserve(out.pixel_values.size() + image_values + video_values);  // no regrowth
+  out.pixel_values.resize(out.pixel_values.size() + image_values);
   std::vector<std::string> errors(block.images.size());
   media::parallel_items(block.images.size(), [&](size_t k) {
     try {
-      media::render_image(block.images[k], opts.max_image_pixels, rows[k]);
+      media::render_image_into(block.images[k], opts.max_image_pixels,
+                               out.pixel_values.data() + at[k]);
     } catch (const media::MediaError& e) {
       errors[k] = e.what();
     }
@@ -115,8 +120,6 @@ void render_media(const MediaBlock& block, const EncodeOptions& opts, media::Vis
     if (!errors[k].empty())
       refuse({"body", "images", std::to_string(k)},
              "image " + std::to_string(k) + ": " + errors[k]);
-    out.pixel_values.insert(out.pixel_values.end(), rows[k].begin(), rows[k].end());
-    std::vector<float>().swap(rows[k]);
     out.image_grids.push_back(block.images[k].grid);
   }
   for (size_t k = 0; k < block.videos.size(); ++k) {

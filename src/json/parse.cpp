@@ -12,7 +12,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -370,16 +372,34 @@ class Parser {
     return true;
   }
 
+  // The end of the run of plain ASCII (no '"', '\\', control or non-ASCII byte) from `pos`: eight
+  // bytes a step (a media string is megabytes of base64), then byte by byte to the stop.
+  static size_t plain_run_end(std::string_view s, size_t pos) {
+    constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+    auto has_zero = [](uint64_t v) { return ((v - kOnes) & ~v & kHigh) != 0; };
+    while (pos + 8 <= s.size()) {
+      uint64_t v;
+      std::memcpy(&v, s.data() + pos, 8);
+      // Any byte >= 0x80, < 0x20 ((v - 0x20..) & ~v & 0x80.. is exact for "any" below 0x80), '"'
+      // or '\\'.
+      if ((v & kHigh) != 0 || ((v - 0x20 * kOnes) & ~v & kHigh) != 0 ||
+          has_zero(v ^ (kOnes * '"')) || has_zero(v ^ (kOnes * '\\')))
+        break;
+      pos += 8;
+    }
+    while (pos < s.size()) {
+      const unsigned char c = static_cast<unsigned char>(s[pos]);
+      if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+      ++pos;
+    }
+    return pos;
+  }
+
   bool parse_string(std::string& out, bool& lone) {
     ++pos_;  // opening quote
     while (true) {
       // Copy a run of plain ASCII in one go.
-      size_t run = pos_;
-      while (run < s_.size()) {
-        unsigned char c = static_cast<unsigned char>(s_[run]);
-        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
-        ++run;
-      }
+      const size_t run = plain_run_end(s_, pos_);
       out.append(s_.substr(pos_, run - pos_));
       pos_ = run;
       if (pos_ >= s_.size()) return fail("unterminated string");

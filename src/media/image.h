@@ -71,5 +71,17 @@ std::string base64_encode(const std::vector<uint8_t>& bytes);
 
 // An RGB image as a PNG file (encode_png.cpp; 8-bit RGB). Throws MediaError.
 std::vector<uint8_t> encode_png(const Image& img);
+// As a baseline JPEG (encode_jpeg.cpp; libjpeg-turbo defaults, 4:2:0) at quality 1-100.
+std::vector<uint8_t> encode_jpeg(const Image& img, int quality);
+// As a lossy WebP at quality 0-100, or a lossless one (encode_webp.cpp). Throw MediaError.
+std::vector<uint8_t> encode_webp(const Image& img, int quality);
+std::vector<uint8_t> encode_webp_lossless(const Image& img);
+
+// A deterministic test picture (synthetic_image.cpp): smooth red and green gradients, a blue
+// x-xor-y texture and seeded noise (up to 15 levels in green, 63 in blue): neither flat nor pure
+// noise. The _uri form encodes it as a client would send it: PNG (libpng level 1), JPEG (quality
+// 90, 4:2:0) or lossy WebP (quality 80), as a data URI.
+Image synthetic_image(int width, int height, int seed);
+std::string synthetic_image_uri(int width, int height, int seed, ImageFormat format);
 
 }  // namespace clef::media

@@ -26,16 +26,24 @@ std::array<float, 256> normalised_table() {
 
 }  // namespace
 
-Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vector<float>& out) {
-  if (frames.empty() || frames.size() % kTemporal != 0)
+Grid patch_grid(size_t frames, int h, int w) {
+  if (frames == 0 || frames % kTemporal != 0)
     throw std::invalid_argument("patchify: needs an even, non-zero number of frames");
   if (h <= 0 || w <= 0 || h % (kPatch * kMerge) != 0 || w % (kPatch * kMerge) != 0)
     throw std::invalid_argument("patchify: sizes must be positive multiples of 32");
-  const std::array<float, 256> norm = normalised_table();
-  const Grid grid{static_cast<int32_t>(frames.size() / kTemporal), h / kPatch, w / kPatch};
+  return {static_cast<int32_t>(frames / kTemporal), h / kPatch, w / kPatch};
+}
+
+Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vector<float>& out) {
+  const Grid grid = patch_grid(frames.size(), h, w);
   const size_t base = out.size();
   out.resize(base + static_cast<size_t>(grid.patches()) * kPatchValues);
-  float* rows = out.data() + base;
+  return patchify_into(frames, h, w, out.data() + base);
+}
+
+Grid patchify_into(const std::vector<const uint8_t*>& frames, int h, int w, float* rows) {
+  const Grid grid = patch_grid(frames.size(), h, w);
+  const std::array<float, 256> norm = normalised_table();
   const size_t stride = static_cast<size_t>(w) * 3;
   const int bh = grid.h / kMerge, bw = grid.w / kMerge;
   // Row order (t, by, bx, dy, dx); values within a row (channel, temporal, y, x). Each (t, by) band
@@ -51,6 +59,12 @@ Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vect
           for (int c = 0; c < 3; ++c)
             for (int k = 0; k < kTemporal; ++k) {
               const uint8_t* f = frames[static_cast<size_t>(t) * kTemporal + k];
+              // An image's second temporal slice is the same frame: a copy of the slice before.
+              if (k > 0 && f == frames[static_cast<size_t>(t) * kTemporal + k - 1]) {
+                std::memcpy(row, row - kPatch * kPatch, sizeof(float) * kPatch * kPatch);
+                row += kPatch * kPatch;
+                continue;
+              }
               for (int y = 0; y < kPatch; ++y) {
                 const uint8_t* px =
                     f + static_cast<size_t>(y0 + y) * stride + static_cast<size_t>(x0) * 3 + c;

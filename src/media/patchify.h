@@ -17,6 +17,11 @@ namespace clef::media {
 // std::invalid_argument on an odd or empty frame count or a size that is not a positive multiple
 // of 32.
 Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vector<float>& out);
+// The same rows written at `rows`, which holds exactly patch_grid(...).patches() * kPatchValues
+// floats (a slice of a buffer sized once for the whole request: no copy of the rows).
+Grid patchify_into(const std::vector<const uint8_t*>& frames, int h, int w, float* rows);
+// The grid patchify makes of `frames` frames at h x w; throws std::invalid_argument as it does.
+Grid patch_grid(size_t frames, int h, int w);
 
 // sha256 (lowercase hex) of the float32 little-endian bytes of `values`: how the fixtures name
 // pixel values.

@@ -26,6 +26,13 @@ void size_video(VideoPlan& p, int total, double fps, const Sampling& sampling,
   if (n % kTemporalPatch != 0) p.sampled.push_back(p.sampled.back());
 }
 
+// A decoded frame's pixels at the target size: its own buffer when it is already there (the
+// resize would be an exact copy).
+std::vector<uint8_t> at_target(Image img, const Size& target) {
+  if (img.height == target.height && img.width == target.width) return std::move(img.rgb);
+  return resize_bicubic_aa(img.rgb.data(), img.height, img.width, target.height, target.width);
+}
+
 }  // namespace
 
 ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t max_pixels) {
@@ -47,8 +54,23 @@ std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels) {
 }
 
 void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<float>& out) {
-  const std::vector<uint8_t> rgb = resized_image(plan, max_pixels);
-  patchify({rgb.data(), rgb.data()}, plan.target.height, plan.target.width, out);
+  const size_t base = out.size();
+  out.resize(base + static_cast<size_t>(plan.grid.patches()) * kPatchValues);
+  render_image_into(plan, max_pixels, out.data() + base);
+}
+
+void render_image_into(const ImagePlan& plan, uint64_t max_pixels, float* rows) {
+  const Image img = decode_image(plan.file, max_pixels);
+  if (img.height != plan.source.height || img.width != plan.source.width)
+    throw MediaError("image size differs from its header");
+  // Already at the target size (the resize would be an exact copy): patchify the decoded pixels.
+  std::vector<uint8_t> resized;
+  const uint8_t* rgb = img.rgb.data();
+  if (plan.target.height != img.height || plan.target.width != img.width) {
+    resized = resize_bicubic_aa(rgb, img.height, img.width, plan.target.height, plan.target.width);
+    rgb = resized.data();
+  }
+  patchify_into({rgb, rgb}, plan.target.height, plan.target.width, rows);
 }
 
 VideoPlan plan_video(const std::vector<std::string>& frames, std::optional<double> source_fps,
@@ -91,14 +113,13 @@ void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>
     std::vector<int> wanted = plan.sampled;
     std::sort(wanted.begin(), wanted.end());
     wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-    const std::vector<Image> frames = decode_video_frames(*plan.file, plan.file_limits, wanted);
+    std::vector<Image> frames = decode_video_frames(*plan.file, plan.file_limits, wanted);
     std::vector<std::vector<uint8_t>> resized(frames.size());
     parallel_items(frames.size(), [&](size_t i) {
-      const Image& img = frames[i];
+      Image& img = frames[i];
       if (img.height != plan.source.height || img.width != plan.source.width)
         throw MediaError("a decoded frame's size differs from the stream's header");
-      resized[i] = resize_bicubic_aa(img.rgb.data(), img.height, img.width, plan.target.height,
-                                     plan.target.width);
+      resized[i] = at_target(std::move(img), plan.target);
     });
     for (int idx : plan.sampled) {
       const auto at = std::lower_bound(wanted.begin(), wanted.end(), idx) - wanted.begin();
@@ -115,11 +136,10 @@ void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>
   std::vector<std::vector<uint8_t>> resized(plan.frames.size());
   parallel_items(distinct.size(), [&](size_t i) {
     const int idx = distinct[i];
-    const Image img = decode_image(plan.frames[static_cast<size_t>(idx)], max_pixels);
+    Image img = decode_image(plan.frames[static_cast<size_t>(idx)], max_pixels);
     if (img.height != plan.source.height || img.width != plan.source.width)
       throw MediaError("frame " + std::to_string(idx) + ": size differs from its header");
-    resized[static_cast<size_t>(idx)] = resize_bicubic_aa(img.rgb.data(), img.height, img.width,
-                                                          plan.target.height, plan.target.width);
+    resized[static_cast<size_t>(idx)] = at_target(std::move(img), plan.target);
   });
   for (int idx : plan.sampled) ptrs.push_back(resized[static_cast<size_t>(idx)].data());
   patchify(ptrs, plan.target.height, plan.target.width, out);

@@ -27,6 +27,8 @@ struct ImagePlan {
 ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t max_pixels);
 // Appends the image's rows to `out` (its two temporal slices are copies). Throws MediaError.
 void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<float>& out);
+// The same rows written at `rows`, which holds exactly plan.grid.patches() * kPatchValues floats.
+void render_image_into(const ImagePlan& plan, uint64_t max_pixels, float* rows);
 
 struct VideoPlan {
   std::vector<EncodedImage> frames;  // every frame of the request, in order (the frames form)

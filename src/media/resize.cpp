@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "media/parallel.h"
+
 namespace clef::media {
 namespace {
 
@@ -71,43 +73,66 @@ uint8_t clamp_shift(int32_t acc, unsigned precision) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// Resizes along x: rows h, in_w -> out_w.
+// Rows per parallel work item: rows are independent (each output value is the same integer sum
+// whichever thread computes it), so the bands only share the work.
+constexpr int kBandRows = 16;
+
+size_t bands(int rows) {
+  return static_cast<size_t>((rows + kBandRows - 1) / kBandRows);
+}
+
+// Resizes along x: rows h, in_w -> out_w. The three channels of a pixel share one pass over its
+// taps.
 std::vector<uint8_t> horizontal(const uint8_t* src, int h, int in_w, int out_w) {
   const Taps t = compute_taps(in_w, out_w);
   std::vector<uint8_t> dst(static_cast<size_t>(h) * out_w * 3);
   const int32_t init = t.precision > 0 ? int32_t{1} << (t.precision - 1) : 0;
-  for (int y = 0; y < h; ++y) {
-    const uint8_t* row = src + static_cast<size_t>(y) * in_w * 3;
-    uint8_t* o = dst.data() + static_cast<size_t>(y) * out_w * 3;
-    for (int x = 0; x < out_w; ++x) {
-      const int16_t* wk = t.weights.data() + static_cast<size_t>(x) * t.taps;
-      for (int c = 0; c < 3; ++c) {
-        int32_t acc = init;
-        for (int j = 0; j < t.xsize[x]; ++j)
-          acc += static_cast<int32_t>(row[(static_cast<size_t>(t.xmin[x]) + j) * 3 + c]) * wk[j];
-        o[static_cast<size_t>(x) * 3 + c] = clamp_shift(acc, t.precision);
+  parallel_items(bands(h), [&](size_t band) {
+    const int y1 = std::min(h, static_cast<int>(band + 1) * kBandRows);
+    for (int y = static_cast<int>(band) * kBandRows; y < y1; ++y) {
+      const uint8_t* row = src + static_cast<size_t>(y) * in_w * 3;
+      uint8_t* o = dst.data() + static_cast<size_t>(y) * out_w * 3;
+      for (int x = 0; x < out_w; ++x) {
+        const int16_t* wk = t.weights.data() + static_cast<size_t>(x) * t.taps;
+        const uint8_t* px = row + static_cast<size_t>(t.xmin[x]) * 3;
+        int32_t r = init, g = init, b = init;
+        for (int j = 0; j < t.xsize[x]; ++j, px += 3) {
+          r += static_cast<int32_t>(px[0]) * wk[j];
+          g += static_cast<int32_t>(px[1]) * wk[j];
+          b += static_cast<int32_t>(px[2]) * wk[j];
+        }
+        o[static_cast<size_t>(x) * 3] = clamp_shift(r, t.precision);
+        o[static_cast<size_t>(x) * 3 + 1] = clamp_shift(g, t.precision);
+        o[static_cast<size_t>(x) * 3 + 2] = clamp_shift(b, t.precision);
       }
     }
-  }
+  });
   return dst;
 }
 
-// Resizes along y: in_h -> out_h rows of w pixels.
+// Resizes along y: in_h -> out_h rows of w pixels. Each output row accumulates its input rows one
+// whole row at a time (contiguous, vectorisable) into an int32 row.
 std::vector<uint8_t> vertical(const uint8_t* src, int in_h, int w, int out_h) {
   const Taps t = compute_taps(in_h, out_h);
   const size_t stride = static_cast<size_t>(w) * 3;
   std::vector<uint8_t> dst(static_cast<size_t>(out_h) * stride);
   const int32_t init = t.precision > 0 ? int32_t{1} << (t.precision - 1) : 0;
-  for (int y = 0; y < out_h; ++y) {
-    const int16_t* wk = t.weights.data() + static_cast<size_t>(y) * t.taps;
-    uint8_t* o = dst.data() + static_cast<size_t>(y) * stride;
-    for (size_t k = 0; k < stride; ++k) {
-      int32_t acc = init;
-      for (int j = 0; j < t.xsize[y]; ++j)
-        acc += static_cast<int32_t>(src[(static_cast<size_t>(t.xmin[y]) + j) * stride + k]) * wk[j];
-      o[k] = clamp_shift(acc, t.precision);
+  parallel_items(bands(out_h), [&](size_t band) {
+    std::vector<int32_t> acc(stride);
+    const int y1 = std::min(out_h, static_cast<int>(band + 1) * kBandRows);
+    for (int y = static_cast<int>(band) * kBandRows; y < y1; ++y) {
+      const int16_t* wk = t.weights.data() + static_cast<size_t>(y) * t.taps;
+      std::fill(acc.begin(), acc.end(), init);
+      for (int j = 0; j < t.xsize[y]; ++j) {
+        const uint8_t* in = src + (static_cast<size_t>(t.xmin[y]) + j) * stride;
+        const int32_t wj = wk[j];
+        int32_t* a = acc.data();
+        for (size_t k = 0; k < stride; ++k) a[k] += static_cast<int32_t>(in[k]) * wj;
+      }
+      uint8_t* o = dst.data() + static_cast<size_t>(y) * stride;
+      for (size_t k = 0; k < stride; ++k) o[k] = clamp_shift(acc[k], t.precision);
     }
-  }
+  });
   return dst;
 }
 

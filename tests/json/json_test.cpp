@@ -322,3 +322,23 @@ TEST(PythonFloat, RoundIsCorrectlyRoundedTiesToEven) {
   EXPECT_TRUE(std::isinf(python_round(INFINITY, 4)));
   EXPECT_TRUE(std::isnan(python_round(NAN, 4)));
 }
+
+// Strings are scanned eight bytes a step: every byte that ends a plain run (a quote, a backslash,
+// a control character, a non-ASCII lead byte) must be seen at every offset within the step, and
+// plain bytes next to them in value (0x1F/0x20, '!'/'#', '['/']', 0x7F) must pass through.
+TEST(JsonParse, StringRunsStopAtEverySpecialByteAtEveryOffset) {
+  for (size_t n = 0; n < 20; ++n) {
+    const std::string a(n, 'a'), tail = " !#[]\x7F~ tail of more than eight bytes";
+    EXPECT_EQ(parse_ok("\"" + a + "\"").as_string(), a);
+    EXPECT_EQ(parse_ok("\"" + a + "\\\"" + tail + "\"").as_string(), a + "\"" + tail);
+    EXPECT_EQ(parse_ok("\"" + a + "\\\\" + tail + "\"").as_string(), a + "\\" + tail);
+    EXPECT_EQ(parse_ok("\"" + a + "\\n" + tail + "\"").as_string(), a + "\n" + tail);
+    EXPECT_EQ(parse_ok("\"" + a + "\xC3\xA9" + tail + "\"").as_string(), a + "\xC3\xA9" + tail);
+    EXPECT_EQ(parse_ok("[\"" + a + "\",\"" + tail + "\"]").items().at(1).as_string(), tail);
+    for (const char control : {'\x00', '\x01', '\x1F', '\t', '\n'})
+      EXPECT_TRUE(refused("\"" + a + std::string(1, control) + tail + "\"")) << n;
+    EXPECT_TRUE(refused("\"" + a + "\xFF" + tail + "\"")) << n;
+    EXPECT_TRUE(refused("\"" + a + "\x80" + tail + "\"")) << n;
+    EXPECT_TRUE(refused("\"" + a));  // unterminated
+  }
+}

@@ -194,4 +194,36 @@ TEST(MediaPng, EncodeRoundTripsThroughTheDecoder) {
   EXPECT_THROW(media::encode_png(bad), media::MediaError);
 }
 
+// Whitespace, padding and a bad symbol at every offset of a string longer than the four-symbol fast
+// path's step: the bytes are the encoded ones, the errors name the right offset.
+TEST(MediaBase64, SeparatorsAndErrorsAtEveryOffset) {
+  std::vector<uint8_t> bytes(31);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 53 + 7);
+  const std::string text = media::base64_encode(bytes);  // 42 symbols and "=="
+  for (size_t at = 0; at <= text.size(); ++at) {
+    for (const char* ws : {" ", "\n", "\r\n", "\t "}) {
+      std::string spaced = text;
+      spaced.insert(at, ws);
+      EXPECT_EQ(media::base64_decode(spaced), bytes) << at;
+    }
+    if (at < 42) {
+      std::string broken = text;
+      broken[at] = '*';
+      try {
+        media::base64_decode(broken);
+        ADD_FAILURE() << "accepted a '*' at " << at;
+      } catch (const media::MediaError& e) {
+        EXPECT_NE(std::string(e.what()).find("offset " + std::to_string(at)), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  // Unpadded is accepted; a cut leaving one symbol of a group or data after '=' is refused.
+  ASSERT_EQ(text.substr(42), "==");
+  EXPECT_EQ(media::base64_decode(text.substr(0, 42)), bytes);
+  EXPECT_THROW(media::base64_decode(text.substr(0, 43)), media::MediaError);  // half the padding
+  EXPECT_THROW(media::base64_decode(text.substr(0, 41)), media::MediaError);
+  EXPECT_THROW(media::base64_decode(text.substr(0, 42) + "=A"), media::MediaError);
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -66,6 +67,30 @@ TEST(Patchify, AppendsAfterExistingRowsAndOrdersTheMergeBlock) {
   EXPECT_EQ(out[7 + 1536], norm(a[16 * 3]));
   EXPECT_EQ(norm(0), -1.0f);
   EXPECT_EQ(norm(255), 1.0f);
+}
+
+// patchify_into writes exactly the rows patchify appends, inside its slice only.
+TEST(Patchify, IntoASliceMatchesAppending) {
+  std::vector<uint8_t> a(64 * 96 * 3), b(64 * 96 * 3);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<uint8_t>(i * 7 % 253);
+    b[i] = static_cast<uint8_t>(i / 3 % 256);
+  }
+  std::vector<float> appended;
+  const clef::media::Grid g = clef::media::patchify({a.data(), b.data()}, 64, 96, appended);
+  const clef::media::Grid pg = clef::media::patch_grid(2, 64, 96);
+  EXPECT_EQ(pg.t, g.t);
+  EXPECT_EQ(pg.h, g.h);
+  EXPECT_EQ(pg.w, g.w);
+  std::vector<float> slice(appended.size() + 2, 7.0f);
+  const clef::media::Grid gi =
+      clef::media::patchify_into({a.data(), b.data()}, 64, 96, slice.data() + 1);
+  EXPECT_EQ(gi.patches(), g.patches());
+  EXPECT_EQ(slice.front(), 7.0f);
+  EXPECT_EQ(slice.back(), 7.0f);
+  EXPECT_TRUE(std::equal(appended.begin(), appended.end(), slice.begin() + 1));
+  EXPECT_THROW(clef::media::patch_grid(3, 64, 96), std::invalid_argument);
+  EXPECT_THROW(clef::media::patch_grid(2, 64, 80), std::invalid_argument);
 }
 
 TEST(Patchify, RefusesBadShapes) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -127,6 +128,29 @@ TEST(MediaProcessor, EveryFixtureCase) {
   EXPECT_EQ(compared_images, 18);
   EXPECT_EQ(compared_sha, 23);
   EXPECT_EQ(refusals, 2);
+}
+
+// An image already at its target size is patchified from the decoded pixels (no resize copy); a
+// resized one through the resize: both give the rows of patchify(resized_image), the fixtures'
+// path, and render_image_into fills exactly its slice.
+TEST(MediaProcessor, RenderIntoMatchesResizedImageRows) {
+  for (const auto& [w, h] : {std::pair{256, 256}, std::pair{250, 262}}) {
+    const std::string uri = media::synthetic_image_uri(w, h, 5, media::ImageFormat::Png);
+    const media::ImagePlan plan = media::plan_image(uri, media::kImageBudget, kMaxPixels);
+    EXPECT_EQ(plan.target.width == w && plan.target.height == h, w == 256) << w << "x" << h;
+    const std::vector<uint8_t> rgb = media::resized_image(plan, kMaxPixels);
+    std::vector<float> expected;
+    media::patchify({rgb.data(), rgb.data()}, plan.target.height, plan.target.width, expected);
+    std::vector<float> rows(1, 3.0f);
+    media::render_image(plan, kMaxPixels, rows);
+    ASSERT_EQ(rows.size(), 1 + expected.size());
+    EXPECT_EQ(rows[0], 3.0f);
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), rows.begin() + 1)) << w << "x" << h;
+    std::vector<float> slice(expected.size() + 1, 5.0f);
+    media::render_image_into(plan, kMaxPixels, slice.data());
+    EXPECT_EQ(slice.back(), 5.0f);
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), slice.begin()));
+  }
 }
 
 }  // namespace
