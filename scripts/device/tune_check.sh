@@ -15,7 +15,7 @@ summary=()
 ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
 MK=$!
 t0=$(date +%s)
-timeout "${TEST_TIMEOUT:-200}" test_gpu --gtest_brief=1 --gtest_filter="${GTEST_FILTER:-VisionKernels*:GemmModule.*:CudaMediaEngine.*:*AttentionVariant*:*AttentionCore*:*SegmentAttention*:*Packing*}" > "$L/test_gpu.log" 2>&1
+timeout "${TEST_TIMEOUT:-200}" test_gpu --gtest_brief=1 --gtest_filter="${GTEST_FILTER:-VisionKernels*:GemmModule.*:Fp8Gemm.*:CudaMediaEngine.*:*AttentionVariant*:*AttentionCore*:*SegmentAttention*:*Packing*}" > "$L/test_gpu.log" 2>&1
 summary+=("test_gpu (new kernels): rc $? in $(( $(date +%s) - t0 )) s :: $(grep -E '^\[  (PASSED|FAILED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
 while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|GPU tower|bf16.*noise|max \|dp\|" "$L/test_gpu.log" | head -16)
 t0=$(date +%s)
@@ -46,22 +46,24 @@ t0=$(date +%s)
 CLEF_ATTN_PICK=$PICK timeout 150 test_gpu --gtest_brief=1 --gtest_filter="${PICK_FILTER:-CudaMediaEngine.*:*PackedBatches*:Tiny/CudaEngineGolden.*}" > "$L/test_pick.log" 2>&1
 summary+=("test_gpu under CLEF_ATTN_PICK=$PICK: rc $? in $(( $(date +%s) - t0 )) s :: $(grep -E '^\[  (PASSED|FAILED)|tests from .* ran' "$L/test_pick.log" | tr '\n' ' ')")
 while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|bf16.*noise|max \|dp\|" "$L/test_pick.log" | head -10)
-for pick in default "$PICK"; do
-  env_pick=$([ "$pick" = default ] && echo "" || echo "$pick")
-  tag=$([ "$pick" = default ] && echo default || echo pick)
-  CLEF_ATTN_PICK=$env_pick timeout 150 clefserve profile --model $M --device cuda --runs 5 --warmup 2 \
-    --media "${MEDIA:-1@1024x1024,4@512x512}" ${MEDIA_FORMAT:+--media-format $MEDIA_FORMAT} > "$L/media_$tag.txt" 2>>"$L/misc.log"
-  summary+=("media profile ($pick) rc $?")
-  CLEF_ATTN_PICK=$env_pick timeout 120 clefserve profile --model $M --device cuda --lengths "${LENGTHS:-361,961,5661}" --runs 5 --warmup 2 \
-    > "$L/text_$tag.txt" 2>>"$L/misc.log"
-  summary+=("text profile ($pick) rc $?")
-done
+run_profiles() {  # tag, CLEF_ATTN_PICK value, media formats
+  local tag=$1 pick=$2 fmt
+  for fmt in $3; do
+    CLEF_ATTN_PICK=$pick timeout 100 clefserve profile --model $M --device cuda --runs 5 --warmup 2 \
+      --media "${MEDIA:-1@1024x1024,4@512x512}" --media-format $fmt >> "$L/profile_$tag.txt" 2>>"$L/misc.log"
+    summary+=("media profile ($tag, $fmt) rc $?")
+  done
+  CLEF_ATTN_PICK=$pick timeout 100 clefserve profile --model $M --device cuda --lengths "${LENGTHS:-361,961,5661}" --runs 5 --warmup 2 \
+    >> "$L/profile_$tag.txt" 2>>"$L/misc.log"
+  summary+=("text profile ($tag) rc $?")
+}
+run_profiles default "" png
+run_profiles pick "$PICK" "png jpeg"
 echo "================ SUMMARY ================"
 for s in "${summary[@]}"; do echo "$s"; done
-for tag in default pick; do
-  echo "--- $tag"
-  grep -E "^\| [0-9]|^media:" "$L/media_$tag.txt" 2>/dev/null
-  grep -E "^\| [0-9]" "$L/text_$tag.txt" 2>/dev/null
+for f in "$L"/profile_*.txt; do
+  echo "--- $(basename $f)"
+  grep -E "^\| [0-9]|^media:|^clefserve profile" "$f"
 done
 grep -E "^attention .*(nc 1x4096|nc 4x1024| 961 | 5661 )" "$L/workbench.txt" | head -60
 grep -iE "^vision|layer_norm|rope|gelu|fc1" "$L/workbench.txt" | head -24
