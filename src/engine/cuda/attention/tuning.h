@@ -57,7 +57,8 @@ AttnVariant attention_variant_from_name(const std::string& name);
 bool attention_variant_supported(const AttnVariant& v, int head_dim);
 
 // The variant attention_core_bf16 runs for this shape on the current device (its tile size is
-// attention_rows_per_tile's): the default shape of attention_core_bf16_pick_warps for now.
+// attention_rows_per_tile's): w4m2s1 at head dim 80 (the vision tower), else the default shape of
+// attention_core_bf16_pick_warps; CLEF_ATTN_PICK="80=w4s1,256=w8s2" overrides it per head dim.
 AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim);
 
 // attention_core_bf16 with the given variant (its tile table, if any, built for
