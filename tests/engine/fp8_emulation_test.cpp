@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <random>
 
 #include "answer/answer.h"
@@ -84,25 +83,6 @@ TEST(Fp8Emulation, WeightBlocksAre128By128FromTheTensorOrigin) {
   EXPECT_GT(err00, err11);
 }
 
-using Probs = std::map<std::string, std::map<std::string, double>>;
-
-std::vector<Probs> reference_bf16(const std::string& model) {
-  std::ifstream in(testing::golden_dir() + "/" + model + ".expected.jsonl");
-  std::vector<Probs> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    json::ParseError err;
-    auto v = json::parse(line, &err);
-    if (!v) throw std::runtime_error("bad fixture line");
-    Probs m;
-    for (const auto& [qid, obj] :
-         testing::member(testing::member(*v, "reference_bf16"), "probabilities").members())
-      for (const auto& [oid, p] : obj.members()) m[qid][oid] = p.as_double();
-    out.push_back(std::move(m));
-  }
-  return out;
-}
 
 struct Deviation {
   double p = 0, ref_bf16_p = 0;
@@ -122,7 +102,7 @@ Deviation emulated_deviation(const std::string& name) {
   engine::cpu::CpuEngine eng(release, 1, engine::cpu::GemmInputs::Fp8Emulated);
   EXPECT_EQ(eng.info().dtype, "fp8-emulated");
   const auto records = testing::load_golden(name);
-  const auto bf16 = reference_bf16(name);
+  const auto bf16 = testing::load_reference_bf16(name);
   EXPECT_EQ(records.size(), bf16.size());
   Deviation d;
   for (size_t n = 0; n < records.size(); ++n) {

@@ -30,8 +30,10 @@ struct GoldenRecord {
   int64_t input_tokens = 0;
   std::map<std::string, std::vector<double>> logits;                   // model order
   std::map<std::string, std::map<std::string, double>> probabilities;  // option id -> p
-  json::Value response;                                                // rounded systemone() answer
-  std::string debug_tensors;                                           // "" when absent
+  // reference_bf16's probabilities (the reference's own bf16 run: its noise); empty when absent.
+  std::map<std::string, std::map<std::string, double>> probabilities_bf16;
+  json::Value response;       // rounded systemone() answer
+  std::string debug_tensors;  // "" when absent
 };
 
 inline const json::Value& member(const json::Value& v, const std::string& key) {
@@ -62,9 +64,21 @@ inline std::vector<GoldenRecord> load_golden(const std::string& model) {
     for (const auto& [qid, obj] : member(ref, "probabilities").members())
       for (const auto& [oid, p] : obj.members()) r.probabilities[qid][oid] = p.as_double();
     r.response = member(ref, "response");
+    if (const json::Value* b = v->find("reference_bf16"))
+      for (const auto& [qid, obj] : member(*b, "probabilities").members())
+        for (const auto& [oid, p] : obj.members()) r.probabilities_bf16[qid][oid] = p.as_double();
     if (const json::Value* d = v->find("debug_tensors")) r.debug_tensors = d->as_string();
     out.push_back(std::move(r));
   }
+  return out;
+}
+
+using Probabilities = std::map<std::string, std::map<std::string, double>>;
+
+// reference_bf16's probabilities, one map per fixture record (in load_golden's order).
+inline std::vector<Probabilities> load_reference_bf16(const std::string& model) {
+  std::vector<Probabilities> out;
+  for (auto& r : load_golden(model)) out.push_back(std::move(r.probabilities_bf16));
   return out;
 }
 

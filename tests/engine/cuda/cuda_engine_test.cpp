@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "answer/answer.h"
 #include "engine/cpu/backbone.h"
@@ -53,26 +52,6 @@ engine::cuda::CudaEngine& diag(engine::Engine& e) {
   return *c;
 }
 
-using Probs = std::map<std::string, std::map<std::string, double>>;
-
-// reference_bf16 probabilities, one map per fixture record.
-std::vector<Probs> load_bf16(const std::string& model) {
-  std::ifstream in(testing::golden_dir() + "/" + model + ".expected.jsonl");
-  std::vector<Probs> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    json::ParseError err;
-    auto v = json::parse(line, &err);
-    if (!v) throw std::runtime_error("bad fixture line");
-    Probs m;
-    for (const auto& [qid, obj] :
-         testing::member(testing::member(*v, "reference_bf16"), "probabilities").members())
-      for (const auto& [oid, p] : obj.members()) m[qid][oid] = p.as_double();
-    out.push_back(std::move(m));
-  }
-  return out;
-}
 
 struct Worst {
   double p = 0, logit = 0, ref_bf16_p = 0;
@@ -96,7 +75,7 @@ Worst measure(engine::Engine& measured, const std::string& model, const std::str
   auto release = testing::load_golden_model(model);
   engine::Engine* eng = &measured;
   const auto records = testing::load_golden(model);
-  const auto bf16 = load_bf16(model);
+  const auto bf16 = testing::load_reference_bf16(model);
   EXPECT_EQ(records.size(), bf16.size());
   Worst w;
   for (size_t n = 0; n < records.size(); ++n) {
@@ -219,7 +198,7 @@ TEST(CudaEngine, Fp8AfterPrepareStaysWithinTheCpuFp8EmulationsDeviation) {
   EXPECT_TRUE(reported) << "prepare did not say where FP8 runs";
   auto release = testing::load_golden_model("tiny-r2");
   const auto records = testing::load_golden("tiny-r2");
-  const auto bf16 = load_bf16("tiny-r2");
+  const auto bf16 = testing::load_reference_bf16("tiny-r2");
   double worst = 0, ref = 0;
   for (size_t n = 0; n < records.size(); ++n) {
     const auto& r = records[n];
