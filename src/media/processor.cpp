@@ -46,11 +46,10 @@ ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t 
 }
 
 std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels) {
-  const Image img = decode_image(plan.file, max_pixels);
+  Image img = decode_image(plan.file, max_pixels);
   if (img.height != plan.source.height || img.width != plan.source.width)
     throw MediaError("image size differs from its header");
-  return resize_bicubic_aa(img.rgb.data(), img.height, img.width, plan.target.height,
-                           plan.target.width);
+  return at_target(std::move(img), plan.target);
 }
 
 void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<float>& out) {
@@ -60,17 +59,8 @@ void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<float>
 }
 
 void render_image_into(const ImagePlan& plan, uint64_t max_pixels, float* rows) {
-  const Image img = decode_image(plan.file, max_pixels);
-  if (img.height != plan.source.height || img.width != plan.source.width)
-    throw MediaError("image size differs from its header");
-  // Already at the target size (the resize would be an exact copy): patchify the decoded pixels.
-  std::vector<uint8_t> resized;
-  const uint8_t* rgb = img.rgb.data();
-  if (plan.target.height != img.height || plan.target.width != img.width) {
-    resized = resize_bicubic_aa(rgb, img.height, img.width, plan.target.height, plan.target.width);
-    rgb = resized.data();
-  }
-  patchify_into({rgb, rgb}, plan.target.height, plan.target.width, rows);
+  const std::vector<uint8_t> rgb = resized_image(plan, max_pixels);
+  patchify_into({rgb.data(), rgb.data()}, plan.target.height, plan.target.width, rows);
 }
 
 VideoPlan plan_video(const std::vector<std::string>& frames, std::optional<double> source_fps,
