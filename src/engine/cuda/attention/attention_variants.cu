@@ -10,6 +10,7 @@
 
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/attention/flash_bf16.cuh"
+#include "engine/cuda/attention/flash_wgmma.h"
 #include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/cuda_check.h"
 
@@ -54,17 +55,30 @@ void launch_hd(int head_dim, const __nv_bfloat16* q, const __nv_bfloat16* k, con
 }  // namespace
 
 std::vector<AttnVariant> attention_bf16_variants() {
-  return {{4, 1, false, 1},      {8, 1, false, 1}, {4, 1, true, 1},  {8, 1, true, 1},
-          {4, 2, false, 1},      {8, 2, false, 1}, {4, 2, true, 1},  {8, 2, true, 1},
-          {4, 1, false, 2},      {4, 2, false, 2}, {8, 2, false, 2}, {4, 1, false, 2, true},
-          {8, 2, false, 1, true}};
+  return {{4, 1, false, 1},
+          {8, 1, false, 1},
+          {4, 1, true, 1},
+          {8, 1, true, 1},
+          {4, 2, false, 1},
+          {8, 2, false, 1},
+          {4, 2, true, 1},
+          {8, 2, true, 1},
+          {4, 1, false, 2},
+          {4, 2, false, 2},
+          {8, 2, false, 2},
+          {4, 1, false, 2, true},
+          {8, 2, false, 1, true},
+          {8, 2, false, 1, false, 64},
+          {8, 2, false, 1, false, 128}};
 }
 
 int attention_variant_rows_per_tile(const AttnVariant& v) {
+  if (v.wgmma_key_tile) return wgmma_attention_rows_per_tile();
   return 16 * v.warps * v.m_tiles;
 }
 
 std::string attention_variant_name(const AttnVariant& v) {
+  if (v.wgmma_key_tile) return "wg" + std::to_string(v.wgmma_key_tile);
   return "w" + std::to_string(v.warps) + (v.m_tiles > 1 ? "m" + std::to_string(v.m_tiles) : "") +
          "s" + std::to_string(v.stages) + (v.q_in_regs ? "q" : "") + (v.skip_rescale ? "r" : "");
 }
@@ -82,6 +96,7 @@ bool attention_variant_supported(const AttnVariant& v, int head_dim) {
   bool built = false;
   for (const AttnVariant& b : attention_bf16_variants()) built |= b == v;
   if (!built) return false;
+  if (v.wgmma_key_tile) return wgmma_attention_supported(head_dim, v.wgmma_key_tile);
   if (is_default(v)) return true;  // every head dim; 1 stage fits sm_80+
   if (!variant_head_dim(v, head_dim)) return false;
   int dev = 0, optin = 0;
@@ -95,6 +110,9 @@ void attention_core_bf16_variant(const AttnVariant& variant, const __nv_bfloat16
                                  const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* out,
                                  int T, int n_heads, int n_kv_heads, int head_dim,
                                  cudaStream_t stream, const AttnSequences* seqs) {
+  if (variant.wgmma_key_tile)
+    return attention_core_bf16_wgmma(variant.wgmma_key_tile, q, k, v, out, T, n_heads, n_kv_heads,
+                                     head_dim, stream, seqs);
   if (is_default(variant))
     return attention_core_bf16_warps(variant.warps, q, k, v, out, T, n_heads, n_kv_heads, head_dim,
                                      stream, seqs);

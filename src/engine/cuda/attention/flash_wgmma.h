@@ -1,0 +1,31 @@
+// The Hopper attention kernel (flash_wgmma.cu): attention_core.h's contract on warpgroup MMAs,
+// sm_90 only. Internal to attention/ and its tests; tuning.h exposes it as the "wg64" / "wg128"
+// variants (key tiles of 64 / 128 rows; 128 query rows per tile).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "engine/cuda/attention/attention_core.h"
+
+namespace clef::engine::cuda {
+
+// Descriptor convention of the kernel's shared-memory operands: bit 0 swaps the two strides of
+// the K-major operands (Q, K), bit 1 those of the MN-major one (V). 0 is the convention of the
+// PTX ISA's canonical layouts (leading byte offset along K, stride byte offset along M/N, both
+// operand kinds); the others exist for the layout probe test.
+constexpr int kWgmmaLayout = 0;
+
+// Head dims and key tiles there is a kernel for (64, 80, 128, 256 with 64-key tiles; 64, 80, 128
+// with 128), and whether this device runs it (sm_90, shared memory).
+bool wgmma_attention_built(int head_dim, int key_tile);
+bool wgmma_attention_supported(int head_dim, int key_tile);
+int wgmma_attention_rows_per_tile();  // 128
+
+// Throws std::invalid_argument where !wgmma_attention_supported, or on bad shapes.
+void attention_core_bf16_wgmma(int key_tile, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                               const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
+                               int n_kv_heads, int head_dim, cudaStream_t stream,
+                               const AttnSequences* seqs = nullptr, int layout = kWgmmaLayout);
+
+}  // namespace clef::engine::cuda
