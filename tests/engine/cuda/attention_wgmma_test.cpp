@@ -1,9 +1,9 @@
 // The Hopper attention kernel's shared-memory descriptor convention (attention/flash_wgmma.h),
 // probed: the kernel run with each of the four stride conventions on a small shape whose every
-// convention stays inside the CTA's shared memory, against the CPU reference. The convention the
-// kernel is built with (kWgmmaLayout) must be one that reproduces attention.
-// The kernel's own correctness over shapes, packings and head dims is AttentionVariants' (it is
-// the "wg64" / "wg128" variant there).
+// convention stays inside the CTA's shared memory (with the probe's slack), against the CPU
+// reference. The convention the kernel is built with (kWgmmaLayout) must be one that reproduces
+// attention. The kernel's own correctness over shapes, packings and head dims is AttentionVariants'
+// (it is the "wg64" / "wg128" variant there).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,8 +42,8 @@ TEST(WgmmaAttention, TheBuiltLayoutConventionIsTheOneThatComputesAttention) {
   std::string report;
   for (int layout = 0; layout < 4; ++layout) {
     auto out = poisoned<bf16>(q.size());
-    attention_core_bf16_wgmma(64, dq.get<bf16>(), dk.get<bf16>(), dv.get<bf16>(), out.get<bf16>(),
-                              T, nh, nh, hd, nullptr, &seqs, layout);
+    attention_wgmma_probe(64, layout, dq.get<bf16>(), dk.get<bf16>(), dv.get<bf16>(),
+                          out.get<bf16>(), T, nh, nh, hd, nullptr, &seqs, true);
     const std::vector<float> got = to_host<bf16>(out, q.size());
     double num = 0, den = 0;
     size_t bad = 0;

@@ -286,8 +286,11 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC))
 template <int HD, int BC, bool CAUSAL>
 void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                    __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
-                   float scale_log2, const int4* tiles, int layout, cudaStream_t stream) {
-  constexpr size_t smem = wgmma_smem_bytes(HD, BC);
+                   float scale_log2, const int4* tiles, int layout, bool probe,
+                   cudaStream_t stream) {
+  // A probe's convention may be wrong: 32 KiB of slack past the tiles keep its reads inside the
+  // CTA's shared memory (garbage, not a fault that would end the process's CUDA context).
+  const size_t smem = wgmma_smem_bytes(HD, BC) + (probe ? 32 * 1024 : 0);
   auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
@@ -302,7 +305,7 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
 template <int HD, int BC>
 void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
-               int layout, cudaStream_t stream) {
+               int layout, bool probe, cudaStream_t stream) {
   const int4* tl = tile_table(seqs);
   const int grid_x = tl ? seqs->tile_slots : (T + kBr - 1) / kBr;
   // The scale exactly as the mma.sync kernel computes it (same bits).
@@ -312,10 +315,10 @@ void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat
           : 1.4426950408889634f / sqrtf(static_cast<float>(HD));
   if (is_causal(seqs))
     launch_kernel<HD, BC, true>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2, tl,
-                                layout, stream);
+                                layout, probe, stream);
   else
     launch_kernel<HD, BC, false>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2, tl,
-                                 layout, stream);
+                                 layout, probe, stream);
 }
 
 }  // namespace
@@ -345,7 +348,15 @@ int wgmma_attention_rows_per_tile() {
 void attention_core_bf16_wgmma(int key_tile, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
                                int n_kv_heads, int head_dim, cudaStream_t stream,
-                               const AttnSequences* seqs, int layout) {
+                               const AttnSequences* seqs) {
+  attention_wgmma_probe(key_tile, kWgmmaLayout, q, k, v, out, T, n_heads, n_kv_heads, head_dim,
+                        stream, seqs, false);
+}
+
+void attention_wgmma_probe(int key_tile, int layout, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                           const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
+                           int n_kv_heads, int head_dim, cudaStream_t stream,
+                           const AttnSequences* seqs, bool probe) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   check_sequences(seqs);
   if (!wgmma_attention_supported(head_dim, key_tile))
@@ -355,7 +366,7 @@ void attention_core_bf16_wgmma(int key_tile, const __nv_bfloat16* q, const __nv_
   if (T == 0) return;
 #define CLEF_WG_CASE(HD, BC)            \
   if (head_dim == HD && key_tile == BC) \
-    return launch_hd<HD, BC>(q, k, v, out, T, n_heads, n_kv_heads, seqs, layout, stream);
+    return launch_hd<HD, BC>(q, k, v, out, T, n_heads, n_kv_heads, seqs, layout, probe, stream);
   CLEF_WG_CASE(64, 64)
   CLEF_WG_CASE(80, 64)
   CLEF_WG_CASE(128, 64)
