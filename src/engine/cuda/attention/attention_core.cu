@@ -288,6 +288,7 @@ void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const _
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
                          cudaStream_t stream, const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
+  check_sequences(seqs);  // bad arguments refused before the pick asks the device anything
   if (T == 0) return;
   attention_core_bf16_variant(attention_core_bf16_pick(T, n_heads, head_dim), q, k, v, out, T,
                               n_heads, n_kv_heads, head_dim, stream, seqs);
