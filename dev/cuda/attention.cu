@@ -5,11 +5,13 @@
 // Clef-flash shape (16 q / 4 kv heads, hd 256, causal; T 961, 2761, 5661, 16384, or CLEF_BENCH_T),
 // causal FLOPs against mma.sync's dense bf16 peak (660 TFLOP/s on an H200; fp32 kernel: the fp32
 // SIMT peak). Then the vision tower's mode (docs/spec/media.md §7): non-causal per segment, 16
-// heads of 72 columns zero-padded to attention_padded_head_dim(72) = 80, scale 1/sqrt(72),
-// segment_tiles tables; checked on a mixed packing against segment_attention_ref, timed on one
-// 4096-row segment and on four of 1024, FLOPs counted at the padded 80 columns (what the kernel
-// computes). CLEF_ATTN_VARIANT=w4s2,w8s2q (names from attention_variant_name) times those variants
-// only (with the auto pick), read once here.
+// heads of 72 columns, run as the tower runs them (unpadded: attention_padded_head_dim(72) = 72)
+// and zero-padded to 80 (as before v12b), scale 1/sqrt(72), segment_tiles tables; checked on a
+// mixed packing against segment_attention_ref, timed on one 4096-row segment and on four of 1024,
+// FLOPs counted at the model's 72 columns for both (the hd80 rows' padding is work the model does
+// not need; their TFLOP/s x 80/72 is what perf-log v11 counted). CLEF_ATTN_VARIANT=w4s2,w8s2q
+// (names from attention_variant_name) times those variants only (with the auto pick), read once
+// here.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -154,10 +156,9 @@ SegTable seg_table(const Kernel& kr, const std::vector<int>& lengths, int T, int
 }
 
 bool check_segments(const std::vector<Kernel>& kernels, std::mt19937_64& rng,
-                    const std::vector<int>& lengths) {
+                    const std::vector<int>& lengths, int hdp) {
   int T = 0;
   for (int l : lengths) T += l;
-  const int hdp = attention_padded_head_dim(kVisHd);
   const Qkv x = random_qkv(rng, T, kVisNh, kVisNh, kVisHd);
   std::vector<double> want_d;
   ref::segment_attention_ref(x.q, x.k, x.v, lengths, kVisNh, kVisHd, 1.0 / std::sqrt(72.0), false,
@@ -200,7 +201,9 @@ int main() {
         ok &= check_shape(kernels, rng, 300, kAttnNh, kAttnNkv, kAttnHd);  // tiles + a tail
         ok &= check_shape(kernels, rng, 65, 8, 2, 32);                     // smallest head dim
         ok &= check_shape(kernels, rng, 200, 8, 2, 80);                    // the variants at 80
-        ok &= check_segments(kernels, rng, {17, 300, 3, 64, 65});          // the tower's mode
+        ok &= check_shape(kernels, rng, 200, 8, 2, 72);                    // ... and at 72
+        for (int hdp : {attention_padded_head_dim(kVisHd), 80})            // the tower's mode
+          ok &= check_segments(kernels, rng, {17, 300, 3, 64, 65}, hdp);
         return ok;
       }))
     return 1;
@@ -228,27 +231,31 @@ int main() {
   }
 
   // The tower: one 4096-row segment (a 1024 x 1024 image's patches) and four of 1024 (four 512 x
-  // 512 images), non-causal. FLOPs of the padded head dim (4 nh 80 sum len^2): the kernel's work.
-  const int T = 4096, hdp = attention_padded_head_dim(kVisHd);
+  // 512 images), non-causal, at 72 columns (the tower) and padded to 80. FLOPs of the model's head
+  // dim (4 nh 72 sum len^2) in both.
+  const int T = 4096;
   const Qkv xs = random_qkv(rng, T, kVisNh, kVisNh, kVisHd);
-  const auto qp = pad_heads(xs.q, hdp), kp = pad_heads(xs.k, hdp), vp = pad_heads(xs.v, hdp);
-  const Buf sq16 = to_device<bf16>(qp), sk16 = to_device<bf16>(kp), sv16 = to_device<bf16>(vp);
-  const Buf sq32 = to_device<float>(qp), sk32 = to_device<float>(kp), sv32 = to_device<float>(vp);
-  Buf sout = poisoned<float>(qp.size());  // big enough for either type
-  for (const std::vector<int>& lengths : {std::vector<int>{4096}, std::vector<int>(4, 1024)}) {
-    double flop = 0;
-    for (int l : lengths) flop += 4.0 * kVisNh * hdp * double(l) * l;
-    const std::string shape = lengths.size() == 1 ? " nc 1x4096" : " nc 4x1024";
-    for (const Kernel& kr : kernels) {
-      if (!runs(kr, hdp)) continue;
-      const bool f32 = kr.f32();
-      const SegTable t = seg_table(kr, lengths, T, hdp);
-      const double us = timer.median_us([&] {
-        run(kr, f32 ? sq32 : sq16, f32 ? sk32 : sk16, f32 ? sv32 : sv16, sout, T, kVisNh, kVisNh,
-            hdp, &t.seqs);
-      });
-      print_row("attention", kernel_name(kr, T, kVisNh, hdp) + shape, T, us, flop,
-                f32 ? kFp32Simt : kMmaSync);
+  for (int hdp : {attention_padded_head_dim(kVisHd), 80}) {
+    const auto qp = pad_heads(xs.q, hdp), kp = pad_heads(xs.k, hdp), vp = pad_heads(xs.v, hdp);
+    const Buf sq16 = to_device<bf16>(qp), sk16 = to_device<bf16>(kp), sv16 = to_device<bf16>(vp);
+    const Buf sq32 = to_device<float>(qp), sk32 = to_device<float>(kp), sv32 = to_device<float>(vp);
+    Buf sout = poisoned<float>(qp.size());  // big enough for either type
+    for (const std::vector<int>& lengths : {std::vector<int>{4096}, std::vector<int>(4, 1024)}) {
+      double flop = 0;
+      for (int l : lengths) flop += 4.0 * kVisNh * kVisHd * double(l) * l;
+      const std::string shape =
+          " hd" + std::to_string(hdp) + (lengths.size() == 1 ? " nc 1x4096" : " nc 4x1024");
+      for (const Kernel& kr : kernels) {
+        if (!runs(kr, hdp)) continue;
+        const bool f32 = kr.f32();
+        const SegTable t = seg_table(kr, lengths, T, hdp);
+        const double us = timer.median_us([&] {
+          run(kr, f32 ? sq32 : sq16, f32 ? sk32 : sk16, f32 ? sv32 : sv16, sout, T, kVisNh, kVisNh,
+              hdp, &t.seqs);
+        });
+        print_row("attention", kernel_name(kr, T, kVisNh, hdp) + shape, T, us, flop,
+                  f32 ? kFp32Simt : kMmaSync);
+      }
     }
   }
   return 0;

@@ -3,7 +3,8 @@
 // float_to_bf16. Checks the LayerNorm and the GELUs (both paths) against inline fp32 references at
 // a small shape (the full checks are test_gpu's VisionKernels.*), then times every variant
 // (generic beside vec8) at the tower's shapes for a 1024x1024 image (4096 patch rows) and a
-// 512x512 one (1024 rows): width 1152, 16 heads x 72 padded to 80, MLP width 4304, merger
+// 512x512 one (1024 rows): width 1152, 16 heads x 72 (rope_split also padded to 80, as the tower
+// ran before perf-log v12b), MLP width 4304, merger
 // [rows / 4, 4608]; bf16 storage like the production engine. Bytes are what each kernel must
 // move (the floor at 4.8 TB/s is bytes / 4.8e12).
 #include <cstdio>
@@ -18,6 +19,7 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
+// kHdp: the head padding the tower used before perf-log v12b (rope_split timed at both).
 constexpr int kW = 1152, kHeads = 16, kHd = 72, kHdp = 80, kMlp = 4304, kSide = 48;
 constexpr double kTol = 4e-3;  // bf16 outputs
 
@@ -86,7 +88,6 @@ void time_tower_shape(std::mt19937_64& rng, Timer& timer, int rows) {
   const int kStream = 4096;  // backbone hidden width (the residual stream the merged rows land in)
   auto stream = poisoned<bf16>(size_t(rows / 4 + 16) * kStream);
   auto merged = to_device<bf16>(rand_e<bf16>(rng, size_t(rows / 4) * kStream));
-  const VisionRopeArgs ra{rows, kHeads, kHd, kHdp, drc.get<int32_t>(), inv.get<float>()};
 
   std::printf("\n%d patch rows (a %dx%d image)\n", rows, 16 * side_patches, 16 * side_patches);
   const double e = sizeof(bf16);
@@ -121,14 +122,18 @@ void time_tower_shape(std::mt19937_64& rng, Timer& timer, int rows) {
     print_row("vision", vision_pos_embed_add_variant(kW, path), rows, us,
               2.0 * nx * e + double(kSide) * kSide * kW * e, kHbm);
   }
-  for (KernelPath path : kPaths) {
-    const double us = timer.median_us([&] {
-      vision_rope_split<bf16>(qkv.get<bf16>(), q.get<bf16>(), k.get<bf16>(), v.get<bf16>(), ra,
-                              path, 0);
-    });
-    print_row("vision", vision_rope_split_variant(ra, path), rows, us,
-              3.0 * nx * e + 3.0 * nh * e + rc.size() * 4.0, kHbm);
-  }
+  for (int hdp : {kHd, kHdp})
+    for (KernelPath path : kPaths) {
+      const VisionRopeArgs ra{rows, kHeads, kHd, hdp, drc.get<int32_t>(), inv.get<float>()};
+      const double nw = double(rows) * kHeads * hdp;  // elements of each of q, k, v written
+      const double us = timer.median_us([&] {
+        vision_rope_split<bf16>(qkv.get<bf16>(), q.get<bf16>(), k.get<bf16>(), v.get<bf16>(), ra,
+                                path, 0);
+      });
+      print_row("vision",
+                std::string(vision_rope_split_variant(ra, path)) + " hdp " + std::to_string(hdp),
+                rows, us, 3.0 * nx * e + 3.0 * nw * e + rc.size() * 4.0, kHbm);
+    }
   for (KernelPath path : kPaths) {
     const double us =
         timer.median_us([&] { float_to_bf16(pix.get<float>(), pix16.get<bf16>(), npix, path, 0); });

@@ -593,6 +593,7 @@ void make_model(const MakeModelOptions& opts) {
   };
   if (opts.out_dir.empty()) throw std::runtime_error("make-model: no output folder");
   ModelPreset preset = make_model_preset(opts.preset);
+  if (opts.adjust_preset) opts.adjust_preset(preset);
   const int threads = opts.threads > 0
                           ? opts.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

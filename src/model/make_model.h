@@ -13,6 +13,12 @@
 
 namespace clef::model {
 
+struct ModelPreset {
+  TextConfig text;  // vocab_size 0 = the tokenizer's size rounded up to a multiple of 64
+  HeadConfig head;
+  VisionConfig vision;  // out_hidden_size = text.hidden_size
+};
+
 struct MakeModelOptions {
   std::string preset = "tiny";  // tiny | small | flash | clef
   std::string out_dir;
@@ -29,12 +35,9 @@ struct MakeModelOptions {
   // (docs/engine.md "Realistic weights"). The vision tower and the joint head are the same in both.
   std::string weights = "gaussian";
   std::function<void(const std::string&)> progress;
-};
-
-struct ModelPreset {
-  TextConfig text;  // vocab_size 0 = the tokenizer's size rounded up to a multiple of 64
-  HeadConfig head;
-  VisionConfig vision;  // out_hidden_size = text.hidden_size
+  // Applied to the preset before anything is written: a release of other dimensions (tests: a
+  // vision tower of head dim 72 on the tiny backbone). Null: the preset as it is.
+  std::function<void(ModelPreset&)> adjust_preset;
 };
 
 std::vector<std::string> make_model_presets();

@@ -133,6 +133,27 @@ TEST(MakeModel, TinyHasTheGoldenTowerAndProcessorConfig) {
             parse(testing::golden("models/tiny-r2m/config.json"))["vision_config"]);
 }
 
+// adjust_preset reshapes the release before it is written: here a tower of 2 heads x 72 (the
+// Qwen3.5 tower's head dim) on tiny's backbone, as the CUDA tower test at head dim 72 makes it.
+TEST(MakeModel, AdjustPresetReshapesTheTower) {
+  ScratchDir tmp;
+  MakeModelOptions o;
+  o.adjust_preset = [](ModelPreset& p) {
+    p.vision.hidden_size = 144;
+    p.vision.num_heads = 2;
+    p.vision.intermediate_size = 160;
+  };
+  auto r = Release::load(make(tmp, "hd72", o));
+  ASSERT_TRUE(r->vision.has_value());
+  EXPECT_EQ(r->vision->hidden_size, 144);
+  EXPECT_EQ(r->vision->num_heads, 2);
+  EXPECT_EQ(r->vision->head_dim(), 72);
+  EXPECT_EQ(r->visual("blocks.0.attn.qkv.weight").shape, (std::vector<int64_t>{432, 144}));
+  EXPECT_EQ(r->visual("blocks.0.attn.proj.weight").shape, (std::vector<int64_t>{144, 144}));
+  EXPECT_EQ(r->visual("blocks.0.mlp.linear_fc1.weight").shape, (std::vector<int64_t>{160, 144}));
+  EXPECT_EQ(r->text.hidden_size, 64);  // tiny's backbone, unchanged
+}
+
 // The vision token ids come from the tokenizer (by their text), so a release made with Qwen3's
 // tokenizer takes media: its ids are 151652 (start), 151653 (end), 151655 (image), 151656 (video).
 TEST(MakeModel, VisionTokenIdsComeFromTheTokenizer) {

@@ -3,15 +3,16 @@
 // accumulation) on fresh random inputs, outputs NaN-poisoned before every launch: causal and
 // non-causal, one sequence without a table and packed tables (pack_tables for causal, as the
 // backbone builds them; segment_tiles for non-causal, as the tower does) with lengths around the
-// tile sizes, mixed long and short sequences and unused slots; head dims 64, 80, 128 and 256; GQA
-// 1:1 and 4:1. The stage count, Q's place and the rescale skip (a multiplication by exactly 1 left
-// out) change where operands wait (shared memory, registers, which buffer), never the arithmetic or
-// its order, so those variants must also equal the 1-stage kernel of their warps and m-tiles bit
-// for bit.
+// tile sizes, mixed long and short sequences and unused slots; head dims 64, 72, 80, 128 and 256;
+// GQA 1:1 and 4:1. The stage count, Q's place and the rescale skip (a multiplication by exactly 1
+// left out) change where operands wait (shared memory, registers, which buffer), never the
+// arithmetic or its order, so those variants must also equal the 1-stage kernel of their warps and
+// m-tiles bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -159,13 +160,46 @@ TEST_P(AttentionVariants, MatchReferenceAndDefaultKernel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionVariants,
-                         testing::Values(Shape{4, 4, 64}, Shape{8, 2, 64}, Shape{4, 4, 80},
-                                         Shape{8, 2, 80}, Shape{4, 4, 128}, Shape{8, 2, 128},
-                                         Shape{4, 4, 256}, Shape{8, 2, 256}),
+                         testing::Values(Shape{4, 4, 64}, Shape{8, 2, 64}, Shape{4, 4, 72},
+                                         Shape{8, 2, 72}, Shape{4, 4, 80}, Shape{8, 2, 80},
+                                         Shape{4, 4, 128}, Shape{8, 2, 128}, Shape{4, 4, 256},
+                                         Shape{8, 2, 256}),
                          [](const testing::TestParamInfo<Shape>& i) {
                            return "hd" + std::to_string(i.param.hd) + "_gqa" +
                                   std::to_string(i.param.nh / i.param.nkv);
                          });
+
+// The engine's pick (attention_core_bf16_pick, the shared-memory limit cached per device) on every
+// device, asked twice: w4m2s1 (128-row tiles) at the tower's 72 and at 80, w4s1 at 256; a variant
+// whose shared memory passes the device's limit is refused, one within it accepted. Skipped where
+// CLEF_ATTN_PICK overrides the pick.
+TEST(AttentionPick, PerDeviceAndStable) {
+  CLEF_REQUIRE_GPU();
+  if (std::getenv("CLEF_ATTN_PICK")) GTEST_SKIP() << "CLEF_ATTN_PICK is set";
+  int devices = 0, current = 0;
+  CLEF_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  CLEF_CUDA_CHECK(cudaGetDevice(&current));
+  const AttnVariant tower{4, 1, false, 2, false}, plain{4, 1, false, 1, false};
+  for (int d = 0; d < devices; ++d) {
+    SCOPED_TRACE(testing::Message() << "device " << d);
+    CLEF_CUDA_CHECK(cudaSetDevice(d));
+    for (int round = 0; round < 2; ++round) {
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72)), "w4m2s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(1024, 16, 80)), "w4m2s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256)), "w4s1");
+      EXPECT_EQ(attention_rows_per_tile(true, 4096, 16, 72), 128);
+      EXPECT_EQ(attention_rows_per_tile(true, 5661, 16, 256), 64);
+      EXPECT_TRUE(attention_variant_supported(tower, 72));
+      EXPECT_TRUE(attention_variant_supported(plain, 72));
+      EXPECT_FALSE(attention_variant_supported({4, 2, false, 1, false}, 72));  // not built at 72
+      int optin = 0;
+      CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
+      // w8s2 at 256: (128 + 4 x 64) rows x 264 x 2 B = 202752 bytes.
+      EXPECT_EQ(attention_variant_supported({8, 2, false, 1, false}, 256), optin >= 202752);
+    }
+  }
+  CLEF_CUDA_CHECK(cudaSetDevice(current));
+}
 
 // Host side: names round-trip, unknown names are refused.
 TEST(AttentionVariantNames, RoundTripAndRefuseUnknown) {

@@ -52,7 +52,6 @@ engine::cuda::CudaEngine& diag(engine::Engine& e) {
   return *c;
 }
 
-
 struct Worst {
   double p = 0, logit = 0, ref_bf16_p = 0;
   int flips = 0, ref_bf16_flips = 0;  // questions whose argmax differs from reference_fp32's

@@ -11,8 +11,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
+
+#include <unistd.h>
 
 #include "answer/answer.h"
 #include "engine/cpu/vision_tower.h"
@@ -21,6 +24,8 @@
 #include "engine/engine.h"
 #include "engine/golden_models.h"
 #include "media/media_config.h"
+#include "model/make_model.h"
+#include "model/release.h"
 #include "model/safetensors.h"
 #include "support/media_models.h"
 
@@ -176,6 +181,34 @@ TEST(CudaMediaEngine, TowerRowsMatchReferenceFp32) {
   }
 }
 
+// A request of fresh random pixels, two images (trial 0) and a multi-group video too (trials 1, 2),
+// with text around the pads.
+encoding::EncodedRequest random_media_request(int trial, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(-1.8f, 2.2f);
+  encoding::EncodedRequest enc;
+  media::VisualInput& v = enc.visual;
+  const std::vector<media::Grid> images = {{1, 2, 2}, {1, 6, 10}, {1, 16, 12}};
+  const std::vector<media::Grid> videos = {{3, 4, 8}};
+  v.image_grids = {images[trial % 3], images[(trial + 1) % 3]};
+  if (trial > 0) v.video_grids = videos;
+  int64_t patches = 0, tokens = 0;
+  for (const auto* gs : {&v.image_grids, &v.video_grids})
+    for (const auto& g : *gs) patches += g.patches(), tokens += g.tokens();
+  v.pixel_values.resize(static_cast<size_t>(patches) * media::kPatchValues);
+  for (float& x : v.pixel_values) x = u(rng);
+  // A request around the pads: text, every pad, text; positions as for text (the tower does not
+  // read them).
+  const int T = static_cast<int>(tokens) + 8;
+  enc.input_ids.assign(T, 5);
+  enc.mm_token_type_ids.assign(T, 0);
+  int64_t img_tokens = 0;
+  for (const auto& g : v.image_grids) img_tokens += g.tokens();
+  for (int64_t i = 0; i < tokens; ++i) enc.mm_token_type_ids[4 + i] = i < img_tokens ? 1 : 2;
+  for (int axis = 0; axis < 3; ++axis)
+    for (int t = 0; t < T; ++t) enc.position_ids.push_back(t);
+  return enc;
+}
+
 // Fresh random pixels, several images and a multi-group video in one request: the GPU tower in
 // float32 vs the CPU tower (the ground truth), segment by segment.
 TEST(CudaMediaEngine, TowerMatchesCpuTowerOnRandomInputs) {
@@ -183,32 +216,11 @@ TEST(CudaMediaEngine, TowerMatchesCpuTowerOnRandomInputs) {
   auto release = testing::load_golden_model("tiny-r2m");
   auto eng = make("tiny-r2m", engine::DType::Float32);
   std::mt19937_64 rng = gputest::fresh_rng();
-  std::uniform_real_distribution<float> u(-1.8f, 2.2f);
   for (int trial = 0; trial < 3; ++trial) {
-    encoding::EncodedRequest enc;
-    media::VisualInput& v = enc.visual;
-    const std::vector<media::Grid> images = {{1, 2, 2}, {1, 6, 10}, {1, 16, 12}};
-    const std::vector<media::Grid> videos = {{3, 4, 8}};
-    v.image_grids = {images[trial % 3], images[(trial + 1) % 3]};
-    if (trial > 0) v.video_grids = videos;
-    int64_t patches = 0, tokens = 0;
-    for (const auto* gs : {&v.image_grids, &v.video_grids})
-      for (const auto& g : *gs) patches += g.patches(), tokens += g.tokens();
-    v.pixel_values.resize(static_cast<size_t>(patches) * media::kPatchValues);
-    for (float& x : v.pixel_values) x = u(rng);
-    // A request around the pads: text, every pad, text; positions as for text (the tower does not
-    // read them).
-    const int T = static_cast<int>(tokens) + 8;
-    enc.input_ids.assign(T, 5);
-    enc.mm_token_type_ids.assign(T, 0);
-    int64_t img_tokens = 0;
-    for (const auto& g : v.image_grids) img_tokens += g.tokens();
-    for (int64_t i = 0; i < tokens; ++i) enc.mm_token_type_ids[4 + i] = i < img_tokens ? 1 : 2;
-    for (int axis = 0; axis < 3; ++axis)
-      for (int t = 0; t < T; ++t) enc.position_ids.push_back(t);
+    const encoding::EncodedRequest enc = random_media_request(trial, rng);
     std::vector<float> gpu;
     (void)diag(*eng).last_hidden_state(enc, &gpu);
-    const std::vector<float> cpu = engine::cpu::run_vision_tower(*release, v, 2);
+    const std::vector<float> cpu = engine::cpu::run_vision_tower(*release, enc.visual, 2);
     ASSERT_EQ(gpu.size(), cpu.size());
     double d = 0, s = 0;
     for (size_t i = 0; i < cpu.size(); ++i) {
@@ -216,6 +228,56 @@ TEST(CudaMediaEngine, TowerMatchesCpuTowerOnRandomInputs) {
       s = std::max(s, std::fabs(double(cpu[i])));
     }
     EXPECT_LE(d, 1e-5 * s) << "trial " << trial;
+  }
+}
+
+// The Qwen3.5 tower's head dim, 72 (tiny-r2m's is 16): a random release (make_model's tiny
+// backbone, a one-block tower of 2 heads x 72), so the GPU tower runs its attention unpadded at 72
+// (rope_split's 72-wide rows, the projection's K = 144) in float32 and bfloat16, against the CPU
+// tower on fresh random multi-image / video requests.
+TEST(CudaMediaEngine, TowerAtHeadDim72MatchesCpuTower) {
+  CLEF_REQUIRE_GPU();
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("clef-tower-hd72-" + std::to_string(getpid()));
+  model::MakeModelOptions mo;
+  mo.out_dir = dir.string();
+  mo.overwrite = true;
+  mo.threads = 2;
+  mo.adjust_preset = [](model::ModelPreset& p) {
+    p.vision.hidden_size = 144;
+    p.vision.num_heads = 2;
+    p.vision.intermediate_size = 160;
+  };
+  model::make_model(mo);
+  auto release = model::Release::load(dir.string());
+  fs::remove_all(dir);  // (the release keeps its mapped files)
+  ASSERT_TRUE(release->vision.has_value());
+  ASSERT_EQ(release->vision->head_dim(), 72);
+  std::mt19937_64 rng = gputest::fresh_rng();
+  for (engine::DType dt : {engine::DType::Float32, engine::DType::BFloat16}) {
+    SCOPED_TRACE(dt == engine::DType::Float32 ? "float32" : "bfloat16");
+    engine::EngineOptions eo;
+    eo.device = engine::Device::Cuda;
+    eo.dtype = dt;
+    auto eng = engine::create_engine(release, eo);
+    for (int trial = 0; trial < 3; ++trial) {
+      const encoding::EncodedRequest enc = random_media_request(trial, rng);
+      std::vector<float> gpu;
+      (void)diag(*eng).last_hidden_state(enc, &gpu);
+      const std::vector<float> cpu = engine::cpu::run_vision_tower(*release, enc.visual, 2);
+      ASSERT_EQ(gpu.size(), cpu.size());
+      double d = 0, s = 0;
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        d = std::max(d, std::fabs(double(gpu[i]) - cpu[i]));
+        s = std::max(s, std::fabs(double(cpu[i])));
+      }
+      ASSERT_GT(s, 0.0);
+      // As TowerRowsMatchReferenceFp32: fp32 summation order only; bf16 the tower's roundings.
+      EXPECT_LE(d, (dt == engine::DType::Float32 ? 1e-5 : 5e-2) * s) << "trial " << trial;
+      std::printf("GPU tower at head dim 72, %s, trial %d: max|diff|/max|cpu| %.3g\n",
+                  dt == engine::DType::Float32 ? "float32" : "bfloat16", trial, d / s);
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // The vision tower's attention (docs/spec/media.md §7) on attention_core_{bf16,f32}: non-causal,
-// separate per segment, 16 heads of 72 columns zero-padded to attention_padded_head_dim(72), score
+// separate per segment, 16 heads of 72 columns, as the tower runs them (unpadded: 72 is
+// attention_padded_head_dim(72)) and zero-padded to 80 (the kernels other head dims pad to), score
 // scale 1/sqrt(72), tables from segment_tiles. Checked against segment_attention_ref at the true
 // head dim 72 (double accumulation) on fresh random inputs, outputs NaN-poisoned first: every
 // kernel shape (bf16 public pick, 4 and 8 warps; fp32), segment lengths around the tile sizes, one
@@ -113,10 +114,9 @@ void run_variant(int variant, const Inputs& in, engine::cuda::DeviceBuffer& out,
 // One packing, every kernel: the table built for the tile size of the kernel that runs (causal:
 // pack_tables, as the backbone builds it; non-causal: segment_tiles), and for one non-causal
 // segment also no table at all (tiles null: one sequence of T rows).
-void check_segments(const std::vector<int>& lengths, bool causal, std::mt19937_64& rng) {
+void check_segments(const std::vector<int>& lengths, bool causal, int hdp, std::mt19937_64& rng) {
   const int T = std::accumulate(lengths.begin(), lengths.end(), 0);
   const int S = static_cast<int>(lengths.size());
-  const int hdp = attention_padded_head_dim(kHd);
   const float scale = 1.f / std::sqrt(static_cast<float>(kHd));
   const Inputs in = make_inputs(rng, T, hdp);
   const std::vector<int> rows = checked_rows(lengths, rng);
@@ -175,14 +175,21 @@ void check_segments(const std::vector<int>& lengths, bool causal, std::mt19937_6
 }
 
 const std::vector<std::vector<int>> kSegments = {
-    {1}, {63, 64, 65}, {1000}, {4096}, {17, 1200, 3, 640}};
+    {1}, {63}, {64}, {65}, {63, 64, 65}, {1000}, {1024}, {4096}, {17, 1200, 3, 640}, {4096, 1024}};
+
+// The tower's own head dim (72, no padding) and the padded 80.
+const int kHeadDims[] = {kHd, 80};
 
 TEST(SegmentAttention, NonCausalPaddedHeadsMatchReference) {
   CLEF_REQUIRE_GPU();
+  ASSERT_EQ(attention_padded_head_dim(kHd), kHd) << "the tower's head dim runs unpadded";
   auto rng = fresh_rng();
   for (const auto& lengths : kSegments) {
     SCOPED_TRACE(describe(lengths));
-    check_segments(lengths, false, rng);
+    for (int hdp : kHeadDims) {
+      SCOPED_TRACE(testing::Message() << "head dim " << hdp);
+      check_segments(lengths, false, hdp, rng);
+    }
   }
 }
 
@@ -191,19 +198,23 @@ TEST(SegmentAttention, CausalPaddedHeadsWithScaleMatchReference) {
   auto rng = fresh_rng();
   for (const auto& lengths : std::vector<std::vector<int>>{{1}, {63, 64, 65}, {17, 1200, 3, 640}}) {
     SCOPED_TRACE(describe(lengths));
-    check_segments(lengths, true, rng);
+    for (int hdp : kHeadDims) {
+      SCOPED_TRACE(testing::Message() << "head dim " << hdp);
+      check_segments(lengths, true, hdp, rng);
+    }
   }
 }
 
 // Host only (no device needed).
 TEST(SegmentAttention, PaddedHeadDim) {
-  EXPECT_EQ(attention_padded_head_dim(72), 80);
+  EXPECT_EQ(attention_padded_head_dim(72), 72);  // the vision tower's, unpadded
+  EXPECT_EQ(attention_padded_head_dim(73), 80);
   EXPECT_EQ(attention_padded_head_dim(80), 80);
   EXPECT_EQ(attention_padded_head_dim(1), 32);
   EXPECT_EQ(attention_padded_head_dim(32), 32);
   EXPECT_EQ(attention_padded_head_dim(33), 64);
   EXPECT_EQ(attention_padded_head_dim(64), 64);
-  EXPECT_EQ(attention_padded_head_dim(65), 80);
+  EXPECT_EQ(attention_padded_head_dim(65), 72);
   EXPECT_EQ(attention_padded_head_dim(81), 96);
   EXPECT_EQ(attention_padded_head_dim(129), 160);
   EXPECT_EQ(attention_padded_head_dim(255), 256);
@@ -214,10 +225,10 @@ TEST(SegmentAttention, PaddedHeadDim) {
 
 // Host only: the shape and table checks run before any launch.
 TEST(SegmentAttention, RefusesBadArguments) {
-  // The unpadded 72 has no kernel.
-  EXPECT_THROW(attention_core_bf16(nullptr, nullptr, nullptr, nullptr, 8, 16, 16, 72, nullptr),
+  // A head dim without a kernel (a multiple of 8, but not instantiated: pad it to 64).
+  EXPECT_THROW(attention_core_bf16(nullptr, nullptr, nullptr, nullptr, 8, 16, 16, 40, nullptr),
                std::invalid_argument);
-  EXPECT_THROW(attention_core_f32(nullptr, nullptr, nullptr, nullptr, 8, 16, 16, 72, nullptr),
+  EXPECT_THROW(attention_core_f32(nullptr, nullptr, nullptr, nullptr, 8, 16, 16, 40, nullptr),
                std::invalid_argument);
   for (float bad :
        {-0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {

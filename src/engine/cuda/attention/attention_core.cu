@@ -161,6 +161,9 @@ void launch_f32(const float* q, const float* k, const float* v, float* out, int 
   case 64:                        \
     CALL(64);                     \
     break;                        \
+  case 72:                        \
+    CALL(72);                     \
+    break;                        \
   case 80:                        \
     CALL(80);                     \
     break;                        \
@@ -263,15 +266,18 @@ const std::vector<std::pair<int, AttnVariant>>& pick_override() {
 
 AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim) {
   // A pick must stay a variant attention_variant_supported accepts on every device it can meet (or
-  // fall back to a default shape), as attention_rows_per_tile follows it.
+  // fall back to a default shape), as attention_rows_per_tile follows it. It runs on every launch
+  // and every attention_rows_per_tile: a scan of a constant table and the shared-memory limit
+  // cached per device (flash::device_smem_optin), no device query.
   for (const auto& [hd, v] : pick_override())
     if (hd == head_dim && attention_variant_supported(v, head_dim)) return v;
   // The vision tower's head dim (72 padded to 80): 4 warps of 32 query rows each (two m-tiles: each
   // K/V fragment read from shared memory feeds twice the MMAs). H200, non-causal 16 heads, one
   // 4096-row segment: 350.7 us (245 TFLOP/s) against 460.2 us for w4s1, the fastest of 15 variants;
-  // four 1024-row segments 101.6 vs 125.3 us (perf-log v11c). At head dim 256 (the backbone) no
-  // variant beat w4s1 (961 / 5661 tokens: 77.6 / 1270 us; the next best 81.1 / 1366).
-  if (head_dim == 80) {
+  // four 1024-row segments 101.6 vs 125.3 us (perf-log v11c). The same shape at 72, the tower's
+  // head dim unpadded (perf-log v12b). At head dim 256 (the backbone) no variant beat w4s1 (961 /
+  // 5661 tokens: 77.6 / 1270 us; the next best 81.1 / 1366).
+  if (head_dim == 72 || head_dim == 80) {
     const AttnVariant tower{4, 1, false, 2, false};
     if (attention_variant_supported(tower, head_dim)) return tower;
   }
@@ -282,6 +288,7 @@ void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const _
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
                          cudaStream_t stream, const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
+  check_sequences(seqs);  // bad arguments refused before the pick asks the device anything
   if (T == 0) return;
   attention_core_bf16_variant(attention_core_bf16_pick(T, n_heads, head_dim), q, k, v, out, T,
                               n_heads, n_kv_heads, head_dim, stream, seqs);

@@ -3,10 +3,10 @@
 // non-causal within each packed sequence (the vision tower's segments, docs/spec/media.md §7).
 // Inputs are the already normed/roped q and k. Layouts (contiguous, row-major): q [T, n_heads,
 // head_dim], k/v [T, n_kv_heads, head_dim], out [T, n_heads, head_dim]. head_dim: one the kernels
-// are built for (attention_padded_head_dim: 80 or a multiple of 32, at most 256); a model head dim
-// without a kernel (the tower's 72) is zero-padded to attention_padded_head_dim(hd) columns,
-// passing its own scale 1/sqrt(hd) (the zero columns add nothing to q k^T, and give zero output
-// columns).
+// are built for (attention_padded_head_dim: 72 (the vision tower's), 80 or a multiple of 32, at
+// most 256); a model head dim without a kernel is zero-padded to attention_padded_head_dim(hd)
+// columns, passing its own scale 1/sqrt(hd) (the zero columns add nothing to q k^T, and give zero
+// output columns).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,7 +36,7 @@ struct AttnSequences {
 // head_dim as the attention call; causal and non-causal calls of one shape run the same tile size.
 int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim);
 
-// The smallest head_dim >= head_dim that both kernels are built for (72 -> 80); throws
+// The smallest head_dim >= head_dim that both kernels are built for (65 -> 72, 73 -> 80); throws
 // std::invalid_argument outside [1, 256].
 int attention_padded_head_dim(int head_dim);
 

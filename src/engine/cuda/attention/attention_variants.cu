@@ -1,9 +1,13 @@
 // The bf16 attention kernel variants beyond the default shapes (tuning.h): 2-stage K/V pipelines,
 // Q in registers, two m-tiles a warp and the rescale skip, instantiated for the head dims the
-// models use (64, 80 = the tower's padded 72, 128, 256), so that the workbench and the tests can
-// run each one next to the default kernel.
+// models use (64, 80, 128, 256), so that the workbench and the tests can run each one next to the
+// default kernel; at 72 (the vision tower's head dim, unpadded) only the engine's pick, w4m2s1
+// (each instantiation adds compile time). Also the per-device shared-memory limit they check.
 #include <cuda_bf16.h>
 
+#include <array>
+#include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,7 +23,27 @@ namespace {
 
 using namespace flash;
 
+// Every built variant (attention_bf16_variants), the default shapes first.
+constexpr std::array<AttnVariant, 15> kVariants = {{{4, 1, false, 1},
+                                                    {8, 1, false, 1},
+                                                    {4, 1, true, 1},
+                                                    {8, 1, true, 1},
+                                                    {4, 2, false, 1},
+                                                    {8, 2, false, 1},
+                                                    {4, 2, true, 1},
+                                                    {8, 2, true, 1},
+                                                    {4, 1, false, 2},
+                                                    {4, 2, false, 2},
+                                                    {8, 2, false, 2},
+                                                    {4, 1, false, 2, true},
+                                                    {8, 2, false, 1, true},
+                                                    {8, 2, false, 1, false, 64},
+                                                    {8, 2, false, 1, false, 128}}};
+
+constexpr AttnVariant kTowerPick{4, 1, false, 2, false};  // w4m2s1, the only variant built at 72
+
 bool variant_head_dim(const AttnVariant& v, int head_dim) {
+  if (head_dim == 72) return v == kTowerPick;
   return head_dim == 64 || head_dim == 80 || head_dim == 128 || (head_dim == 256 && v.m_tiles == 1);
 }
 
@@ -32,6 +56,11 @@ void launch_hd(int head_dim, const __nv_bfloat16* q, const __nv_bfloat16* k, con
                __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
                cudaStream_t stream) {
   switch (head_dim) {
+    case 72:
+      if constexpr (WARPS == 4 && STAGES == 1 && !QREG && MT == 2 && !RSKIP)
+        return launch_bf16<72, WARPS, STAGES, QREG, MT, RSKIP>(q, k, v, out, T, n_heads, n_kv_heads,
+                                                               seqs, stream);
+      break;
     case 64:
       return launch_bf16<64, WARPS, STAGES, QREG, MT, RSKIP>(q, k, v, out, T, n_heads, n_kv_heads,
                                                              seqs, stream);
@@ -45,31 +74,44 @@ void launch_hd(int head_dim, const __nv_bfloat16* q, const __nv_bfloat16* k, con
       if constexpr (MT == 1)
         return launch_bf16<256, WARPS, STAGES, QREG, MT, RSKIP>(q, k, v, out, T, n_heads,
                                                                 n_kv_heads, seqs, stream);
-      [[fallthrough]];
+      break;
     default:
-      throw std::invalid_argument("attention_core_bf16: no variant kernel for head_dim " +
-                                  std::to_string(head_dim));
+      break;
   }
+  throw std::invalid_argument("attention_core_bf16: no variant kernel for head_dim " +
+                              std::to_string(head_dim));
 }
 
 }  // namespace
 
+namespace flash {
+
+// The opt-in limit is a property of the hardware, fixed for the process: one query per device,
+// each behind its own once_flag (call_once makes the store visible to every later reader; a query
+// that throws leaves the flag unset, so the next call retries). Devices past kMaxDevices query
+// every time.
+size_t device_smem_optin() {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static int optin[kMaxDevices];
+  int dev = 0;
+  CLEF_CUDA_CHECK(cudaGetDevice(&dev));
+  auto query = [dev](int& out) {
+    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&out, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  };
+  if (dev < 0 || dev >= kMaxDevices) {
+    int v = 0;
+    query(v);
+    return static_cast<size_t>(v);
+  }
+  std::call_once(once[dev], query, std::ref(optin[dev]));
+  return static_cast<size_t>(optin[dev]);
+}
+
+}  // namespace flash
+
 std::vector<AttnVariant> attention_bf16_variants() {
-  return {{4, 1, false, 1},
-          {8, 1, false, 1},
-          {4, 1, true, 1},
-          {8, 1, true, 1},
-          {4, 2, false, 1},
-          {8, 2, false, 1},
-          {4, 2, true, 1},
-          {8, 2, true, 1},
-          {4, 1, false, 2},
-          {4, 2, false, 2},
-          {8, 2, false, 2},
-          {4, 1, false, 2, true},
-          {8, 2, false, 1, true},
-          {8, 2, false, 1, false, 64},
-          {8, 2, false, 1, false, 128}};
+  return {kVariants.begin(), kVariants.end()};
 }
 
 int attention_variant_rows_per_tile(const AttnVariant& v) {
@@ -94,16 +136,13 @@ AttnVariant attention_variant_from_name(const std::string& name) {
 
 bool attention_variant_supported(const AttnVariant& v, int head_dim) {
   bool built = false;
-  for (const AttnVariant& b : attention_bf16_variants()) built |= b == v;
+  for (const AttnVariant& b : kVariants) built |= b == v;
   if (!built) return false;
   if (v.wgmma_key_tile) return wgmma_attention_supported(head_dim, v.wgmma_key_tile);
   if (is_default(v)) return true;  // every head dim; 1 stage fits sm_80+
   if (!variant_head_dim(v, head_dim)) return false;
-  int dev = 0, optin = 0;
-  CLEF_CUDA_CHECK(cudaGetDevice(&dev));
-  CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return bf16_smem_bytes(head_dim, attention_variant_rows_per_tile(v), v.stages) <=
-         static_cast<size_t>(optin);
+         device_smem_optin();
 }
 
 void attention_core_bf16_variant(const AttnVariant& variant, const __nv_bfloat16* q,

@@ -9,8 +9,10 @@
 // the V load of tile j overlaps S = Q K_j^T and the K load of tile j+1 overlaps O += P V_j
 // (FlashAttention-2 ordering), so one buffer each for Q, K and V suffices: 3 x 64 x (hd + 8) bf16 =
 // 99 KiB at hd 256, which also fits sm_86/sm_89 (99 KiB opt-in) and lets two CTAs share an
-// sm_80/sm_90 SM. Rows are padded by 16 bytes so ldmatrix reads are bank-conflict free. Matrix
-// products: mma.sync m16n8k16 bf16 -> fp32; softmax in fp32 with exp2 and a running max. Causal and
+// sm_80/sm_90 SM. Rows span an odd number of 16-byte chunks (padded by one where hd / 8 is even) so
+// ldmatrix reads are bank-conflict free. Matrix products: mma.sync m16n8k16 bf16 -> fp32, plus one
+// m16n8k8 step for a head dim that is an odd multiple of 8 (72, the vision tower's, unpadded);
+// softmax in fp32 with exp2 and a running max. Causal and
 // non-causal are separate instantiations (CAUSAL), as are the variants (STAGES, QREG, MT); the
 // default kernels do the same arithmetic in the same order as before the variants existed (their
 // register counts moved by one at most: sm_90a, hd 80 and 256).
@@ -31,10 +33,11 @@ namespace clef::engine::cuda::flash {
 constexpr int kBc = 64;  // key rows per tile
 
 // The head dims both kernels are instantiated for (CLEF_HEAD_DIM_CASES below): multiples of 32,
-// and 80 for the vision tower's 72 (the bf16 kernel needs a multiple of 16 with an even number of
-// 8-column n-tiles; 80 pads 72 with 11 % more work where 96 would take 33 %).
+// 72 (the vision tower's own) and 80 (other models; CLEF_ATTN_PICK timing). The bf16 kernel takes
+// any multiple of 8; each one instantiated costs compile time, so only these.
 inline bool supported_head_dim(int head_dim) {
-  return head_dim > 0 && head_dim <= 256 && (head_dim % 32 == 0 || head_dim == 80);
+  return head_dim > 0 && head_dim <= 256 &&
+         (head_dim % 32 == 0 || head_dim == 72 || head_dim == 80);
 }
 
 inline void check_shape(int T, int n_heads, int n_kv_heads, int head_dim) {
@@ -43,7 +46,7 @@ inline void check_shape(int T, int n_heads, int n_kv_heads, int head_dim) {
                                 " / " + std::to_string(n_kv_heads) + ") or T " + std::to_string(T));
   if (!supported_head_dim(head_dim))
     throw std::invalid_argument("attention_core: head_dim " + std::to_string(head_dim) +
-                                " is not 80 or a multiple of 32 in [32, 256] (zero-pad it to "
+                                " is not 72, 80 or a multiple of 32 in [32, 256] (zero-pad it to "
                                 "attention_padded_head_dim)");
 }
 
@@ -93,6 +96,16 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -109,9 +122,25 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D += A B, m16n8k8 (the last 8 columns of an odd multiple of 8 in QK^T).
+__device__ __forceinline__ void mma_bf16_k8(float (&d)[4], const uint32_t (&a)[2], uint32_t b0) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b0));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The shared-memory row stride (elements) of a head dim: an odd number of 16-byte chunks, so the
+// 8 rows one ldmatrix 8x8 matrix reads start in 8 different 4-bank groups (hd 80: 88 = 11 chunks;
+// hd 72: 72 = 9 chunks as is, where 80 would be 10 and conflict 2-way).
+constexpr int smem_stride(int head_dim) {
+  return (head_dim / 8) % 2 == 1 ? head_dim : head_dim + 8;
 }
 
 // Loads rows [row0, row0 + ROWS) of a [T, heads, HD] tensor's head into a padded smem tile.
@@ -119,7 +148,7 @@ template <int HD, int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* base, int row0,
                                           int T, int row_stride) {
   constexpr int kChunksPerRow = HD / 8;  // 16-byte chunks
-  constexpr int kStride = HD + 8;
+  constexpr int kStride = smem_stride(HD);
   for (int c = threadIdx.x; c < ROWS * kChunksPerRow; c += THREADS) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     const int row = row0 + r;
@@ -130,9 +159,9 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat
 }
 
 // Shared memory of one CTA: Q (rows query rows), STAGES buffers each of K and V (kBc rows), rows
-// padded by 8 columns.
+// of smem_stride elements.
 constexpr size_t bf16_smem_bytes(int head_dim, int rows, int stages) {
-  return static_cast<size_t>(rows + 2 * stages * kBc) * (head_dim + 8) * 2;
+  return static_cast<size_t>(rows + 2 * stages * kBc) * smem_stride(head_dim) * 2;
 }
 
 // CTAs per SM the compiler budgets registers for (__launch_bounds__). The default (one stage, one
@@ -161,7 +190,8 @@ constexpr int bf16_min_blocks(int head_dim, int warps, int mt, int stages) {
 // memory at large head dims). QREG: each warp's Q A-fragments are read from shared memory once,
 // before the key loop, instead of once per key tile (MT * HD / 4 registers more). RSKIP: the
 // rescale of O is skipped when no row of the warp moved its max (alpha exactly 1, so exact), one
-// warp vote against MT * HD / 2 multiplications a tile.
+// warp vote against MT * HD / 2 multiplications a tile. HD: a multiple of 8; an odd multiple
+// (72) ends QK^T with one m16n8k8 step and P V with one ldmatrix.x2.trans n-tile.
 template <int HD, int WARPS, bool CAUSAL, int STAGES = 1, bool QREG = false, int MT = 1,
           bool RSKIP = false>
 __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STAGES))
@@ -171,11 +201,14 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
                            const int4* __restrict__ tiles) {
   static_assert(STAGES == 1 || STAGES == 2, "one or two K/V stages");
   static_assert(MT == 1 || MT == 2, "one or two m-tiles of 16 rows a warp");
+  static_assert(HD % 8 == 0 && HD >= 16, "head dim: a multiple of 8 (cp.async rows of 16 bytes)");
   constexpr int kThreads = WARPS * 32;
   constexpr int kWr = 16 * MT;  // query rows per warp
   constexpr int kBr = WARPS * kWr;
-  constexpr int kStride = HD + 8;
-  constexpr int kNT = HD / 8;  // output n-tiles of 8 columns per m-tile
+  constexpr int kStride = smem_stride(HD);
+  constexpr int kNT = HD / 8;           // output n-tiles of 8 columns per m-tile
+  constexpr int kK16 = HD / 16;         // QK^T k16 steps
+  constexpr bool kTail = HD % 16 != 0;  // ... then one k8 step (columns kK16 * 16 ..)
   // Skipping sub-tiles past a warp's rows is kept for the 8-warp shape only (two diagonal key tiles
   // per CTA, the second wholly past half of its warps); in the 4-warp shape the runtime tests
   // inside the unrolled MMA loops appeared to cost more than they saved (H200, T 5661: 190 TFLOP/s
@@ -214,17 +247,21 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
   load_tile<HD, kBc, kThreads>(sK, kh, s0, s1, kv_stride);
   if constexpr (STAGES == 2) load_tile<HD, kBc, kThreads>(sV, vh, s0, s1, kv_stride);
   cp_async_commit();
-  // QREG: this warp's Q fragments, per m-tile and 16-column k-step.
-  uint32_t qf[QREG ? MT : 1][QREG ? HD / 16 : 1][4];
+  // QREG: this warp's Q fragments, per m-tile and 16-column k-step (and the k8 tail's).
+  uint32_t qf[QREG ? MT : 1][QREG ? kK16 : 1][4];
+  uint32_t qt[QREG && kTail ? MT : 1][2];
   if constexpr (QREG) {
     cp_async_wait<1>();  // Q has landed (K_0, V_0 may still be in flight)
     __syncthreads();
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk)
+      for (int kk = 0; kk < kK16; ++kk)
         ldmatrix_x4(qf[mt][kk],
                     sQ + (warp * kWr + mt * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+      if constexpr (kTail)
+        ldmatrix_x2(qt[mt], sQ + (warp * kWr + mt * 16 + lane % 16) * kStride + kK16 * 16);
+    }
   }
 
   float o[MT][kNT][4];
@@ -282,7 +319,7 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
 #pragma unroll
         for (int i = 0; i < 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
+      for (int kk = 0; kk < kK16; ++kk) {
         uint32_t a[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -305,6 +342,28 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
             mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
             mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
           }
+        }
+      }
+      if constexpr (kTail) {  // columns kK16 * 16 .. HD - 1: one m16n8k8 step per 8-key n-tile
+        uint32_t a[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (QREG) {
+            a[mt][0] = qt[mt][0], a[mt][1] = qt[mt][1];
+          } else {
+            ldmatrix_x2(a[mt], sQ + (warp * kWr + mt * 16 + lane % 16) * kStride + kK16 * 16);
+          }
+        }
+#pragma unroll
+        for (int nq = 0; nq < 2; ++nq) {  // quads of 8-key n-tiles: one x4 load of 32 keys each
+          // (Sub-tiles skipped above and computed here hold partial sums: masked all the same.)
+          if (kSkip && key0 + nq * 32 > lim_hi) continue;
+          uint32_t b[4];
+          ldmatrix_x4(b, cK + (nq * 32 + lane) * kStride + kK16 * 16);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) mma_bf16_k8(s[mt][nq * 4 + i], a[mt], b[i]);
         }
       }
 
@@ -395,6 +454,13 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
             mma_bf16(o[mt][2 * np + 1], p[mt][kk], b[2], b[3]);
           }
         }
+        if constexpr (kNT % 2 == 1) {  // the odd last n-tile: one 16 x 8 block of V
+          uint32_t b[2];
+          ldmatrix_x2_trans(
+              b, cV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride + (kNT - 1) * 8);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) mma_bf16(o[mt][kNT - 1], p[mt][kk], b[0], b[1]);
+        }
       }
     }
     if constexpr (STAGES == 1)
@@ -426,6 +492,10 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
   }
 }
 
+// The current device's opt-in shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin),
+// queried once per device (attention_variants.cu): what a variant's pick and launch check against.
+size_t device_smem_optin();
+
 // Launches one instantiation; a shared-memory need past the device's opt-in limit (a 2-stage
 // variant on sm_86/89) is refused with std::invalid_argument before anything runs.
 template <int HD, int WARPS, bool CAUSAL, int STAGES, bool QREG, int MT, bool RSKIP>
@@ -435,10 +505,8 @@ void launch_bf16_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __
   constexpr size_t smem = bf16_smem_bytes(HD, 16 * MT * WARPS, STAGES);
   auto* kernel = flash_attn_bf16_kernel<HD, WARPS, CAUSAL, STAGES, QREG, MT, RSKIP>;
   if constexpr (STAGES > 1 || MT > 1) {  // beyond the default shapes
-    int dev = 0, optin = 0;
-    CLEF_CUDA_CHECK(cudaGetDevice(&dev));
-    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (smem > static_cast<size_t>(optin))
+    const size_t optin = device_smem_optin();
+    if (smem > optin)
       throw std::invalid_argument("attention_core_bf16: this variant needs " +
                                   std::to_string(smem) + " bytes of shared memory, the device " +
                                   std::to_string(optin));

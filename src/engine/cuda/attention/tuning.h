@@ -46,7 +46,8 @@ struct AttnVariant {
 
 // Every built variant, the default kernel shapes (4 and 8 warps, 1 stage, 1 m-tile, Q in shared
 // memory) first. The default ones exist for every head dim; the others for head dims 64, 80, 128
-// and 256, those of 2 m-tiles for 64, 80 and 128 only (their accumulators would not fit at 256).
+// and 256, those of 2 m-tiles for 64, 80 and 128 only (their accumulators would not fit at 256),
+// and w4m2s1 (the tower's pick) at 72.
 std::vector<AttnVariant> attention_bf16_variants();
 
 int attention_variant_rows_per_tile(const AttnVariant& v);
@@ -58,12 +59,14 @@ std::string attention_variant_name(const AttnVariant& v);
 AttnVariant attention_variant_from_name(const std::string& name);
 
 // Whether attention_core_bf16_variant runs this variant at this (padded) head dim on the current
-// device (built for it, and its shared memory within the device's opt-in limit).
+// device (built for it, and its shared memory within the device's opt-in limit, queried once per
+// device).
 bool attention_variant_supported(const AttnVariant& v, int head_dim);
 
 // The variant attention_core_bf16 runs for this shape on the current device (its tile size is
-// attention_rows_per_tile's): w4m2s1 at head dim 80 (the vision tower), else the default shape of
-// attention_core_bf16_pick_warps; CLEF_ATTN_PICK="80=w4s1,256=w8s2" overrides it per head dim.
+// attention_rows_per_tile's): w4m2s1 at head dims 72 (the vision tower) and 80, else the default
+// shape of attention_core_bf16_pick_warps; CLEF_ATTN_PICK="80=w4s1,256=w8s2" overrides it per head
+// dim.
 AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim);
 
 // attention_core_bf16 with the given variant (its tile table, if any, built for

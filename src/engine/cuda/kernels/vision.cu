@@ -251,6 +251,20 @@ __global__ void pos_embed_add_vec8_kernel(E* __restrict__ x, int row0, const E* 
   st8(xr, pack8<E>(o));
 }
 
+// The row's 2-D RoPE table, cos [hd/2] | sin [hd/2] (the first quarter of the frequencies from the
+// patch row, the second from its column), filled by threads tid = 0, step, 2 * step, ...
+__device__ __forceinline__ void vision_rope_table(float* cs, const VisionRopeArgs& a, size_t row,
+                                                  int tid, int step) {
+  const int half = a.hd / 2, quarter = a.hd / 4;
+  const float pr = static_cast<float>(a.rc[2 * row]), pc = static_cast<float>(a.rc[2 * row + 1]);
+  for (int i = tid; i < half; i += step) {
+    const float ang =
+        i < quarter ? __fmul_rn(pr, a.inv_freq[i]) : __fmul_rn(pc, a.inv_freq[i - quarter]);
+    cs[i] = cosf(ang);
+    cs[half + i] = sinf(ang);
+  }
+}
+
 // One block per row: the row's hd/2 cos/sin values in shared memory, then every element of its
 // q, k, v heads (hdp wide). Products and sums rounded like the CPU tower's apply_rope
 // (x1*cos - x2*sin, x2*cos + x1*sin, no contraction).
@@ -258,15 +272,9 @@ template <typename E>
 __global__ void vision_rope_split_kernel(const E* __restrict__ qkv, E* __restrict__ q,
                                          E* __restrict__ k, E* __restrict__ v, VisionRopeArgs a) {
   extern __shared__ float cs[];  // cos [hd/2] | sin [hd/2]
-  const int half = a.hd / 2, quarter = a.hd / 4;
+  const int half = a.hd / 2;
   const size_t row = blockIdx.x;
-  const float pr = static_cast<float>(a.rc[2 * row]), pc = static_cast<float>(a.rc[2 * row + 1]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float ang =
-        i < quarter ? __fmul_rn(pr, a.inv_freq[i]) : __fmul_rn(pc, a.inv_freq[i - quarter]);
-    cs[i] = cosf(ang);
-    cs[half + i] = sinf(ang);
-  }
+  vision_rope_table(cs, a, row, threadIdx.x, blockDim.x);
   __syncthreads();
   const int width = a.heads * a.hd, per = a.heads * a.hdp;
   const E* src = qkv + row * 3 * width;
@@ -328,19 +336,11 @@ __global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __re
                                               E* __restrict__ k, E* __restrict__ v,
                                               VisionRopeArgs a) {
   extern __shared__ float cs_all[];  // per row of the block: cos [hd/2] | sin [hd/2]
-  const int half = a.hd / 2, quarter = a.hd / 4;
+  const int half = a.hd / 2;
   const size_t row = static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < static_cast<size_t>(a.rows);
   float* cs = cs_all + threadIdx.y * a.hd;
-  if (live) {
-    const float pr = static_cast<float>(a.rc[2 * row]), pc = static_cast<float>(a.rc[2 * row + 1]);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      const float ang =
-          i < quarter ? __fmul_rn(pr, a.inv_freq[i]) : __fmul_rn(pc, a.inv_freq[i - quarter]);
-      cs[i] = cosf(ang);
-      cs[half + i] = sinf(ang);
-    }
-  }
+  if (live) vision_rope_table(cs, a, row, threadIdx.x, blockDim.x);
   __syncthreads();
   const int cph = a.hdp / 8;
   if (!live || static_cast<int>(threadIdx.x) >= a.heads * cph) return;

@@ -113,8 +113,9 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
     b.qkv = linear(p + "attn.qkv", 3 * W_, W_);
     b.fc1 = linear(p + "mlp.linear_fc1", I_, W_);
     b.fc2 = linear(p + "mlp.linear_fc2", W_, I_);
-    // The output projection reads the attention core's padded heads: zero columns hd..hdp-1 of
-    // every head, so the product is the unpadded one exactly.
+    // The output projection reads the attention core's heads of hdp columns: hd itself where the
+    // kernels take it (the Qwen3.5 tower's 72: the weight as it is, K = heads x 72), else zero
+    // columns hd..hdp-1 of every head, so the product is the unpadded one exactly.
     const std::vector<float> w = values(p + "attn.proj.weight", static_cast<size_t>(W_) * W_);
     const int kp = heads_ * hdp_;
     std::vector<float> padded(static_cast<size_t>(W_) * kp, 0.0f);
