@@ -3,7 +3,7 @@
 # the descriptor-convention probe first, alone (a wrong convention could fault and would take the
 # other tests' process with it), then the attention tests, the workbench (all variants, or
 # CLEF_ATTN_VARIANT), the engine tests and `clefserve profile` (text, media) with the default
-# attention pick and with PICK (default "80=wg64,256=wg64"). Logs in $OUT, summary last. The flash
+# attention pick and with PICK (default "72=wg64o,256=wg64"). Logs in $OUT, summary last. The flash
 # release is made in the background meanwhile.
 # Usage (repo root on the device): [PICK=...] [STEPS="probe tests bench engine profile"] scripts/device/wgmma_check.sh
 set -uo pipefail
@@ -11,7 +11,7 @@ source scripts/device/setup.sh > /dev/null
 STEPS=${STEPS:-probe tests bench engine profile}
 M=/tmp/flash
 L=$OUT
-PICK=${PICK:-80=wg64,256=wg64}
+PICK=${PICK:-72=wg64o,256=wg64}
 ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
 MK=$!
 gt() {  # tag, filter, [env...]: one test_gpu process; its pass line into the summary
@@ -25,12 +25,14 @@ gt() {  # tag, filter, [env...]: one test_gpu process; its pass line into the su
 }
 OK=1
 if has probe; then gt probe 'WgmmaAttention.*' || OK=0; fi
-if has tests && [ $OK = 1 ]; then gt attention '*AttentionVariant*:*AttentionCore*:*SegmentAttention*:*Packing*'; fi
+if has tests && [ $OK = 1 ]; then gt attention '*AttentionVariant*:*AttentionCore*:AttentionPick.*:*SegmentAttention*:SegmentTiles.*:PackTables.*:*Packing*:VisionKernels/*.RopeSplit*'; fi
 if has bench; then
   t0=$(date +%s)
   if [ $OK = 1 ]; then timeout 200 workbench_attention > "$L/workbench.txt" 2>&1
   else CLEF_ATTN_VARIANT=w4s1,w4m2s1 timeout 200 workbench_attention > "$L/workbench.txt" 2>&1; fi
   summary+=("workbench_attention rc $? in $(( $(date +%s) - t0 )) s")
+  timeout 60 workbench_vision > "$L/workbench_vision.txt" 2>&1
+  summary+=("workbench_vision rc $?")
 fi
 wait $MK
 summary+=("model: $(ls $M 2>/dev/null | wc -l) files in $M")
@@ -58,4 +60,5 @@ for f in "$L"/profile_*.txt; do
   echo "--- $(basename $f)"
   grep -E "^\| [0-9]|^media|tower|prepare" "$f" | head -30
 done
-[ -f "$L/workbench.txt" ] && grep -E "^attention .*(nc 1x4096|nc 4x1024| 961 | 5661 )|FAIL|mismatch" "$L/workbench.txt" | head -70
+[ -f "$L/workbench.txt" ] && grep -E "^attention .*(auto|w4s1|w4m2s1|wg64).*(nc 1x4096|nc 4x1024| 961 | 5661 )|FAIL|mismatch" "$L/workbench.txt" | head -40
+[ -f "$L/workbench_vision.txt" ] && grep -iE "rope|FAIL" "$L/workbench_vision.txt" | head -8

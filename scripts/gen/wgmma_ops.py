@@ -3,8 +3,8 @@
 the Hopper attention kernel uses (one function per shape: the accumulator count is part of the asm).
 Run from the repository root: python3 scripts/gen/wgmma_ops.py > src/engine/cuda/attention/wgmma_ops.cuh
 """
-SS = [64, 128]          # S = Q K^T: N = key tile, both operands K-major in shared memory
-RS = [64, 80, 128, 256]  # O += P V: A = P in registers, B = V MN-major (tnspB = 1)
+SS = [64]           # S = Q K^T: N = key tile, both operands K-major in shared memory
+RS = [64, 72, 80, 128, 256]  # O += P V: A = P in registers, B = V MN-major (tnspB = 1)
 
 def regs(n):
     return ", ".join("%%%d" % i for i in range(n))

@@ -26,7 +26,7 @@ using bf16 = __nv_bfloat16;
 
 TEST(WgmmaAttention, TheBuiltLayoutConventionIsTheOneThatComputesAttention) {
   CLEF_REQUIRE_GPU();
-  if (!wgmma_attention_supported(64, 64)) GTEST_SKIP() << "not an sm_90 device";
+  if (!wgmma_attention_supported(64, false)) GTEST_SKIP() << "not an sm_90 device";
   std::mt19937_64 rng(20261201);
   const int T = 200, nh = 2, hd = 64;  // hd 64: every convention's addresses stay in the tiles
   std::vector<float> q = randn(rng, static_cast<size_t>(T) * nh * hd, 1.5f);
@@ -42,7 +42,7 @@ TEST(WgmmaAttention, TheBuiltLayoutConventionIsTheOneThatComputesAttention) {
   std::string report;
   for (int layout = 0; layout < 4; ++layout) {
     auto out = poisoned<bf16>(q.size());
-    attention_wgmma_probe(64, layout, dq.get<bf16>(), dk.get<bf16>(), dv.get<bf16>(),
+    attention_wgmma_probe(false, layout, dq.get<bf16>(), dk.get<bf16>(), dv.get<bf16>(),
                           out.get<bf16>(), T, nh, nh, hd, nullptr, &seqs, true);
     const std::vector<float> got = to_host<bf16>(out, q.size());
     double num = 0, den = 0;

@@ -14,6 +14,8 @@
 // strides of 128 B along the contiguous dimension and 16 C B across 8-row groups.
 #include <cuda_bf16.h>
 
+#include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -32,12 +34,21 @@ constexpr int kWarpgroups = 2;
 constexpr int kBr = kWgRows * kWarpgroups;
 constexpr int kThreads = 128 * kWarpgroups;
 
-constexpr size_t wgmma_smem_bytes(int hd, int bc) {
-  return static_cast<size_t>(kBr + 4 * bc) * hd * 2;
+// Q and K rows are zero-padded to wgmma's k-step of 16 (72 -> 80); V rows are not (N = 72 is fine).
+constexpr int padded_k(int hd) {
+  return (hd + 15) / 16 * 16;
+}
+constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap) {
+  const int stages = overlap ? 3 : 2;
+  return (static_cast<size_t>(kBr + stages * bc) * padded_k(hd) +
+          static_cast<size_t>(stages) * bc * hd) *
+         2;
 }
 constexpr size_t kSlack = 32 * 1024, kProbeSlack = 32 * 1024;
-constexpr int wgmma_min_blocks(int hd, int bc) {
-  return hd <= 128 && bc == 64 ? 2 : 1;
+// Two CTAs an SM where the accumulators leave 128 registers a thread and the tiles (with the
+// slack) fit twice in 228 KiB: head dims up to 128, overlapped up to 80.
+constexpr int wgmma_min_blocks(int hd, int bc, bool overlap) {
+  return bc == 64 && hd <= (overlap ? 80 : 128) ? 2 : 1;
 }
 
 // Device helpers: compiled for sm_90a only (other targets build the kernel as a trap).
@@ -51,8 +62,9 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+template <int N>  // at most N of this warpgroup's committed groups still running
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // Pins accumulator registers after a wait (the asm that wrote them did so asynchronously: without
 // this the compiler may read them before the wait).
@@ -70,19 +82,21 @@ __device__ __forceinline__ uint64_t make_desc(const void* p, uint32_t lbo, uint3
          (static_cast<uint64_t>(sbo >> 4) << 32);
 }
 
-// rows [row0, row0 + ROWS) of a [*, heads, HD] tensor's head into the canonical layout; rows at or
-// past `end` are zero-filled. Thread c takes row (c / 8 / (HD / 8)) 8 + c % 8, 16-byte column
-// chunk (c / 8) % (HD / 8): eight consecutive threads fill one 128-byte core matrix (no bank
-// conflicts) and a warp reads 64 contiguous bytes of each of 8 rows.
-template <int HD, int ROWS>
+// Rows [row0, row0 + ROWS) of a [*, heads, HD] tensor's head into the canonical layout with ELEMS
+// columns (>= HD; the columns past HD and the rows at or past `end` are zero-filled). Thread c
+// takes row (c / 8 / (ELEMS / 8)) 8 + c % 8, 16-byte column chunk (c / 8) % (ELEMS / 8): eight
+// consecutive threads fill one 128-byte core matrix (no bank conflicts) and a warp reads 64
+// contiguous bytes of each of 8 rows.
+template <int HD, int ELEMS, int ROWS>
 __device__ __forceinline__ void load_canonical(__nv_bfloat16* tile, const __nv_bfloat16* base,
                                                int row0, int end, int row_stride) {
-  constexpr int kChunks = ROWS * HD / 8, kCol = HD / 8;
+  constexpr int kChunks = ROWS * ELEMS / 8, kCol = ELEMS / 8;
   for (int c = threadIdx.x; c < kChunks; c += kThreads) {
     const int r8 = c & 7, kc = (c >> 3) % kCol, rg = (c >> 3) / kCol;
     const int row = row0 + rg * 8 + r8;
-    const bool ok = row < end;
-    const __nv_bfloat16* src = base + static_cast<size_t>(ok ? row : 0) * row_stride + kc * 8;
+    const bool ok = row < end && kc < HD / 8;
+    const __nv_bfloat16* src =
+        base + static_cast<size_t>(ok ? row : 0) * row_stride + (ok ? kc : 0) * 8;
     cp_async16(tile + (rg * kCol + kc) * 64 + r8 * 8, src, ok ? 16 : 0);
   }
 }
@@ -93,12 +107,6 @@ template <>
 struct SsOp<64> {
   static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, int sc) {
     wgmma::ss_m64n64k16(d, a, b, sc);
-  }
-};
-template <>
-struct SsOp<128> {
-  static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, int sc) {
-    wgmma::ss_m64n128k16(d, a, b, sc);
   }
 };
 template <int N>
@@ -112,25 +120,101 @@ struct RsOp;
     }                                                                                     \
   };
 CLEF_RS_OP(64)
+CLEF_RS_OP(72)
 CLEF_RS_OP(80)
 CLEF_RS_OP(128)
 CLEF_RS_OP(256)
 #undef CLEF_RS_OP
 
+// Online softmax of one key tile for this thread's two rows (g and g + 8 of its warp's 16):
+// masks keys past each row's limit when `diagonal`, updates the running max (log2 domain) and row
+// sums, leaves exp2(s - m) in s and returns the factors O must be rescaled by.
+template <int BC>
+__device__ __forceinline__ void tile_softmax(float (&s)[BC / 2], bool diagonal, int key0, int tig,
+                                             int lim_a, int lim_b, float scale_log2,
+                                             float (&m_run)[2], float (&l_run)[2],
+                                             float (&alpha)[2]) {
+  if (diagonal) {
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; ++nt) {
+      const int key = key0 + nt * 8 + tig * 2;
+      if (key > lim_a) s[4 * nt + 0] = -INFINITY;
+      if (key + 1 > lim_a) s[4 * nt + 1] = -INFINITY;
+      if (key > lim_b) s[4 * nt + 2] = -INFINITY;
+      if (key + 1 > lim_b) s[4 * nt + 3] = -INFINITY;
+    }
+  }
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < BC / 8; ++nt) {
+    mx[0] = fmaxf(mx[0], fmaxf(s[4 * nt + 0], s[4 * nt + 1]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[4 * nt + 2], s[4 * nt + 3]));
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+    alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[r] - m_new);
+    m_run[r] = m_new;
+  }
+  const float mb0 = m_run[0] == -INFINITY ? 0.f : m_run[0];
+  const float mb1 = m_run[1] == -INFINITY ? 0.f : m_run[1];
+  float rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < BC / 8; ++nt) {
+    s[4 * nt + 0] = exp2f(s[4 * nt + 0] * scale_log2 - mb0);
+    s[4 * nt + 1] = exp2f(s[4 * nt + 1] * scale_log2 - mb0);
+    s[4 * nt + 2] = exp2f(s[4 * nt + 2] * scale_log2 - mb1);
+    s[4 * nt + 3] = exp2f(s[4 * nt + 3] * scale_log2 - mb1);
+    rs[0] += s[4 * nt + 0] + s[4 * nt + 1];
+    rs[1] += s[4 * nt + 2] + s[4 * nt + 3];
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
+}
+
+// P (exp values in s) rounded to bf16 as wgmma A fragments, one per 16-key k-step.
+template <int BC>
+__device__ __forceinline__ void pack_p(const float (&s)[BC / 2], uint32_t (&p)[BC / 16][4]) {
+#pragma unroll
+  for (int nt = 0; nt < BC / 8; ++nt) {
+    p[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(s[4 * nt + 0], s[4 * nt + 1]);
+    p[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(s[4 * nt + 2], s[4 * nt + 3]);
+  }
+}
+
+template <int HD>
+__device__ __forceinline__ void rescale(float (&o)[HD / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt) {
+    o[4 * nt + 0] *= alpha[0];
+    o[4 * nt + 1] *= alpha[0];
+    o[4 * nt + 2] *= alpha[1];
+    o[4 * nt + 3] *= alpha[1];
+  }
+}
+
 #endif  // CLEF_WGMMA_AVAILABLE
 
-template <int HD, int BC, bool CAUSAL>
-__global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC))
+// HD: the head dim (a multiple of 8); Q and K rows sit in shared memory zero-padded to HDK (a
+// multiple of 16, wgmma's k-step), V rows as they are (PV's N is HD). OVERLAP (three K/V stages):
+// each warpgroup issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then computes tile
+// j + 1's softmax while the tensor cores run P_j V_j; without it (two stages) the products and the
+// softmax of a tile run one after the other.
+template <int HD, int BC, bool CAUSAL, bool OVERLAP>
+__global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
     flash_wgmma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                        const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out, int T,
                        int n_heads, int group, float scale_log2, const int4* __restrict__ tiles,
                        int layout) {
 #ifdef CLEF_WGMMA_AVAILABLE
-  static_assert(HD % 16 == 0 && BC % 16 == 0, "k16 steps");
+  constexpr int HDK = padded_k(HD), kStages = OVERLAP ? 3 : 2;
+  static_assert(HD % 8 == 0 && BC % 16 == 0, "n8 tiles, k16 steps");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* sK = sQ + kBr * HD;     // [2][BC * HD]
-  __nv_bfloat16* sV = sK + 2 * BC * HD;  // [2][BC * HD]
+  __nv_bfloat16* sK = sQ + kBr * HDK;           // [kStages][BC * HDK]
+  __nv_bfloat16* sV = sK + kStages * BC * HDK;  // [kStages][BC * HD]
 
   int q0, s0, s1;
   if (tiles) {
@@ -149,112 +233,123 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC))
   const int wg = threadIdx.x / 128, wl = threadIdx.x % 128;
   const int warp = wl / 32, lane = wl % 32, g = lane / 4, tig = lane % 4;
 
-  load_canonical<HD, kBr>(sQ, qh, q0, s1, q_stride);
-  load_canonical<HD, BC>(sK, kh, s0, s1, kv_stride);
-  load_canonical<HD, BC>(sV, vh, s0, s1, kv_stride);
+  const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
+  const int n_tiles = (last_key - s0) / BC + 1;
+  auto load_kv = [&](int tile) {
+    const int st = tile % kStages;
+    load_canonical<HD, HDK, BC>(sK + st * BC * HDK, kh, s0 + tile * BC, s1, kv_stride);
+    load_canonical<HD, HD, BC>(sV + st * BC * HD, vh, s0 + tile * BC, s1, kv_stride);
+  };
+  load_canonical<HD, HDK, kBr>(sQ, qh, q0, s1, q_stride);
+  load_kv(0);
   cp_async_commit();
 
   // Descriptor strides (bytes): along the contiguous dimension one core matrix (128), across 8-row
-  // groups 16 HD. `layout` swaps them per operand kind (a test probes the conventions).
-  constexpr uint32_t kAlong = 128, kAcross = 16 * HD;
-  const uint32_t k_lbo = (layout & 1) ? kAcross : kAlong, k_sbo = (layout & 1) ? kAlong : kAcross;
-  const uint32_t v_lbo = (layout & 2) ? kAlong : kAcross, v_sbo = (layout & 2) ? kAcross : kAlong;
+  // groups 16 x the row's elements. `layout` swaps them per operand kind (a test probes them).
+  constexpr uint32_t kAlong = 128, kAcrossK = 16 * HDK, kAcrossV = 16 * HD;
+  const uint32_t k_lbo = (layout & 1) ? kAcrossK : kAlong;
+  const uint32_t k_sbo = (layout & 1) ? kAlong : kAcrossK;
+  const uint32_t v_lbo = (layout & 2) ? kAlong : kAcrossV;
+  const uint32_t v_sbo = (layout & 2) ? kAcrossV : kAlong;
 
   float o[HD / 2];
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
 
-  const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
-  const int n_tiles = (last_key - s0) / BC + 1;
   const int wg_first = q0 + wg * kWgRows, wg_last = wg_first + kWgRows - 1;
   const int lim_lo = CAUSAL ? wg_first : s1 - 1, lim_hi = CAUSAL ? wg_last : s1 - 1;
   const int row_a = wg_first + warp * 16 + g, row_b = row_a + 8;
   const int lim_a = CAUSAL ? row_a : s1 - 1, lim_b = CAUSAL ? row_b : s1 - 1;
-  const __nv_bfloat16* qw = sQ + wg * kWgRows * HD;
+  const __nv_bfloat16* qw = sQ + wg * kWgRows * HDK;
+  auto issue_s = [&](float(&s)[BC / 2], int tile) {
+    const __nv_bfloat16* cK = sK + (tile % kStages) * BC * HDK;
+#pragma unroll
+    for (int kk = 0; kk < HDK / 16; ++kk)
+      SsOp<BC>::run(s, make_desc(qw + kk * 16 * 8, k_lbo, k_sbo),
+                    make_desc(cK + kk * 16 * 8, k_lbo, k_sbo), kk > 0 ? 1 : 0);
+  };
+  auto issue_pv = [&](const uint32_t(&p)[BC / 16][4], int tile) {
+    const __nv_bfloat16* cV = sV + (tile % kStages) * BC * HD;
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+      RsOp<HD>::run(o, p[kk], make_desc(cV + kk * 16 * HD, v_lbo, v_sbo), 1);
+  };
+  // Keys of tile j visible to some row of this warpgroup / past some row's limit (uniform).
+  auto visible = [&](int tile) { return s0 + tile * BC <= lim_hi; };
+  auto diagonal = [&](int tile) { return s0 + tile * BC + BC - 1 > lim_lo; };
 
   float s[BC / 2];
 #pragma unroll
   for (int i = 0; i < BC / 2; ++i) s[i] = 0.f;  // (overwritten by the first k-step: scale_d 0)
-  for (int j = 0; j < n_tiles; ++j) {
-    cp_async_wait<0>();   // K_j, V_j (and Q) have landed for this thread's copies
-    fence_proxy_async();  // ... and are visible to the async proxy that wgmma reads through
-    __syncthreads();      // ... for every thread; every warpgroup is done with tile j - 1
-    if (j + 1 < n_tiles) {
-      const int nb = ((j + 1) & 1) * BC * HD;
-      load_canonical<HD, BC>(sK + nb, kh, s0 + (j + 1) * BC, s1, kv_stride);
-      load_canonical<HD, BC>(sV + nb, vh, s0 + (j + 1) * BC, s1, kv_stride);
+  uint32_t p[BC / 16][4];
+
+  if constexpr (!OVERLAP) {
+    for (int j = 0; j < n_tiles; ++j) {
+      cp_async_wait<0>();   // K_j, V_j (and Q) have landed for this thread's copies
+      fence_proxy_async();  // ... and are visible to the async proxy that wgmma reads through
+      __syncthreads();      // ... for every thread; every warpgroup is done with tile j - 1
+      if (j + 1 < n_tiles) load_kv(j + 1);
+      cp_async_commit();
+      if (!visible(j)) continue;
+      wgmma_fence();
+      issue_s(s, j);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(s);
+      tile_softmax<BC>(s, diagonal(j), s0 + j * BC, tig, lim_a, lim_b, scale_log2, m_run, l_run,
+                       alpha);
+      pack_p<BC>(s, p);
+      rescale<HD>(o, alpha);
+      wgmma_fence();
+      issue_pv(p, j);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
     }
+  } else {
+    // Tile 0's scores and softmax first; then per tile j: wait for K/V_{j+1}, start the loads of
+    // tile j + 2 (its stage last held tile j - 1, whose product every warpgroup has finished),
+    // issue S_{j+1} and P_j V_j, softmax of tile j + 1 while P_j V_j runs, then rescale O. Tiles
+    // past the warpgroup's rows (causal) run masked: all their p are 0 and alpha 1.
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (n_tiles > 1) load_kv(1);
     cp_async_commit();
-    const int key0 = s0 + j * BC;
-    if (key0 > lim_hi) continue;  // warpgroup-uniform: no key of this tile is visible
-    const __nv_bfloat16* cK = sK + (j & 1) * BC * HD;
-    const __nv_bfloat16* cV = sV + (j & 1) * BC * HD;
-
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
-      SsOp<BC>::run(s, make_desc(qw + kk * 16 * 8, k_lbo, k_sbo),
-                    make_desc(cK + kk * 16 * 8, k_lbo, k_sbo), kk > 0 ? 1 : 0);
+    issue_s(s, 0);
     wgmma_commit();
-    wgmma_wait_all();
+    wgmma_wait<0>();
     fence_regs(s);
-
-    if (key0 + BC - 1 > lim_lo) {  // a diagonal (or last, zero-filled) tile: mask past the limits
-#pragma unroll
-      for (int nt = 0; nt < BC / 8; ++nt) {
-        const int key = key0 + nt * 8 + tig * 2;
-        if (key > lim_a) s[4 * nt + 0] = -INFINITY;
-        if (key + 1 > lim_a) s[4 * nt + 1] = -INFINITY;
-        if (key > lim_b) s[4 * nt + 2] = -INFINITY;
-        if (key + 1 > lim_b) s[4 * nt + 3] = -INFINITY;
-      }
-    }
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < BC / 8; ++nt) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[4 * nt + 0], s[4 * nt + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[4 * nt + 2], s[4 * nt + 3]));
-    }
-    float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
-      alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[r] - m_new);
-      m_run[r] = m_new;
-    }
-    const float mb0 = m_run[0] == -INFINITY ? 0.f : m_run[0];
-    const float mb1 = m_run[1] == -INFINITY ? 0.f : m_run[1];
-    float rs[2] = {0.f, 0.f};
-    uint32_t p[BC / 16][4];  // P as wgmma A fragments, per 16-key k-step
-#pragma unroll
-    for (int nt = 0; nt < BC / 8; ++nt) {
-      const float p0 = exp2f(s[4 * nt + 0] * scale_log2 - mb0);
-      const float p1 = exp2f(s[4 * nt + 1] * scale_log2 - mb0);
-      const float p2 = exp2f(s[4 * nt + 2] * scale_log2 - mb1);
-      const float p3 = exp2f(s[4 * nt + 3] * scale_log2 - mb1);
-      rs[0] += p0 + p1;
-      rs[1] += p2 + p3;
-      p[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p0, p1);
-      p[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
-#pragma unroll
-    for (int nt = 0; nt < HD / 8; ++nt) {
-      o[4 * nt + 0] *= alpha[0];
-      o[4 * nt + 1] *= alpha[0];
-      o[4 * nt + 2] *= alpha[1];
-      o[4 * nt + 3] *= alpha[1];
+    tile_softmax<BC>(s, diagonal(0), s0, tig, lim_a, lim_b, scale_log2, m_run, l_run, alpha);
+    pack_p<BC>(s, p);
+    // (The last tile's P V is peeled off the loop: a branch-free body lets ptxas keep the
+    // products of one iteration in flight together instead of serialising them.)
+    for (int j = 0; j + 1 < n_tiles; ++j) {
+      cp_async_wait<0>();  // K_{j+1}, V_{j+1}
+      fence_proxy_async();
+      __syncthreads();
+      if (j + 2 < n_tiles) load_kv(j + 2);
+      cp_async_commit();
+      wgmma_fence();
+      issue_s(s, j + 1);
+      wgmma_commit();
+      issue_pv(p, j);
+      wgmma_commit();
+      wgmma_wait<1>();  // S_{j+1} (committed first); P_j V_j may still run
+      fence_regs(s);
+      tile_softmax<BC>(s, diagonal(j + 1), s0 + (j + 1) * BC, tig, lim_a, lim_b, scale_log2,
+                       m_run, l_run, alpha);
+      wgmma_wait<0>();
+      fence_regs(o);
+      rescale<HD>(o, alpha);
+      pack_p<BC>(s, p);  // p is free: P_j V_j has read it
     }
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk)
-      RsOp<HD>::run(o, p[kk], make_desc(cV + kk * 16 * HD, v_lbo, v_sbo), 1);
+    issue_pv(p, n_tiles - 1);
     wgmma_commit();
-    wgmma_wait_all();
+    wgmma_wait<0>();
     fence_regs(o);
   }
   cp_async_wait<0>();
@@ -284,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC))
 #endif
 }
 
-template <int HD, int BC, bool CAUSAL>
+template <int HD, int BC, bool CAUSAL, bool OVERLAP>
 void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                    __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
                    float scale_log2, const int4* tiles, int layout, bool probe,
@@ -293,8 +388,8 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
   // the tiles' bytes although its results are right with slack (session 11: the probe at hd 64
   // with 32 KiB of slack matched the reference): the asynchronous proxy appears to read past the
   // last V tile. kSlack keeps every read inside the CTA (a probe's wrong convention too).
-  const size_t smem = wgmma_smem_bytes(HD, BC) + (probe ? kProbeSlack : kSlack);
-  auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL>;
+  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP) + (probe ? kProbeSlack : kSlack);
+  auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL, OVERLAP>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess)
@@ -305,10 +400,11 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-template <int HD, int BC>
+template <int HD, bool OVERLAP>
 void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
                int layout, bool probe, cudaStream_t stream) {
+  constexpr int BC = 64;
   const int4* tl = tile_table(seqs);
   const int grid_x = tl ? seqs->tile_slots : (T + kBr - 1) / kBr;
   // The scale exactly as the mma.sync kernel computes it (same bits).
@@ -317,66 +413,84 @@ void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat
           ? static_cast<float>(1.4426950408889634 * static_cast<double>(seqs->scale))
           : 1.4426950408889634f / sqrtf(static_cast<float>(HD));
   if (is_causal(seqs))
-    launch_kernel<HD, BC, true>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2, tl,
-                                layout, probe, stream);
+    launch_kernel<HD, BC, true, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2,
+                                         tl, layout, probe, stream);
   else
-    launch_kernel<HD, BC, false>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2, tl,
-                                 layout, probe, stream);
+    launch_kernel<HD, BC, false, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2,
+                                          tl, layout, probe, stream);
+}
+
+// The sm_90 test, cached per device like flash::device_smem_optin (a hardware property).
+bool device_is_sm90() {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static bool is90[kMaxDevices];
+  int dev = 0;
+  CLEF_CUDA_CHECK(cudaGetDevice(&dev));
+  auto query = [dev](bool& out) {
+    int major = 0, minor = 0;
+    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    out = major == 9 && minor == 0;
+  };
+  if (dev < 0 || dev >= kMaxDevices) {
+    bool b = false;
+    query(b);
+    return b;
+  }
+  std::call_once(once[dev], query, std::ref(is90[dev]));
+  return is90[dev];
 }
 
 }  // namespace
 
-bool wgmma_attention_built(int head_dim, int key_tile) {
-  if (key_tile == 64) return head_dim == 64 || head_dim == 80 || head_dim == 128 || head_dim == 256;
-  if (key_tile == 128) return head_dim == 64 || head_dim == 80 || head_dim == 128;
-  return false;
+bool wgmma_attention_built(int head_dim, bool overlap) {
+  if (overlap) return head_dim == 64 || head_dim == 72 || head_dim == 80 || head_dim == 128;
+  return head_dim == 64 || head_dim == 72 || head_dim == 80 || head_dim == 128 || head_dim == 256;
 }
 
-bool wgmma_attention_supported(int head_dim, int key_tile) {
-  if (!wgmma_attention_built(head_dim, key_tile)) return false;
-  int dev = 0, major = 0, minor = 0, optin = 0;
-  CLEF_CUDA_CHECK(cudaGetDevice(&dev));
-  CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+bool wgmma_attention_supported(int head_dim, bool overlap) {
+  if (!wgmma_attention_built(head_dim, overlap)) return false;
   // sm_90 exactly: the binary's sm_90a code (wgmma is not in the sm_90 PTX it also carries).
-  return major == 9 && minor == 0 &&
-         wgmma_smem_bytes(head_dim, key_tile) + kSlack <= static_cast<size_t>(optin);
+  return device_is_sm90() &&
+         wgmma_smem_bytes(head_dim, 64, overlap) + kSlack <= device_smem_optin();
 }
 
 int wgmma_attention_rows_per_tile() {
   return kBr;
 }
 
-void attention_core_bf16_wgmma(int key_tile, const __nv_bfloat16* q, const __nv_bfloat16* k,
+void attention_core_bf16_wgmma(bool overlap, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
                                int n_kv_heads, int head_dim, cudaStream_t stream,
                                const AttnSequences* seqs) {
-  attention_wgmma_probe(key_tile, kWgmmaLayout, q, k, v, out, T, n_heads, n_kv_heads, head_dim,
+  attention_wgmma_probe(overlap, kWgmmaLayout, q, k, v, out, T, n_heads, n_kv_heads, head_dim,
                         stream, seqs, false);
 }
 
-void attention_wgmma_probe(int key_tile, int layout, const __nv_bfloat16* q, const __nv_bfloat16* k,
+void attention_wgmma_probe(bool overlap, int layout, const __nv_bfloat16* q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
                            int n_kv_heads, int head_dim, cudaStream_t stream,
                            const AttnSequences* seqs, bool probe) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   check_sequences(seqs);
-  if (!wgmma_attention_supported(head_dim, key_tile))
+  if (!wgmma_attention_supported(head_dim, overlap))
     throw std::invalid_argument("attention_core_bf16: no wgmma kernel for head_dim " +
-                                std::to_string(head_dim) + ", key tile " +
-                                std::to_string(key_tile) + " on this device");
+                                std::to_string(head_dim) + (overlap ? " (overlapped)" : "") +
+                                " on this device");
   if (T == 0) return;
-#define CLEF_WG_CASE(HD, BC)            \
-  if (head_dim == HD && key_tile == BC) \
-    return launch_hd<HD, BC>(q, k, v, out, T, n_heads, n_kv_heads, seqs, layout, probe, stream);
-  CLEF_WG_CASE(64, 64)
-  CLEF_WG_CASE(80, 64)
-  CLEF_WG_CASE(128, 64)
-  CLEF_WG_CASE(256, 64)
-  CLEF_WG_CASE(64, 128)
-  CLEF_WG_CASE(80, 128)
-  CLEF_WG_CASE(128, 128)
+#define CLEF_WG_CASE(HD, OV)           \
+  if (head_dim == HD && overlap == OV) \
+    return launch_hd<HD, OV>(q, k, v, out, T, n_heads, n_kv_heads, seqs, layout, probe, stream);
+  CLEF_WG_CASE(64, false)
+  CLEF_WG_CASE(72, false)
+  CLEF_WG_CASE(80, false)
+  CLEF_WG_CASE(128, false)
+  CLEF_WG_CASE(256, false)
+  CLEF_WG_CASE(64, true)
+  CLEF_WG_CASE(72, true)
+  CLEF_WG_CASE(80, true)
+  CLEF_WG_CASE(128, true)
 #undef CLEF_WG_CASE
   throw std::invalid_argument("attention_core_bf16: no wgmma kernel for head_dim " +
                               std::to_string(head_dim));

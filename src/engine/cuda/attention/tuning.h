@@ -27,9 +27,10 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim);
 // kernel) or 2 (double-buffered K/V, one barrier per tile; refused where the device's shared memory
 // is too small); q_in_regs: Q read into registers once instead of from shared memory every key
 // tile; skip_rescale: O's rescale skipped when no row max of the warp moved (exact).
-// wgmma_key_tile 64 or 128: the Hopper kernel instead (attention/flash_wgmma.h: two warpgroups,
-// 128 query rows a tile, K/V tiles of that many keys double-buffered; sm_90 only; named "wg64" /
-// "wg128"; its other fields read 8 warps, 2 stages, 1 m-tile).
+// wgmma_key_tile 64: the Hopper kernel instead (attention/flash_wgmma.h: two warpgroups, 128
+// query rows a tile, K/V tiles of 64 keys; sm_90 only; named "wg64", or "wg64o" with
+// wgmma_overlap: the softmax of the next key tile overlapping the current P V; its other fields
+// read 8 warps, 2 (3 overlapped) stages, 1 m-tile).
 struct AttnVariant {
   int warps = 4;
   int stages = 1;
@@ -37,10 +38,11 @@ struct AttnVariant {
   int m_tiles = 1;
   bool skip_rescale = false;
   int wgmma_key_tile = 0;
+  bool wgmma_overlap = false;
   bool operator==(const AttnVariant& o) const {  // (tuning.h is also compiled as CUDA C++17)
     return warps == o.warps && stages == o.stages && q_in_regs == o.q_in_regs &&
            m_tiles == o.m_tiles && skip_rescale == o.skip_rescale &&
-           wgmma_key_tile == o.wgmma_key_tile;
+           wgmma_key_tile == o.wgmma_key_tile && wgmma_overlap == o.wgmma_overlap;
   }
 };
 
