@@ -76,6 +76,42 @@ Grid patchify_into(const std::vector<const uint8_t*>& frames, int h, int w, floa
   return grid;
 }
 
+int64_t frames_bytes(const VisualInput& visual) {
+  int64_t bytes = 0;
+  for (const Grid& g : visual.image_grids) bytes += frame_bytes(g) * kImageFramesPerGroup * g.t;
+  for (const Grid& g : visual.video_grids) bytes += frame_bytes(g) * kVideoFramesPerGroup * g.t;
+  return bytes;
+}
+
+void pixel_rows_into(const VisualInput& visual, float* rows) {
+  if (static_cast<int64_t>(visual.frames.size()) != frames_bytes(visual))
+    throw std::invalid_argument("pixel rows: " + std::to_string(visual.frames.size()) +
+                                " frame bytes for grids of " +
+                                std::to_string(frames_bytes(visual)));
+  const uint8_t* f = visual.frames.data();
+  auto grid_rows = [&](const Grid& g, int per_group) {
+    const size_t bytes = static_cast<size_t>(frame_bytes(g));
+    std::vector<const uint8_t*> slices;  // 2 per temporal group; an image's are its one frame
+    for (int32_t t = 0; t < g.t; ++t)
+      for (int k = 0; k < kTemporal; ++k)
+        slices.push_back(f + (static_cast<size_t>(t) * per_group + k % per_group) * bytes);
+    patchify_into(slices, g.h * kPatch, g.w * kPatch, rows);
+    f += static_cast<size_t>(g.t) * per_group * bytes;
+    rows += static_cast<size_t>(g.patches()) * kPatchValues;
+  };
+  for (const Grid& g : visual.image_grids) grid_rows(g, kImageFramesPerGroup);
+  for (const Grid& g : visual.video_grids) grid_rows(g, kVideoFramesPerGroup);
+}
+
+std::vector<float> pixel_rows(const VisualInput& visual) {
+  int64_t patches = 0;
+  for (const auto* gs : {&visual.image_grids, &visual.video_grids})
+    for (const Grid& g : *gs) patches += g.patches();
+  std::vector<float> rows(static_cast<size_t>(patches) * kPatchValues);
+  pixel_rows_into(visual, rows.data());
+  return rows;
+}
+
 std::string sha256_f32le(const float* values, size_t count) {
   static_assert(sizeof(float) == 4);
   unsigned char digest[EVP_MAX_MD_SIZE];
