@@ -86,7 +86,7 @@ int64_t frames_bytes(const VisualInput& visual) {
 void pixel_rows_into(const VisualInput& visual, float* rows) {
   if (static_cast<int64_t>(visual.frames.size()) != frames_bytes(visual))
     throw std::invalid_argument("pixel rows: " + std::to_string(visual.frames.size()) +
-                                " frame bytes for grids of " +
+                                " frame bytes where the grids take " +
                                 std::to_string(frames_bytes(visual)));
   const uint8_t* f = visual.frames.data();
   auto grid_rows = [&](const Grid& g, int per_group) {
