@@ -24,6 +24,25 @@ std::array<float, 256> normalised_table() {
   return t;
 }
 
+// Σ patches of the grids, once each is one patchify makes (t >= 1 slices of an even h x w >= 2 x 2)
+// and the frames hold exactly their bytes; throws std::invalid_argument otherwise (before any
+// size is computed from a grid).
+int64_t checked_patches(const VisualInput& visual) {
+  int64_t patches = 0;
+  for (const auto* gs : {&visual.image_grids, &visual.video_grids})
+    for (const Grid& g : *gs) {
+      if (g.t < 1 || g.h < 2 || g.w < 2 || g.h % kMerge != 0 || g.w % kMerge != 0)
+        throw std::invalid_argument(
+            "pixel rows: a grid that is not t >= 1 slices of an even h x w");
+      patches += g.patches();
+    }
+  if (static_cast<int64_t>(visual.frames.size()) != frames_bytes(visual))
+    throw std::invalid_argument("pixel rows: " + std::to_string(visual.frames.size()) +
+                                " frame bytes where the grids take " +
+                                std::to_string(frames_bytes(visual)));
+  return patches;
+}
+
 }  // namespace
 
 Grid patch_grid(size_t frames, int h, int w) {
@@ -84,10 +103,7 @@ int64_t frames_bytes(const VisualInput& visual) {
 }
 
 void pixel_rows_into(const VisualInput& visual, float* rows) {
-  if (static_cast<int64_t>(visual.frames.size()) != frames_bytes(visual))
-    throw std::invalid_argument("pixel rows: " + std::to_string(visual.frames.size()) +
-                                " frame bytes where the grids take " +
-                                std::to_string(frames_bytes(visual)));
+  checked_patches(visual);
   const uint8_t* f = visual.frames.data();
   auto grid_rows = [&](const Grid& g, int per_group) {
     const size_t bytes = static_cast<size_t>(frame_bytes(g));
@@ -104,10 +120,7 @@ void pixel_rows_into(const VisualInput& visual, float* rows) {
 }
 
 std::vector<float> pixel_rows(const VisualInput& visual) {
-  int64_t patches = 0;
-  for (const auto* gs : {&visual.image_grids, &visual.video_grids})
-    for (const Grid& g : *gs) patches += g.patches();
-  std::vector<float> rows(static_cast<size_t>(patches) * kPatchValues);
+  std::vector<float> rows(static_cast<size_t>(checked_patches(visual)) * kPatchValues);
   pixel_rows_into(visual, rows.data());
   return rows;
 }

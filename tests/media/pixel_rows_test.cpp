@@ -107,6 +107,12 @@ TEST(PixelRows, RefusesFramesThatDoNotFitTheGrids) {
   EXPECT_THROW(media::pixel_rows(in), std::invalid_argument);
   in.frames.resize(3 * 32 * 32 * 3);
   EXPECT_EQ(media::pixel_rows(in).size(), 8u * media::kPatchValues);
+  // Grids patchify does not make are refused before anything is sized from them.
+  for (const media::Grid g : {media::Grid{-1, 4, 4}, media::Grid{1, 3, 4}, media::Grid{0, 2, 2}}) {
+    media::VisualInput bad;
+    bad.video_grids.push_back(g);
+    EXPECT_THROW(media::pixel_rows(bad), std::invalid_argument) << g.t << " " << g.h;
+  }
 }
 
 }  // namespace
