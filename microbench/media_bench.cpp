@@ -1,9 +1,11 @@
 // The host side of one 1024x1024 image request (issue 17), stage by stage, for each file format a
 // client sends (PNG, JPEG, WebP: media::synthetic_image_uri): the JSON parse of the HTTP body,
-// validation, base64 decode, image decode, resize, normalise + patchify, and Decider::prepare as
-// a whole (what `clefserve profile` calls "prepare"), on the tiny media release's tokenizer. Time
-// is wall clock; CPU is the whole process's (all threads), the number to compare on a shared
-// machine.
+// validation, base64 decode, image decode, resize, the render into the request's uint8 frame
+// (decode + resize into it), and Decider::prepare as a whole (what `clefserve profile` calls
+// "prepare"), on the tiny media release's tokenizer. Also timed, though no longer in prepare
+// (perf-log v12a): normalise + patchify, the float32 rows that only the CPU engine and `clefserve
+// encode` make on the host (the CUDA tower makes them on the device). Time is wall clock; CPU is
+// the whole process's (all threads), the number to compare on a shared machine.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -112,6 +114,17 @@ void resize_photo(benchmark::State& state, media::ImageFormat) {
                  std::to_string(target.height));
 }
 
+// Decode + resize straight into a frame of the request's buffer (render_media's per-image work).
+void render(benchmark::State& state, media::ImageFormat f) {
+  const Fixture& x = fixture(f);
+  for (auto _ : state) {
+    std::vector<uint8_t> frames;
+    media::render_image(x.plan, clef::encoding::Limits{}.max_image_pixels, frames);
+    benchmark::DoNotOptimize(frames.data());
+  }
+}
+
+// The host's float rows (media::patchify_into; what media::pixel_rows runs per grid).
 void patchify(benchmark::State& state, media::ImageFormat f) {
   const Fixture& x = fixture(f);
   const uint8_t* p = x.decoded.rgb.data();
@@ -136,9 +149,11 @@ void parse_and_prepare(benchmark::State& state, media::ImageFormat f) {
 const int registered = [] {
   using Stage = void (*)(benchmark::State&, media::ImageFormat);
   const std::pair<const char*, Stage> stages[] = {
-      {"json_parse", json_parse}, {"validate", validate}, {"base64", base64},
-      {"decode", decode},         {"resize", resize},     {"resize_photo", resize_photo},
-      {"patchify", patchify},     {"prepare", prepare},   {"parse_and_prepare", parse_and_prepare}};
+      {"json_parse", json_parse}, {"validate", validate},
+      {"base64", base64},         {"decode", decode},
+      {"resize", resize},         {"resize_photo", resize_photo},
+      {"render", render},         {"patchify", patchify},
+      {"prepare", prepare},       {"parse_and_prepare", parse_and_prepare}};
   for (const auto f : {media::ImageFormat::Png, media::ImageFormat::Jpeg, media::ImageFormat::Webp})
     for (const auto& [name, fn] : stages) {
       // The photo resize does not depend on the file format: timed once.

@@ -1,16 +1,18 @@
 // Workbench: the vision tower's row kernels (engine/cuda/kernels/vision.h): layer_norm,
 // gelu_inplace (tanh and erf), vision_pos_embed_add, vision_rope_split, scatter_rows,
-// float_to_bf16. Checks the LayerNorm and the GELUs (both paths) against inline fp32 references at
-// a small shape (the full checks are test_gpu's VisionKernels.*), then times every variant
-// (generic beside vec8) at the tower's shapes for a 1024x1024 image (4096 patch rows) and a
-// 512x512 one (1024 rows): width 1152, 16 heads x 72 (rope_split also padded to 80, as the tower
-// ran before perf-log v12b), MLP width 4304, merger
-// [rows / 4, 4608]; bf16 storage like the production engine. Bytes are what each kernel must
-// move (the floor at 4.8 TB/s is bytes / 4.8e12).
+// patchify_rows (kernels/patchify.h). Checks the LayerNorm and the GELUs (both paths) against
+// inline fp32 references at a small shape (the full checks are test_gpu's VisionKernels.*), then
+// times every variant (generic beside vec8) at the tower's shapes for a 1024x1024 image (4096 patch
+// rows) and a 512x512 one (1024 rows): width 1152, 16 heads x 72 (rope_split also padded to 80, as
+// the tower ran before perf-log v12b), MLP width 4304, merger [rows / 4, 4608]; bf16 storage like
+// the production engine. Bytes are what each kernel must move (the floor at 4.8 TB/s is
+// bytes / 4.8e12).
 #include <cstdio>
 
 #include "common.h"
+#include "engine/cuda/kernels/patchify.h"
 #include "engine/cuda/kernels/vision.h"
+#include "media/patchify.h"
 #include "vision_fc1.h"
 
 using namespace clef::engine::cuda;
@@ -75,7 +77,6 @@ void time_tower_shape(std::mt19937_64& rng, Timer& timer, int rows) {
   const size_t nh = size_t(rows) * kHeads * kHdp;
   auto q = poisoned<bf16>(nh), k = poisoned<bf16>(nh), v = poisoned<bf16>(nh);
   const size_t npix = size_t(rows) * 1536;
-  auto pix = to_device<float>(randn(rng, npix, 1.0f));
   auto pix16 = poisoned<bf16>(npix);
   std::vector<int32_t> rc(size_t(rows) * 2), dst_rows(rows / 4);
   for (int r = 0; r < rows; ++r) rc[2 * r] = r / side_patches, rc[2 * r + 1] = r % side_patches;
@@ -134,11 +135,22 @@ void time_tower_shape(std::mt19937_64& rng, Timer& timer, int rows) {
                 std::string(vision_rope_split_variant(ra, path)) + " hdp " + std::to_string(hdp),
                 rows, us, 3.0 * nx * e + 3.0 * nw * e + rc.size() * 4.0, kHbm);
     }
-  for (KernelPath path : kPaths) {
-    const double us =
-        timer.median_us([&] { float_to_bf16(pix.get<float>(), pix16.get<bf16>(), npix, path, 0); });
-    print_row("vision", tag(float_to_bf16_variant(path), "pixels [R,1536]"), rows, us,
-              npix * (4.0 + e), kHbm);
+  {
+    // The tower's input rows from the image's uint8 frame (what the host now uploads): the frame
+    // read (nominally once; each of the two temporal slices reads it) and the bf16 rows written.
+    clef::media::VisualInput image;
+    image.image_grids = {{1, side_patches, side_patches}};
+    image.frames.resize(static_cast<size_t>(clef::media::frames_bytes(image)));
+    for (uint8_t& px : image.frames) px = static_cast<uint8_t>(rng() & 255u);
+    Buf frames(image.frames.size());
+    DEV_CUDA_CHECK(
+        cudaMemcpy(frames.get(), image.frames.data(), image.frames.size(), cudaMemcpyHostToDevice));
+    for (KernelPath path : kPaths) {
+      const double us = timer.median_us(
+          [&] { patchify_rows<bf16>(image, frames.get<uint8_t>(), pix16.get<bf16>(), path, 0); });
+      print_row("vision", tag(patchify_rows_variant(path), "uint8 frame -> [R,1536]"), rows, us,
+                image.frames.size() + npix * e, kHbm);
+    }
   }
   for (KernelPath path : kPaths) {
     const double us = timer.median_us([&] {

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "json/value.h"
 #include "media/image.h"
+#include "media/patchify.h"
 #include "model/release.h"
 #include "service/decider.h"
 #ifdef CLEF_HAVE_CUDA
@@ -183,7 +184,7 @@ int dump_request_hidden(const ProfileArgs& a, engine::cuda::CudaEngine& c,
   const std::vector<float> h = c.last_hidden_state(e, &rows);
   write_floats(a.dump_hidden, h);
   write_floats(a.dump_hidden + ".vision", rows);
-  write_floats(a.dump_hidden + ".pixels", e.visual.pixel_values);
+  write_floats(a.dump_hidden + ".pixels", media::pixel_rows(e.visual));
   auto ints = [](const auto& v) {
     std::vector<json::Value> out;
     for (auto x : v) out.push_back(json::Value::integer(static_cast<int64_t>(x)));

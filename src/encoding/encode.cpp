@@ -227,8 +227,10 @@ json::Value encoded_to_json(const EncodedRequest& enc) {
           {json::Value::integer(g.t), json::Value::integer(g.h), json::Value::integer(g.w)}));
     return a;
   };
-  auto pixels = [&enc](size_t row0, size_t rows) {
-    const float* p = enc.visual.pixel_values.data() + row0 * media::kPatchValues;
+  // The float rows the reference's processor returns, made from the frames as the CPU engine does.
+  const std::vector<float> rows_f32 = media::pixel_rows(enc.visual);
+  auto pixels = [&rows_f32](size_t row0, size_t rows) {
+    const float* p = rows_f32.data() + row0 * media::kPatchValues;
     return json::Value::object(
         {{"shape", json::Value::array({json::Value::integer(static_cast<int64_t>(rows)),
                                        json::Value::integer(media::kPatchValues)})},

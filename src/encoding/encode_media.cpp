@@ -94,24 +94,25 @@ MediaBlock plan_media(const ValidatedRequest& req, const EncodeOptions& opts,
 }
 
 void render_media(const MediaBlock& block, const EncodeOptions& opts, media::VisualInput& out) {
-  // Images are independent: rendered in parallel, each straight into its own slice of the request's
-  // one pixel buffer (no per-image copy), the first refused image (by index) being the one named.
-  size_t image_values = 0;
+  // Images are independent: rendered in parallel, each resized straight into its own frame of the
+  // request's one frame buffer (no per-image copy), the first refused image (by index) being the
+  // one named.
+  size_t image_bytes = 0;
   std::vector<size_t> at(block.images.size());
   for (size_t k = 0; k < block.images.size(); ++k) {
-    at[k] = out.pixel_values.size() + image_values;
-    image_values += static_cast<size_t>(block.images[k].grid.patches()) * media::kPatchValues;
+    at[k] = out.frames.size() + image_bytes;
+    image_bytes += static_cast<size_t>(media::frame_bytes(block.images[k].grid));
   }
-  size_t video_values = 0;
+  size_t video_bytes = 0;
   for (const auto& v : block.videos)
-    video_values += static_cast<size_t>(v.grid.patches()) * media::kPatchValues;
-  out.pixel_values.reserve(out.pixel_values.size() + image_values + video_values);  // no regrowth
-  out.pixel_values.resize(out.pixel_values.size() + image_values);
+    video_bytes += static_cast<size_t>(media::frame_bytes(v.grid)) * media::kVideoFramesPerGroup *
+                   static_cast<size_t>(v.grid.t);
+  out.frames.reserve(out.frames.size() + image_bytes + video_bytes);  // no regrowth
+  out.frames.resize(out.frames.size() + image_bytes);
   std::vector<std::string> errors(block.images.size());
   media::parallel_items(block.images.size(), [&](size_t k) {
     try {
-      media::render_image_into(block.images[k], opts.max_image_pixels,
-                               out.pixel_values.data() + at[k]);
+      media::render_image_into(block.images[k], opts.max_image_pixels, out.frames.data() + at[k]);
     } catch (const media::MediaError& e) {
       errors[k] = e.what();
     }
@@ -124,7 +125,7 @@ void render_media(const MediaBlock& block, const EncodeOptions& opts, media::Vis
   }
   for (size_t k = 0; k < block.videos.size(); ++k) {
     try {
-      media::render_video(block.videos[k], opts.max_image_pixels, out.pixel_values);
+      media::render_video(block.videos[k], opts.max_image_pixels, out.frames);
     } catch (const media::MediaError& e) {
       refuse({"body", "videos", std::to_string(k)}, "video " + std::to_string(k) + ": " + e.what());
     }

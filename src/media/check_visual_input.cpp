@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "media/patchify.h"
+
 namespace clef::media {
 
 int64_t check_visual_input(const VisualInput& visual, int tower_patch_values) {
@@ -22,10 +24,12 @@ int64_t check_visual_input(const VisualInput& visual, int tower_patch_values) {
     throw std::runtime_error("vision tower: patches of " + std::to_string(tower_patch_values) +
                              " values, the processor makes " + std::to_string(kPatchValues));
   }
-  if (visual.pixel_values.size() != static_cast<size_t>(patches) * kPatchValues) {
-    throw std::runtime_error("visual input: " + std::to_string(visual.pixel_values.size()) +
-                             " pixel values for grids of " + std::to_string(patches) +
-                             " patches (" + std::to_string(kPatchValues) + " each)");
+  const int64_t want = frames_bytes(visual);
+  if (static_cast<int64_t>(visual.frames.size()) != want) {
+    throw std::runtime_error("visual input: " + std::to_string(visual.frames.size()) +
+                             " frame bytes for grids of " + std::to_string(patches) + " patches (" +
+                             std::to_string(want) +
+                             " expected: one RGB frame per image, two per video group)");
   }
   return patches;
 }

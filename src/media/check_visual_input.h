@@ -10,8 +10,9 @@ namespace clef::media {
 
 // Checks `visual` against a tower whose patches hold `tower_patch_values` values (the vision
 // config's channels x temporal x patch^2): grids positive with even h and w, the tower's patches
-// the processor's, pixel_values exactly Σ patches x kPatchValues. Throws std::runtime_error naming
-// what is wrong; returns Σ patches.
+// the processor's, frames exactly frames_bytes (patchify.h): one (16 h) x (16 w) RGB frame per
+// image, two per video temporal group. Throws std::runtime_error naming what is wrong; returns
+// Σ patches.
 int64_t check_visual_input(const VisualInput& visual, int tower_patch_values);
 
 }  // namespace clef::media

@@ -24,6 +24,25 @@ std::array<float, 256> normalised_table() {
   return t;
 }
 
+// Σ patches of the grids, once each is one patchify makes (t >= 1 slices of an even h x w >= 2 x 2)
+// and the frames hold exactly their bytes; throws std::invalid_argument otherwise (before any
+// size is computed from a grid).
+int64_t checked_patches(const VisualInput& visual) {
+  int64_t patches = 0;
+  for (const auto* gs : {&visual.image_grids, &visual.video_grids})
+    for (const Grid& g : *gs) {
+      if (g.t < 1 || g.h < 2 || g.w < 2 || g.h % kMerge != 0 || g.w % kMerge != 0)
+        throw std::invalid_argument(
+            "pixel rows: a grid that is not t >= 1 slices of an even h x w");
+      patches += g.patches();
+    }
+  if (static_cast<int64_t>(visual.frames.size()) != frames_bytes(visual))
+    throw std::invalid_argument("pixel rows: " + std::to_string(visual.frames.size()) +
+                                " frame bytes where the grids take " +
+                                std::to_string(frames_bytes(visual)));
+  return patches;
+}
+
 }  // namespace
 
 Grid patch_grid(size_t frames, int h, int w) {
@@ -74,6 +93,36 @@ Grid patchify_into(const std::vector<const uint8_t*>& frames, int h, int w, floa
         }
   });
   return grid;
+}
+
+int64_t frames_bytes(const VisualInput& visual) {
+  int64_t bytes = 0;
+  for (const Grid& g : visual.image_grids) bytes += frame_bytes(g) * kImageFramesPerGroup * g.t;
+  for (const Grid& g : visual.video_grids) bytes += frame_bytes(g) * kVideoFramesPerGroup * g.t;
+  return bytes;
+}
+
+void pixel_rows_into(const VisualInput& visual, float* rows) {
+  checked_patches(visual);
+  const uint8_t* f = visual.frames.data();
+  auto grid_rows = [&](const Grid& g, int per_group) {
+    const size_t bytes = static_cast<size_t>(frame_bytes(g));
+    std::vector<const uint8_t*> slices;  // 2 per temporal group; an image's are its one frame
+    for (int32_t t = 0; t < g.t; ++t)
+      for (int k = 0; k < kTemporal; ++k)
+        slices.push_back(f + (static_cast<size_t>(t) * per_group + k % per_group) * bytes);
+    patchify_into(slices, g.h * kPatch, g.w * kPatch, rows);
+    f += static_cast<size_t>(g.t) * per_group * bytes;
+    rows += static_cast<size_t>(g.patches()) * kPatchValues;
+  };
+  for (const Grid& g : visual.image_grids) grid_rows(g, kImageFramesPerGroup);
+  for (const Grid& g : visual.video_grids) grid_rows(g, kVideoFramesPerGroup);
+}
+
+std::vector<float> pixel_rows(const VisualInput& visual) {
+  std::vector<float> rows(static_cast<size_t>(checked_patches(visual)) * kPatchValues);
+  pixel_rows_into(visual, rows.data());
+  return rows;
 }
 
 std::string sha256_f32le(const float* values, size_t count) {

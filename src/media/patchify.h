@@ -1,4 +1,7 @@
-// Normalise and patchify resized frames into the vision tower's patch rows (docs/spec/media.md §4).
+// Normalise and patchify resized frames into the vision tower's patch rows (docs/spec/media.md §4):
+// the host's way from a VisualInput's uint8 frames to the float32 rows the reference's processor
+// returns (the CPU engine, `clefserve encode`, the fixture tests; the CUDA tower does the same on
+// the device, engine/cuda/kernels/patchify.h).
 #pragma once
 
 #include <cstddef>
@@ -22,6 +25,16 @@ Grid patchify(const std::vector<const uint8_t*>& frames, int h, int w, std::vect
 Grid patchify_into(const std::vector<const uint8_t*>& frames, int h, int w, float* rows);
 // The grid patchify makes of `frames` frames at h x w; throws std::invalid_argument as it does.
 Grid patch_grid(size_t frames, int h, int w);
+
+// The bytes visual.frames must hold for its grids: frame_bytes per image, 2 t x frame_bytes per
+// video.
+int64_t frames_bytes(const VisualInput& visual);
+// Every grid's patch rows from visual.frames ([Σ patches, kPatchValues] float32: every image's
+// rows, then every video's; the reference's pixel_values then pixel_values_videos), written at
+// `rows` (exactly Σ patches x kPatchValues floats). Throws std::invalid_argument when the frames'
+// bytes are not frames_bytes(visual) or a grid is empty or has an odd side.
+void pixel_rows_into(const VisualInput& visual, float* rows);
+std::vector<float> pixel_rows(const VisualInput& visual);
 
 // sha256 (lowercase hex) of the float32 little-endian bytes of `values`: how the fixtures name
 // pixel values.

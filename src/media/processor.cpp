@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "media/parallel.h"
-#include "media/patchify.h"
 #include "media/resize.h"
 
 namespace clef::media {
@@ -33,6 +33,26 @@ std::vector<uint8_t> at_target(Image img, const Size& target) {
   return resize_bicubic_aa(img.rgb.data(), img.height, img.width, target.height, target.width);
 }
 
+// The plan's file decoded, its size held to the header's (what the plan was sized from).
+Image decoded(const ImagePlan& plan, uint64_t max_pixels) {
+  Image img = decode_image(plan.file, max_pixels);
+  if (img.height != plan.source.height || img.width != plan.source.width)
+    throw MediaError("image size differs from its header");
+  return img;
+}
+
+// The sampled frames (a repeated index repeats its frame) appended in order: 2 per temporal group.
+void append_frames(const std::vector<const uint8_t*>& sampled, const VideoPlan& plan,
+                   std::vector<uint8_t>& frames) {
+  const size_t bytes = static_cast<size_t>(frame_bytes(plan.grid));
+  if (sampled.size() != static_cast<size_t>(plan.grid.t) * kVideoFramesPerGroup)
+    throw MediaError("the sampled frames do not fill the video's temporal groups");
+  const size_t base = frames.size();
+  frames.resize(base + sampled.size() * bytes);
+  for (size_t i = 0; i < sampled.size(); ++i)
+    std::memcpy(frames.data() + base + i * bytes, sampled[i], bytes);
+}
+
 }  // namespace
 
 ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t max_pixels) {
@@ -46,21 +66,20 @@ ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t 
 }
 
 std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels) {
-  Image img = decode_image(plan.file, max_pixels);
-  if (img.height != plan.source.height || img.width != plan.source.width)
-    throw MediaError("image size differs from its header");
-  return at_target(std::move(img), plan.target);
+  return at_target(decoded(plan, max_pixels), plan.target);
 }
 
-void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<float>& out) {
-  const size_t base = out.size();
-  out.resize(base + static_cast<size_t>(plan.grid.patches()) * kPatchValues);
-  render_image_into(plan, max_pixels, out.data() + base);
+void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<uint8_t>& frames) {
+  const size_t base = frames.size();
+  frames.resize(base + static_cast<size_t>(frame_bytes(plan.grid)));
+  render_image_into(plan, max_pixels, frames.data() + base);
 }
 
-void render_image_into(const ImagePlan& plan, uint64_t max_pixels, float* rows) {
-  const std::vector<uint8_t> rgb = resized_image(plan, max_pixels);
-  patchify_into({rgb.data(), rgb.data()}, plan.target.height, plan.target.width, rows);
+void render_image_into(const ImagePlan& plan, uint64_t max_pixels, uint8_t* frame) {
+  const Image img = decoded(plan, max_pixels);
+  // Resized straight into the request's frame (at the target size already: one copy).
+  resize_bicubic_aa_into(img.rgb.data(), img.height, img.width, plan.target.height,
+                         plan.target.width, frame);
 }
 
 VideoPlan plan_video(const std::vector<std::string>& frames, std::optional<double> source_fps,
@@ -96,7 +115,7 @@ VideoPlan plan_video_file(std::string_view data, const Sampling& sampling,
   return p;
 }
 
-void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>& out) {
+void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<uint8_t>& out) {
   std::vector<const uint8_t*> ptrs;
   if (plan.file) {
     // Decode the file once, in order, keeping the distinct sampled frames; resize each once.
@@ -115,7 +134,7 @@ void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>
       const auto at = std::lower_bound(wanted.begin(), wanted.end(), idx) - wanted.begin();
       ptrs.push_back(resized[static_cast<size_t>(at)].data());
     }
-    patchify(ptrs, plan.target.height, plan.target.width, out);
+    append_frames(ptrs, plan, out);
     return;
   }
   // Decode and resize each distinct sampled frame once (in parallel: frames are independent),
@@ -132,7 +151,7 @@ void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>
     resized[static_cast<size_t>(idx)] = at_target(std::move(img), plan.target);
   });
   for (int idx : plan.sampled) ptrs.push_back(resized[static_cast<size_t>(idx)].data());
-  patchify(ptrs, plan.target.height, plan.target.width, out);
+  append_frames(ptrs, plan, out);
 }
 
 }  // namespace clef::media

@@ -1,6 +1,7 @@
 // The reference processor's path for one image or one frame-video (docs/spec/media.md §1-5), in two
 // steps so that a request can be sized (tokens) from the files' headers before any pixel is
-// decoded: plan_* parses, probes and sizes; render_* decodes, resizes, normalises and patchifies.
+// decoded: plan_* parses, probes and sizes; render_* decodes and resizes into the request's frames
+// (VisualInput::frames; media::pixel_rows normalises and patchifies them).
 #pragma once
 
 #include <cstdint>
@@ -25,10 +26,11 @@ struct ImagePlan {
 
 // Throws MediaError (bad string or file, over max_pixels, aspect ratio above 200).
 ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t max_pixels);
-// Appends the image's rows to `out` (its two temporal slices are copies). Throws MediaError.
-void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<float>& out);
-// The same rows written at `rows`, which holds exactly plan.grid.patches() * kPatchValues floats.
-void render_image_into(const ImagePlan& plan, uint64_t max_pixels, float* rows);
+// Appends the image's one resized frame (frame_bytes(plan.grid) bytes; it stands for both
+// temporal slices) to `frames`. Throws MediaError.
+void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<uint8_t>& frames);
+// The same frame written at `frame`, which holds exactly frame_bytes(plan.grid) bytes.
+void render_image_into(const ImagePlan& plan, uint64_t max_pixels, uint8_t* frame);
 
 struct VideoPlan {
   std::vector<EncodedImage> frames;  // every frame of the request, in order (the frames form)
@@ -50,7 +52,9 @@ VideoPlan plan_video(const std::vector<std::string>& frames, std::optional<doubl
 // role of the frames form's fps, through the same sampling and sizing.
 VideoPlan plan_video_file(std::string_view data, const Sampling& sampling,
                           const PixelBudget& budget, const VideoLimits& limits);
-void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<float>& out);
+// Appends the video's 2 x plan.grid.t resized frames, in temporal order (plan.sampled), to
+// `frames`. Throws MediaError.
+void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<uint8_t>& frames);
 
 // Decode + resize only (what the fixtures keep as `case{N}_image{K}`): RGB HWC at plan.target.
 std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 
 #include "media/parallel.h"
 
@@ -83,15 +84,14 @@ size_t bands(int rows) {
 
 // Resizes along x: rows h, in_w -> out_w. The three channels of a pixel share one pass over its
 // taps.
-std::vector<uint8_t> horizontal(const uint8_t* src, int h, int in_w, int out_w) {
+void horizontal(const uint8_t* src, int h, int in_w, int out_w, uint8_t* dst) {
   const Taps t = compute_taps(in_w, out_w);
-  std::vector<uint8_t> dst(static_cast<size_t>(h) * out_w * 3);
   const int32_t init = t.precision > 0 ? int32_t{1} << (t.precision - 1) : 0;
   parallel_items(bands(h), [&](size_t band) {
     const int y1 = std::min(h, static_cast<int>(band + 1) * kBandRows);
     for (int y = static_cast<int>(band) * kBandRows; y < y1; ++y) {
       const uint8_t* row = src + static_cast<size_t>(y) * in_w * 3;
-      uint8_t* o = dst.data() + static_cast<size_t>(y) * out_w * 3;
+      uint8_t* o = dst + static_cast<size_t>(y) * out_w * 3;
       for (int x = 0; x < out_w; ++x) {
         const int16_t* wk = t.weights.data() + static_cast<size_t>(x) * t.taps;
         const uint8_t* px = row + static_cast<size_t>(t.xmin[x]) * 3;
@@ -107,15 +107,13 @@ std::vector<uint8_t> horizontal(const uint8_t* src, int h, int in_w, int out_w) 
       }
     }
   });
-  return dst;
 }
 
 // Resizes along y: in_h -> out_h rows of w pixels. Each output row accumulates its input rows one
 // whole row at a time (contiguous, vectorisable) into an int32 row.
-std::vector<uint8_t> vertical(const uint8_t* src, int in_h, int w, int out_h) {
+void vertical(const uint8_t* src, int in_h, int w, int out_h, uint8_t* dst) {
   const Taps t = compute_taps(in_h, out_h);
   const size_t stride = static_cast<size_t>(w) * 3;
-  std::vector<uint8_t> dst(static_cast<size_t>(out_h) * stride);
   const int32_t init = t.precision > 0 ? int32_t{1} << (t.precision - 1) : 0;
   parallel_items(bands(out_h), [&](size_t band) {
     std::vector<int32_t> acc(stride);
@@ -129,26 +127,35 @@ std::vector<uint8_t> vertical(const uint8_t* src, int in_h, int w, int out_h) {
         int32_t* a = acc.data();
         for (size_t k = 0; k < stride; ++k) a[k] += static_cast<int32_t>(in[k]) * wj;
       }
-      uint8_t* o = dst.data() + static_cast<size_t>(y) * stride;
+      uint8_t* o = dst + static_cast<size_t>(y) * stride;
       for (size_t k = 0; k < stride; ++k) o[k] = clamp_shift(acc[k], t.precision);
     }
   });
-  return dst;
 }
 
 }  // namespace
 
+void resize_bicubic_aa_into(const uint8_t* src, int in_h, int in_w, int out_h, int out_w,
+                            uint8_t* out) {
+  const size_t out_bytes = static_cast<size_t>(out_h) * out_w * 3;
+  if (in_w != out_w && in_h != out_h) {
+    std::vector<uint8_t> mid(static_cast<size_t>(in_h) * out_w * 3);
+    horizontal(src, in_h, in_w, out_w, mid.data());
+    vertical(mid.data(), in_h, out_w, out_h, out);
+  } else if (in_w != out_w) {
+    horizontal(src, in_h, in_w, out_w, out);
+  } else if (in_h != out_h) {
+    vertical(src, in_h, out_w, out_h, out);
+  } else {
+    std::memcpy(out, src, out_bytes);
+  }
+}
+
 std::vector<uint8_t> resize_bicubic_aa(const uint8_t* src, int in_h, int in_w, int out_h,
                                        int out_w) {
-  std::vector<uint8_t> cur;
-  const uint8_t* p = src;
-  if (in_w != out_w) {
-    cur = horizontal(p, in_h, in_w, out_w);
-    p = cur.data();
-  }
-  if (in_h != out_h) return vertical(p, in_h, out_w, out_h);
-  if (p == src) return std::vector<uint8_t>(src, src + static_cast<size_t>(in_h) * in_w * 3);
-  return cur;
+  std::vector<uint8_t> out(static_cast<size_t>(out_h) * out_w * 3);
+  resize_bicubic_aa_into(src, in_h, in_w, out_h, out_w, out.data());
+  return out;
 }
 
 }  // namespace clef::media

@@ -56,13 +56,13 @@ media::Sampling sampling(const Value& request) {
 // The request's images then videos through the media layer (throws media::MediaError).
 media::VisualInput visual_input(const Value& request) {
   media::VisualInput v;
-  std::vector<float> video_rows;
+  std::vector<uint8_t> video_frames;
   if (const Value* images = request.find("images"))
     for (const Value& im : images->items()) {
       const media::ImagePlan plan =
           media::plan_image(im.as_string(), image_budget(request), kMaxPixels);
       v.image_grids.push_back(plan.grid);
-      media::render_image(plan, kMaxPixels, v.pixel_values);
+      media::render_image(plan, kMaxPixels, v.frames);
     }
   if (const Value* videos = request.find("videos"))
     for (const Value& vid : videos->items()) {
@@ -73,9 +73,9 @@ media::VisualInput visual_input(const Value& request) {
       const media::VideoPlan plan =
           media::plan_video(frames, fps, sampling(request), media::kVideoBudget, kMaxPixels);
       v.video_grids.push_back(plan.grid);
-      media::render_video(plan, kMaxPixels, video_rows);
+      media::render_video(plan, kMaxPixels, video_frames);
     }
-  v.pixel_values.insert(v.pixel_values.end(), video_rows.begin(), video_rows.end());
+  v.frames.insert(v.frames.end(), video_frames.begin(), video_frames.end());
   return v;
 }
 
@@ -144,13 +144,13 @@ TEST(CpuEngineMediaGolden, TinyR2mMatchesReferenceFp32) {
     // The engine's input is the reference's: check the pixel values before trusting the output.
     int64_t image_patches = 0;
     for (const auto& g : enc.visual.image_grids) image_patches += g.patches();
-    const auto split = enc.visual.pixel_values.begin() + image_patches * media::kPatchValues;
+    const std::vector<float> rows = media::pixel_rows(enc.visual);
+    const size_t split = static_cast<size_t>(image_patches) * media::kPatchValues;
     if (const Value* pv = expected.find("pixel_values")) {
-      ASSERT_EQ(media::sha256_f32le(std::vector<float>(enc.visual.pixel_values.begin(), split)),
-                pv->find("sha256_f32le")->as_string());
+      ASSERT_EQ(media::sha256_f32le(rows.data(), split), pv->find("sha256_f32le")->as_string());
     }
     if (const Value* pv = expected.find("pixel_values_videos")) {
-      ASSERT_EQ(media::sha256_f32le(std::vector<float>(split, enc.visual.pixel_values.end())),
+      ASSERT_EQ(media::sha256_f32le(rows.data() + split, rows.size() - split),
                 pv->find("sha256_f32le")->as_string());
     }
 
@@ -262,7 +262,7 @@ TEST(CpuEngineMediaGolden, RefusesMediaWithoutATowerOrWithBadInputs) {
   bad.mm_token_type_ids[40] = 0;  // one image pad fewer than the tower's rows
   EXPECT_THROW(eng.forward({&bad}), std::runtime_error);
   bad = enc;
-  bad.visual.pixel_values.resize(bad.visual.pixel_values.size() - 1);
+  bad.visual.frames.resize(bad.visual.frames.size() - 1);
   EXPECT_THROW(eng.forward({&bad}), std::runtime_error);
 }
 

@@ -24,7 +24,8 @@ media::VisualInput image_input(const model::SafetensorsFile& resized, int case_n
   if (!img || img->shape.size() != 3) throw std::runtime_error("no resized image");
   media::VisualInput v;
   const int h = static_cast<int>(img->shape[0]), w = static_cast<int>(img->shape[1]);
-  v.image_grids.push_back(media::patchify({img->data, img->data}, h, w, v.pixel_values));
+  v.image_grids.push_back(media::patch_grid(2, h, w));
+  v.frames.assign(img->data, img->data + img->nbytes);
   return v;
 }
 
@@ -67,7 +68,7 @@ TEST(VisionTower, SegmentsAreIndependent) {
   const media::VisualInput a = image_input(*resized, 0), b = image_input(*resized, 7);
   media::VisualInput both = a;
   both.image_grids.push_back(b.image_grids[0]);
-  both.pixel_values.insert(both.pixel_values.end(), b.pixel_values.begin(), b.pixel_values.end());
+  both.frames.insert(both.frames.end(), b.frames.begin(), b.frames.end());
   const std::vector<float> ra = engine::cpu::run_vision_tower(*release, a, 1);
   const std::vector<float> rb = engine::cpu::run_vision_tower(*release, b, 1);
   const std::vector<float> rab = engine::cpu::run_vision_tower(*release, both, 1);
@@ -84,10 +85,13 @@ TEST(VisionTower, SegmentsAreIndependent) {
   const model::Tensor* ib = resized->find("case16_image0");  // 256 x 256
   ASSERT_TRUE(ia && ib);
   media::VisualInput video, img_a, img_b;
-  video.video_grids.push_back(
-      media::patchify({ia->data, ia->data, ib->data, ib->data}, 256, 256, video.pixel_values));
-  img_a.image_grids.push_back(media::patchify({ia->data, ia->data}, 256, 256, img_a.pixel_values));
-  img_b.image_grids.push_back(media::patchify({ib->data, ib->data}, 256, 256, img_b.pixel_values));
+  video.video_grids.push_back(media::patch_grid(4, 256, 256));
+  for (const model::Tensor* f : {ia, ia, ib, ib})
+    video.frames.insert(video.frames.end(), f->data, f->data + f->nbytes);
+  img_a.image_grids.push_back(media::patch_grid(2, 256, 256));
+  img_a.frames.assign(ia->data, ia->data + ia->nbytes);
+  img_b.image_grids.push_back(media::patch_grid(2, 256, 256));
+  img_b.frames.assign(ib->data, ib->data + ib->nbytes);
   ASSERT_EQ(video.video_grids[0].t, 2);
   const std::vector<float> rv = engine::cpu::run_vision_tower(*release, video, 1);
   const std::vector<float> va = engine::cpu::run_vision_tower(*release, img_a, 1);
@@ -104,10 +108,10 @@ TEST(VisionTower, RefusesInputsThatDoNotFitTheirGrids) {
   auto release = testing::load_golden_model("tiny-r2m");
   media::VisualInput v;
   v.image_grids.push_back({1, 4, 4});
-  v.pixel_values.assign(15 * media::kPatchValues, 0.0f);  // one row short
+  v.frames.assign(64 * 64 * 3 - 1, 0);  // one byte short
   EXPECT_THROW(engine::cpu::run_vision_tower(*release, v), std::runtime_error);
   v.image_grids[0] = {1, 3, 5};  // odd: no 2 x 2 merge
-  v.pixel_values.assign(15 * media::kPatchValues, 0.0f);
+  v.frames.assign(48 * 80 * 3, 0);
   EXPECT_THROW(engine::cpu::run_vision_tower(*release, v), std::runtime_error);
   v.image_grids[0] = {0, 4, 4};
   EXPECT_THROW(engine::cpu::run_vision_tower(*release, v), std::runtime_error);

@@ -63,8 +63,10 @@ TEST(MediaProcessor, EveryFixtureCase) {
     const Value& request = *all[n].find("request");
     const Value& expected = *all[n].find("expected");
     SCOPED_TRACE("case " + std::to_string(n) + " " + all[n].find("label")->as_string());
-    std::vector<float> image_rows, video_rows;
-    std::vector<media::Grid> grids, vgrids;
+    // The images' and the videos' frames apart: the fixtures hash their rows apart.
+    media::VisualInput image_in, video_in;
+    std::vector<media::Grid>& grids = image_in.image_grids;
+    std::vector<media::Grid>& vgrids = video_in.video_grids;
     try {
       if (const Value* images = request.find("images"))
         for (size_t k = 0; k < images->items().size(); ++k) {
@@ -87,7 +89,7 @@ TEST(MediaProcessor, EveryFixtureCase) {
             EXPECT_EQ(diffs, 0u) << "resized image " << k << ": worst " << worst;
             ++compared_images;
           }
-          media::render_image(plan, kMaxPixels, image_rows);
+          media::render_image(plan, kMaxPixels, image_in.frames);
         }
       if (const Value* videos = request.find("videos"))
         for (const Value& v : videos->items()) {
@@ -98,7 +100,7 @@ TEST(MediaProcessor, EveryFixtureCase) {
           const media::VideoPlan plan =
               media::plan_video(frames, fps, sampling(request), media::kVideoBudget, kMaxPixels);
           vgrids.push_back(plan.grid);
-          media::render_video(plan, kMaxPixels, video_rows);
+          media::render_video(plan, kMaxPixels, video_in.frames);
         }
     } catch (const media::MediaError& e) {
       ASSERT_NE(expected.find("error"), nullptr) << e.what();
@@ -114,13 +116,13 @@ TEST(MediaProcessor, EveryFixtureCase) {
     };
     if (const Value* e = expected.find("image_grid_thw")) {
       EXPECT_EQ(grid_json(grids), clef::json::dumps(*e));
-      EXPECT_EQ(media::sha256_f32le(image_rows),
+      EXPECT_EQ(media::sha256_f32le(media::pixel_rows(image_in)),
                 expected.find("pixel_values")->find("sha256_f32le")->as_string());
       ++compared_sha;
     }
     if (const Value* e = expected.find("video_grid_thw")) {
       EXPECT_EQ(grid_json(vgrids), clef::json::dumps(*e));
-      EXPECT_EQ(media::sha256_f32le(video_rows),
+      EXPECT_EQ(media::sha256_f32le(media::pixel_rows(video_in)),
                 expected.find("pixel_values_videos")->find("sha256_f32le")->as_string());
       ++compared_sha;
     }
@@ -130,25 +132,24 @@ TEST(MediaProcessor, EveryFixtureCase) {
   EXPECT_EQ(refusals, 2);
 }
 
-// An image already at its target size is patchified from the decoded pixels (no resize copy); a
-// resized one through the resize: both give the rows of patchify(resized_image), the fixtures'
-// path, and render_image_into fills exactly its slice.
-TEST(MediaProcessor, RenderIntoMatchesResizedImageRows) {
+// An image already at its target size is copied from the decoded pixels, a resized one resized
+// straight into its frame: both give resized_image's pixels (the fixtures' path), and
+// render_image_into fills exactly its frame.
+TEST(MediaProcessor, RenderIntoMatchesResizedImage) {
   for (const auto& [w, h] : {std::pair{256, 256}, std::pair{250, 262}}) {
     const std::string uri = media::synthetic_image_uri(w, h, 5, media::ImageFormat::Png);
     const media::ImagePlan plan = media::plan_image(uri, media::kImageBudget, kMaxPixels);
     EXPECT_EQ(plan.target.width == w && plan.target.height == h, w == 256) << w << "x" << h;
-    const std::vector<uint8_t> rgb = media::resized_image(plan, kMaxPixels);
-    std::vector<float> expected;
-    media::patchify({rgb.data(), rgb.data()}, plan.target.height, plan.target.width, expected);
-    std::vector<float> rows(1, 3.0f);
-    media::render_image(plan, kMaxPixels, rows);
-    ASSERT_EQ(rows.size(), 1 + expected.size());
-    EXPECT_EQ(rows[0], 3.0f);
-    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), rows.begin() + 1)) << w << "x" << h;
-    std::vector<float> slice(expected.size() + 1, 5.0f);
+    const std::vector<uint8_t> expected = media::resized_image(plan, kMaxPixels);
+    ASSERT_EQ(expected.size(), static_cast<size_t>(media::frame_bytes(plan.grid)));
+    std::vector<uint8_t> frames(1, 3);
+    media::render_image(plan, kMaxPixels, frames);
+    ASSERT_EQ(frames.size(), 1 + expected.size());
+    EXPECT_EQ(frames[0], 3);
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), frames.begin() + 1)) << w << "x" << h;
+    std::vector<uint8_t> slice(expected.size() + 1, 5);
     media::render_image_into(plan, kMaxPixels, slice.data());
-    EXPECT_EQ(slice.back(), 5.0f);
+    EXPECT_EQ(slice.back(), 5);
     EXPECT_TRUE(std::equal(expected.begin(), expected.end(), slice.begin()));
   }
 }

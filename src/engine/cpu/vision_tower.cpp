@@ -12,6 +12,7 @@
 #include "engine/cpu/ops.h"
 #include "engine/cpu/parallel.h"
 #include "media/check_visual_input.h"
+#include "media/patchify.h"
 
 namespace clef::engine::cpu {
 
@@ -173,15 +174,16 @@ std::vector<float> run_vision_tower(const model::Release& release, const media::
   const int W = v.hidden_size, hd = v.head_dim(), half = hd / 2, quarter = hd / 4;
   std::vector<media::Grid> grids = visual.image_grids;
   grids.insert(grids.end(), visual.video_grids.begin(), visual.video_grids.end());
-  const int64_t rows = static_cast<int64_t>(visual.pixel_values.size() / media::kPatchValues);
+  const std::vector<float> pixels = media::pixel_rows(visual);
+  const int64_t rows = static_cast<int64_t>(pixels.size() / media::kPatchValues);
   if (rows == 0) return {};
 
   // Patch embedding: the Conv3d over a (c, t, y, x) patch is a GEMM with the weight flattened
   // alike.
   const std::vector<float> pe_b = to_f32(release.visual("patch_embed.proj.bias"));
   std::vector<float> x(static_cast<size_t>(rows) * W);
-  linear(release.visual("patch_embed.proj.weight"), visual.pixel_values.data(),
-         static_cast<int>(rows), media::kPatchValues, x.data(), W, pe_b.data());
+  linear(release.visual("patch_embed.proj.weight"), pixels.data(), static_cast<int>(rows),
+         media::kPatchValues, x.data(), W, pe_b.data());
 
   // Position embedding, 2-D rotary tables (row frequencies then column frequencies, 10000-based
   // over head_dim / 2) and the attention segments (one per temporal slice).

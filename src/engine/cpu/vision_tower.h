@@ -11,7 +11,7 @@
 namespace clef::engine::cpu {
 
 // Checks `visual` against the release's tower (media::check_visual_input: grids positive with even
-// h and w, pixel_values exactly Σ patches x patch_values). Throws std::runtime_error naming what is
+// h and w, frames exactly the grids' frame bytes). Throws std::runtime_error naming what is
 // wrong (also when the release has no tower).
 void check_visual_input(const model::Release& release, const media::VisualInput& visual);
 

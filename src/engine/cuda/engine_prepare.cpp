@@ -12,6 +12,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
 #include "engine/prepare/token_buckets.h"
+#include "media/patchify.h"
 #include "model/pinning.h"
 
 namespace clef::engine::cuda {
@@ -175,7 +176,7 @@ void CudaEngineImpl::warm_media() {
   encoding::EncodedRequest enc;
   enc.visual.image_grids.push_back({1, 2, 2});
   enc.visual.video_grids.push_back({2, 2, 2});
-  enc.visual.pixel_values.assign(static_cast<size_t>(4 + 8) * media::kPatchValues, 0.0f);
+  enc.visual.frames.assign(static_cast<size_t>(media::frames_bytes(enc.visual)), 0);
   const int T = 16;
   enc.input_ids.assign(T, 0);
   enc.mm_token_type_ids.assign(T, 0);

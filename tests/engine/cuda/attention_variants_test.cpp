@@ -183,9 +183,14 @@ TEST(AttentionPick, PerDeviceAndStable) {
   for (int d = 0; d < devices; ++d) {
     SCOPED_TRACE(testing::Message() << "device " << d);
     CLEF_CUDA_CHECK(cudaSetDevice(d));
+    int major = 0, minor = 0;
+    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
+    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d));
+    // The tower's pick: the Hopper kernel's overlapped variant on sm_90, else w4m2s1.
+    const std::string tower_pick = major == 9 && minor == 0 ? "wg64o" : "w4m2s1";
     for (int round = 0; round < 2; ++round) {
-      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72)), "w4m2s1");
-      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(1024, 16, 80)), "w4m2s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72)), tower_pick);
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(1024, 16, 80)), tower_pick);
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256)), "w4s1");
       EXPECT_EQ(attention_rows_per_tile(true, 4096, 16, 72), 128);
       EXPECT_EQ(attention_rows_per_tile(true, 5661, 16, 256), 64);

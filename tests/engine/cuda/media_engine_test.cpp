@@ -24,6 +24,7 @@
 #include "engine/engine.h"
 #include "engine/golden_models.h"
 #include "media/media_config.h"
+#include "media/patchify.h"
 #include "model/make_model.h"
 #include "model/release.h"
 #include "model/safetensors.h"
@@ -184,18 +185,18 @@ TEST(CudaMediaEngine, TowerRowsMatchReferenceFp32) {
 // A request of fresh random pixels, two images (trial 0) and a multi-group video too (trials 1, 2),
 // with text around the pads.
 encoding::EncodedRequest random_media_request(int trial, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> u(-1.8f, 2.2f);
+  std::uniform_int_distribution<int> byte(0, 255);
   encoding::EncodedRequest enc;
   media::VisualInput& v = enc.visual;
   const std::vector<media::Grid> images = {{1, 2, 2}, {1, 6, 10}, {1, 16, 12}};
   const std::vector<media::Grid> videos = {{3, 4, 8}};
   v.image_grids = {images[trial % 3], images[(trial + 1) % 3]};
   if (trial > 0) v.video_grids = videos;
-  int64_t patches = 0, tokens = 0;
+  int64_t tokens = 0;
   for (const auto* gs : {&v.image_grids, &v.video_grids})
-    for (const auto& g : *gs) patches += g.patches(), tokens += g.tokens();
-  v.pixel_values.resize(static_cast<size_t>(patches) * media::kPatchValues);
-  for (float& x : v.pixel_values) x = u(rng);
+    for (const auto& g : *gs) tokens += g.tokens();
+  v.frames.resize(static_cast<size_t>(media::frames_bytes(v)));
+  for (uint8_t& x : v.frames) x = static_cast<uint8_t>(byte(rng));
   // A request around the pads: text, every pad, text; positions as for text (the tower does not
   // read them).
   const int T = static_cast<int>(tokens) + 8;
@@ -368,7 +369,7 @@ TEST(CudaMediaEngine, RefusesMediaWithoutATowerOrWithBadInputs) {
   bad.visual.image_grids[0].h += 1;  // an odd grid side
   EXPECT_THROW(eng->forward({&bad}), std::runtime_error);
   bad = enc;
-  bad.visual.pixel_values.resize(bad.visual.pixel_values.size() - 1);
+  bad.visual.frames.resize(bad.visual.frames.size() - 1);
   EXPECT_THROW(eng->forward({&bad}), std::runtime_error);
   // A refused request inside a batch refuses the batch before anything runs; the engine still
   // answers the good request afterwards, the same as before.

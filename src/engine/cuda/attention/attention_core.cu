@@ -277,7 +277,12 @@ AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim) {
   // four 1024-row segments 101.6 vs 125.3 us (perf-log v11c). The same shape at 72, the tower's
   // head dim unpadded (perf-log v12b). At head dim 256 (the backbone) no variant beat w4s1 (961 /
   // 5661 tokens: 77.6 / 1270 us; the next best 81.1 / 1366).
+  // On sm_90 the Hopper kernel's overlapped variant (flash_wgmma.cu) beats it there: one 4096-row
+  // segment at 72, 312.4 us against 342.9 for w4m2s1 (perf-log v12c).
   if (head_dim == 72 || head_dim == 80) {
+    AttnVariant hopper;
+    hopper.warps = 8, hopper.stages = 3, hopper.wgmma_key_tile = 64, hopper.wgmma_overlap = true;
+    if (attention_variant_supported(hopper, head_dim)) return hopper;
     const AttnVariant tower{4, 1, false, 2, false};
     if (attention_variant_supported(tower, head_dim)) return tower;
   }

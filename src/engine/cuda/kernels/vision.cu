@@ -1,5 +1,5 @@
 // Row kernels of the vision tower (see vision.h). Generic variants: one block per row (LayerNorm,
-// the position embedding, the RoPE split, the scatter) or a grid-stride loop (GELU, the cast),
+// the position embedding, the RoPE split, the scatter) or a grid-stride loop (GELU),
 // scalar accesses. vec8 variants: 16-byte accesses, every load of a thread issued before any use
 // (the generic ones were latency-bound at 16-24 % of HBM bandwidth, perf-log v10b).
 #include "engine/cuda/kernels/vision.h"
@@ -419,28 +419,6 @@ __global__ void scatter_rows_vec_kernel(uint4* __restrict__ dst, int ld_words,
   }
 }
 
-// out[i] = bf16(in[i]), round to nearest even (what the reference's pixel_values.to(bfloat16)
-// does).
-__global__ void float_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* __restrict__ out,
-                                     size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    out[i] = __float2bfloat16_rn(in[i]);
-}
-
-// Two float4 loads, one 16-byte store per chunk of 8 (grid-stride), then the n % 8 tail.
-__global__ void float_to_bf16_vec8_kernel(const float* __restrict__ in,
-                                          __nv_bfloat16* __restrict__ out, size_t n) {
-  const size_t n8 = n / 8, stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t gid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  for (size_t c = gid; c < n8; c += stride) {
-    float f[8];
-    load8f(in + 8 * c, f);
-    st8(out + 8 * c, pack8<__nv_bfloat16>(f));
-  }
-  if (gid < n - 8 * n8) out[8 * n8 + gid] = __float2bfloat16_rn(in[8 * n8 + gid]);
-}
-
 int grid_stride_blocks(size_t items) {
   return static_cast<int>(std::min<size_t>((items + 255) / 256, 8192));
 }
@@ -483,9 +461,6 @@ const char* scatter_rows_variant(int D, int ld, bool bf16, KernelPath path) {
   return path == KernelPath::Auto && scatter_rows_vec_shape(D, ld, bf16 ? 2 : 4)
              ? "scatter_rows_vec"
              : "scatter_rows_generic";
-}
-const char* float_to_bf16_variant(KernelPath path) {
-  return path == KernelPath::Auto ? "float_to_bf16_vec8" : "float_to_bf16_generic";
 }
 
 template <typename E>
@@ -591,15 +566,6 @@ void scatter_rows(E* dst, int ld, const E* src, const int32_t* dst_rows, int n, 
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-void float_to_bf16(const float* in, __nv_bfloat16* out, size_t n, KernelPath path, cudaStream_t s) {
-  if (n == 0) return;
-  if (path == KernelPath::Auto && aligned16(in) && aligned16(out))
-    float_to_bf16_vec8_kernel<<<grid_stride_blocks(std::max<size_t>(n / 8, 1)), 256, 0, s>>>(
-        in, out, n);
-  else
-    float_to_bf16_kernel<<<grid_stride_blocks(n), 256, 0, s>>>(in, out, n);
-  CLEF_CUDA_LAUNCH_CHECK();
-}
 
 std::vector<float> vision_rope_inv_freq(int head_dim, double theta) {
   const int half = head_dim / 2, quarter = head_dim / 4;

@@ -70,11 +70,6 @@ void scatter_rows(E* dst, int ld, const E* src, const int32_t* dst_rows, int n, 
                   KernelPath path, cudaStream_t s);
 const char* scatter_rows_variant(int D, int ld, bool bf16, KernelPath path);
 
-// out[i] = bf16(in[i]) rounded to nearest even: the pixel rows' cast, on the device (the host
-// uploads float32 rows as the encoder made them).
-void float_to_bf16(const float* in, __nv_bfloat16* out, size_t n, KernelPath path, cudaStream_t s);
-const char* float_to_bf16_variant(KernelPath path);
-
 // The host table behind VisionRopeArgs::inv_freq, computed as the CPU tower does:
 // inv_freq[i] = float(1 / theta^double(float(2i) / float(head_dim / 2))), i < head_dim / 4.
 std::vector<float> vision_rope_inv_freq(int head_dim, double theta);

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <type_traits>
 
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/kernels/patchify.h"
 #include "engine/cuda/kernels/vision.h"
 #include "engine/cuda/packing.h"
 #include "engine/cuda/profile.h"
@@ -144,7 +146,7 @@ std::map<std::string, std::string> CudaVisionTower::kernel_variants() const {
           {"vision_merger_gelu", gelu_variant(path_)},
           {"vision_pos_embed_add", vision_pos_embed_add_variant(W_, path_)},
           {"vision_rope_split", vision_rope_split_variant(ra, path_)},
-          {"vision_float_to_bf16", float_to_bf16_variant(path_)}};
+          {"vision_patchify_rows", patchify_rows_variant(path_)}};
 }
 
 void CudaVisionTower::check(const media::VisualInput& visual) {
@@ -155,22 +157,23 @@ void CudaVisionTower::check(const media::VisualInput& visual) {
   if (rows == 0) throw tower_error("no images or videos");
 }
 
-CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, int tile_slots) {
+CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, size_t frame_bytes,
+                                                  int tile_slots) {
   const size_t es = data_type_bytes(act_), R = static_cast<size_t>(rows);
   const size_t padded = R * heads_ * hdp_ * es;
-  const size_t sizes[] = {R * media::kPatchValues * es,                             // pixels
-                          act_ == DataType::F32 ? 0 : R * media::kPatchValues * 4,  // pixels_f32
-                          R * W_ * es,                                              // x
-                          R * W_ * es,                                              // u
-                          R * 3 * W_ * es,                                          // qkv
-                          padded,                                                   // q
-                          padded,                                                   // k
-                          padded,                                                   // v
-                          padded,                                                   // attn
-                          R * std::max(I_, W_) * es,  // mid (MLP; merger fc1 [R/4, 4W])
-                          R / 4 * M_ * es,            // merged (merger fc1 output)
-                          R / 4 * out_w_ * es,        // out
-                          R * 2 * sizeof(int32_t),    // rc
+  const size_t sizes[] = {R * media::kPatchValues * es,  // pixels
+                          frame_bytes,                   // frames
+                          R * W_ * es,                   // x
+                          R * W_ * es,                   // u
+                          R * 3 * W_ * es,               // qkv
+                          padded,                        // q
+                          padded,                        // k
+                          padded,                        // v
+                          padded,                        // attn
+                          R * std::max(I_, W_) * es,     // mid (MLP; merger fc1 [R/4, 4W])
+                          R / 4 * M_ * es,               // merged (merger fc1 output)
+                          R / 4 * out_w_ * es,           // out
+                          R * 2 * sizeof(int32_t),       // rc
                           static_cast<size_t>(tile_slots) * 4 * sizeof(int32_t)};  // tiles
   size_t total = 0;
   for (size_t b : sizes) total += align256(b);
@@ -255,18 +258,18 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   // One workspace and one staging area: whatever ran before (an earlier request's backbone still
   // reading these rows, its uploads) is done before they are reused or moved.
   CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
-  const Buffers b = reserve(rows, tile_slots);
+  const Buffers b = reserve(rows, visual.frames.size(), tile_slots);
   tokens_ = rows / 4;
   out_ptr_ = b.out;
 
   if (!gemms_only) {  // (the GEMM floor times the GEMMs alone, on whatever the buffers hold)
-    // Host side: each row's (r, c) and the attention tiles through pinned staging; the pixel rows
-    // go up as float32, as the encoder made them, and are cast on the device (the reference casts
-    // pixel_values to the tower's dtype).
-    const size_t n_pix = visual.pixel_values.size();
+    // Host side: each row's (r, c), the attention tiles and the uint8 frames through pinned
+    // staging; the patch rows are made on the device in the activation type (patchify_rows: the
+    // host's normalisation and the reference's cast to the tower's dtype, bit for bit).
     const size_t rc_bytes = static_cast<size_t>(R) * 2 * sizeof(int32_t),
-                 tile_bytes = tiles.size() * sizeof(int32_t);
-    staging_.resize(align256(rc_bytes) + tile_bytes);
+                 tile_bytes = tiles.size() * sizeof(int32_t), frame_bytes = visual.frames.size();
+    const size_t tiles_at = align256(rc_bytes), frames_at = tiles_at + align256(tile_bytes);
+    staging_.resize(frames_at + frame_bytes);
     char* hp = staging_.get<char>();
     int32_t* rc = reinterpret_cast<int32_t*>(hp);
     {
@@ -276,12 +279,13 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
           for (int64_t i = 0; i < static_cast<int64_t>(g.h) * g.w; ++i, ++row)
             media::patch_coords(i, g.w, rc[2 * row], rc[2 * row + 1]);
     }
-    int32_t* ht = reinterpret_cast<int32_t*>(hp + align256(rc_bytes));
+    int32_t* ht = reinterpret_cast<int32_t*>(hp + tiles_at);
     std::copy(tiles.begin(), tiles.end(), ht);
-    float* f32 = is_bf16 ? static_cast<float*>(b.pixels_f32) : static_cast<float*>(b.pixels);
-    CLEF_CUDA_CHECK(cudaMemcpyAsync(f32, visual.pixel_values.data(), n_pix * sizeof(float),
-                                    cudaMemcpyHostToDevice, s));
-    if (is_bf16) float_to_bf16(f32, static_cast<bf16*>(b.pixels), n_pix, path_, s);
+    std::memcpy(hp + frames_at, visual.frames.data(), frame_bytes);
+    CLEF_CUDA_CHECK(
+        cudaMemcpyAsync(b.frames, hp + frames_at, frame_bytes, cudaMemcpyHostToDevice, s));
+    patchify_rows<E>(visual, static_cast<const uint8_t*>(b.frames), static_cast<E*>(b.pixels),
+                     path_, s);
     CLEF_CUDA_CHECK(cudaMemcpyAsync(b.rc, rc, rc_bytes, cudaMemcpyHostToDevice, s));
     CLEF_CUDA_CHECK(cudaMemcpyAsync(b.tiles, ht, tile_bytes, cudaMemcpyHostToDevice, s));
   }

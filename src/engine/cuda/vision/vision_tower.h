@@ -37,7 +37,7 @@ class CudaVisionTower {
                   const std::function<void(const std::string&)>& progress);
 
   // Throws std::runtime_error naming what is wrong unless `visual` fits the tower: the media
-  // layer's check (grids of t >= 1 slices of an even h x w, exactly their patches' pixel values),
+  // layer's check (grids of t >= 1 slices of an even h x w, exactly their frames' bytes),
   // then at least one and not more patches than one forward takes.
   static void check(const media::VisualInput& visual);
 
@@ -70,10 +70,10 @@ class CudaVisionTower {
   };
   // The per-request buffers, carved from work_ for `rows` patch rows.
   struct Buffers {
-    void *pixels, *pixels_f32, *x, *u, *qkv, *q, *k, *v, *attn, *mid, *merged, *out;
+    void *pixels, *frames, *x, *u, *qkv, *q, *k, *v, *attn, *mid, *merged, *out;
     int32_t *rc, *tiles;
   };
-  Buffers reserve(int64_t rows, int tile_slots);
+  Buffers reserve(int64_t rows, size_t frame_bytes, int tile_slots);
   void gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate, cudaStream_t s,
             bool gelu = false);
   template <typename E>
@@ -93,7 +93,7 @@ class CudaVisionTower {
   std::vector<DeviceBuffer> storage_;
   size_t weight_bytes_ = 0;
   DeviceBuffer work_;
-  PinnedBuffer staging_;  // the row tables
+  PinnedBuffer staging_;  // the row tables and the frames
   int64_t tokens_ = 0;
   const void* out_ptr_ = nullptr;  // the last enqueue's rows
 };
