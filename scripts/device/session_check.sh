@@ -6,6 +6,8 @@
 # Usage (repo root on the device): [GTEST_FILTER=...] [STEPS="tests bench profile"] scripts/device/session_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
+# The serve tests start the binary from the checkout's build folders (tests/server/server_process.cpp).
+mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
 STEPS=${STEPS:-tests bench profile}
 M=/tmp/flash
 L=$OUT

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
 #include "engine/cuda/gdn/gdn.h"
@@ -232,8 +233,16 @@ EngineInfo CudaEngineImpl::info() const {
   std::string ew;
   for (const auto& [op, name] : v) ew += (ew.empty() ? "" : ", ") + name;
   i.kernels["elementwise"] = ew;
-  i.kernels["attention"] = f32 ? "flash attention fp32 SIMT (generic)"
-                               : "flash attention bf16 mma.sync (sm80+, generic)";
+  if (f32) {
+    i.kernels["attention"] = "flash attention fp32 SIMT (generic)";
+  } else {
+    // tuning.h's names: w* mma.sync (sm_80+), wg* the Hopper warpgroup-MMA kernel (sm_90).
+    std::string a =
+        "flash attention bf16: backbone " + attention_variant_name(attention_core_bf16_pick(
+                                                4096, cfg_.num_attention_heads, cfg_.head_dim));
+    if (vision_) a += ", vision tower " + vision_->attention_kernel();
+    i.kernels["attention"] = a + " (w*: mma.sync, sm_80+; wg*: warpgroup MMA, sm_90)";
+  }
   i.kernels["gemm"] = std::string("cublaslt ") +
                       (f32 ? "fp32 (COMPUTE_32F, no TF32)" : "bf16 (fp32 accumulate)") +
                       ", timed heuristic candidates";

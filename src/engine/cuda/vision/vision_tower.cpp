@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/kernels/patchify.h"
 #include "engine/cuda/kernels/vision.h"
 #include "engine/cuda/packing.h"
@@ -139,6 +140,21 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
   merger_fc2_ = linear("merger.linear_fc2", out_w_, M_);
 }
 
+namespace {
+// The tower's bf16 attention kernel: the pick, or w4m2s1 (mma.sync, sm_80+) in its place under
+// --kernels generic (the Hopper kernel is picked only at the tower's head dims, where w4m2s1 is
+// built).
+AttnVariant tower_attention(int R, int heads, int hd, KernelPath path) {
+  AttnVariant v = attention_core_bf16_pick(R, heads, hd);
+  if (path == KernelPath::Generic && v.wgmma_key_tile) v = AttnVariant{4, 1, false, 2, false};
+  return v;
+}
+}  // namespace
+
+std::string CudaVisionTower::attention_kernel(int R) const {
+  return attention_variant_name(tower_attention(R, heads_, hdp_, path_));
+}
+
 std::map<std::string, std::string> CudaVisionTower::kernel_variants() const {
   const VisionRopeArgs ra{1, heads_, hd_, hdp_, nullptr, nullptr};
   return {{"vision_layer_norm", layer_norm_variant(W_, path_)},
@@ -252,7 +268,9 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   }
   const int R = static_cast<int>(rows);
   const bool is_bf16 = act_ == DataType::BF16;
-  const int rpt = attention_rows_per_tile(is_bf16, R, heads_, hdp_);
+  const AttnVariant attn = tower_attention(R, heads_, hdp_, path_);
+  const int rpt = is_bf16 ? attention_variant_rows_per_tile(attn)
+                          : attention_rows_per_tile(false, R, heads_, hdp_);
   const std::vector<int32_t> tiles = segment_tiles(segments, rpt);
   const int tile_slots = static_cast<int>(tiles.size() / 4);
   // One workspace and one staging area: whatever ran before (an earlier request's backbone still
@@ -327,7 +345,8 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
       if constexpr (std::is_same_v<E, float>)
         attention_core_f32(q, k, v, static_cast<float*>(b.attn), R, heads_, heads_, hdp_, s, &seqs);
       else
-        attention_core_bf16(q, k, v, static_cast<bf16*>(b.attn), R, heads_, heads_, hdp_, s, &seqs);
+        attention_core_bf16_variant(attn, q, k, v, static_cast<bf16*>(b.attn), R, heads_, heads_,
+                                    hdp_, s, &seqs);
       mark("vision.attention");
     }
     gemm(blk.proj, b.attn, R, x, true, s);

@@ -55,6 +55,9 @@ class CudaVisionTower {
   int out_width() const { return out_w_; }
   // The row kernels' variant per op at this tower's shapes (alignment aside).
   std::map<std::string, std::string> kernel_variants() const;
+  // The bf16 attention kernel variant the tower runs for R rows (tuning.h's name): the engine's
+  // pick, but never the sm_90-only Hopper kernel under --kernels generic.
+  std::string attention_kernel(int R = 4096) const;
   size_t weight_bytes() const { return weight_bytes_; }
   size_t workspace_bytes() const { return work_.bytes(); }
 
