@@ -86,26 +86,34 @@ void launch_hd(int head_dim, const __nv_bfloat16* q, const __nv_bfloat16* k, con
 
 namespace flash {
 
-// The opt-in limit is a property of the hardware, fixed for the process: one query per device,
-// each behind its own once_flag (call_once makes the store visible to every later reader; a query
-// that throws leaves the flag unset, so the next call retries). Devices past kMaxDevices query
-// every time.
-size_t device_smem_optin() {
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
-  static int optin[kMaxDevices];
+// Device limits are properties of the hardware, fixed for the process: one query per device and
+// attribute, each behind its own once_flag (call_once makes the store visible to every later
+// reader; a query that throws leaves the flag unset, so the next call retries). Devices past
+// kMaxDevices query every time.
+int device_attribute(DeviceAttr which) {
+  constexpr int kMaxDevices = 64, kAttrs = 3;
+  static std::once_flag once[kMaxDevices][kAttrs];
+  static int value[kMaxDevices][kAttrs];
+  const cudaDeviceAttr attrs[kAttrs] = {cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                        cudaDevAttrComputeCapabilityMajor,
+                                        cudaDevAttrComputeCapabilityMinor};
+  const int i = static_cast<int>(which);
   int dev = 0;
   CLEF_CUDA_CHECK(cudaGetDevice(&dev));
-  auto query = [dev](int& out) {
-    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&out, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  auto query = [dev, attr = attrs[i]](int& out) {
+    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&out, attr, dev));
   };
   if (dev < 0 || dev >= kMaxDevices) {
     int v = 0;
     query(v);
-    return static_cast<size_t>(v);
+    return v;
   }
-  std::call_once(once[dev], query, std::ref(optin[dev]));
-  return static_cast<size_t>(optin[dev]);
+  std::call_once(once[dev][i], query, std::ref(value[dev][i]));
+  return value[dev][i];
+}
+
+size_t device_smem_optin() {
+  return static_cast<size_t>(device_attribute(DeviceAttr::SmemOptin));
 }
 
 }  // namespace flash

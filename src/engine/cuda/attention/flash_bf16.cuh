@@ -492,9 +492,20 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
   }
 }
 
-// The current device's opt-in shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin),
-// queried once per device (attention_variants.cu): what a variant's pick and launch check against.
+// The current device's attributes the kernels' picks and launch checks read, each queried once
+// per device (attention_variants.cu): the opt-in shared memory per block (what a variant's
+// shared memory is checked against) and the compute capability (the Hopper kernel's sm_90 test).
+enum class DeviceAttr { SmemOptin = 0, CcMajor = 1, CcMinor = 2 };
+int device_attribute(DeviceAttr which);
 size_t device_smem_optin();
+
+// The score scale in the log2 domain of one launch: the caller's scale times log2(e) rounded once,
+// or the default 1/sqrt(head_dim) folded into the constant in fp32 (the same bits as always).
+inline float log2_score_scale(const AttnSequences* seqs, int head_dim) {
+  return seqs && seqs->scale != 0.f
+             ? static_cast<float>(1.4426950408889634 * static_cast<double>(seqs->scale))
+             : 1.4426950408889634f / sqrtf(static_cast<float>(head_dim));
+}
 
 // Launches one instantiation; a shared-memory need past the device's opt-in limit (a 2-stage
 // variant on sm_86/89) is refused with std::invalid_argument before anything runs.
@@ -531,18 +542,13 @@ void launch_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bflo
   constexpr int kBr = WARPS * 16 * MT;
   const int4* tiles = tile_table(seqs);
   const int grid_x = tiles ? seqs->tile_slots : (T + kBr - 1) / kBr;
-  // The default scale as it always was (1/sqrt(HD) folded into the constant in fp32, same bits);
-  // a caller's scale times log2(e) rounded once.
-  const float scale_log2 =
-      seqs && seqs->scale != 0.f
-          ? static_cast<float>(1.4426950408889634 * static_cast<double>(seqs->scale))
-          : 1.4426950408889634f / sqrtf(static_cast<float>(HD));
+  const float sl2 = log2_score_scale(seqs, HD);
   if (is_causal(seqs))
     launch_bf16_kernel<HD, WARPS, true, STAGES, QREG, MT, RSKIP>(
-        q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2, tiles, stream);
+        q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tiles, stream);
   else
     launch_bf16_kernel<HD, WARPS, false, STAGES, QREG, MT, RSKIP>(
-        q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2, tiles, stream);
+        q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tiles, stream);
 }
 
 }  // namespace clef::engine::cuda::flash

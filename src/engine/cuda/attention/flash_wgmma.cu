@@ -339,8 +339,8 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
       wgmma_commit();
       wgmma_wait<1>();  // S_{j+1} (committed first); P_j V_j may still run
       fence_regs(s);
-      tile_softmax<BC>(s, diagonal(j + 1), s0 + (j + 1) * BC, tig, lim_a, lim_b, scale_log2,
-                       m_run, l_run, alpha);
+      tile_softmax<BC>(s, diagonal(j + 1), s0 + (j + 1) * BC, tig, lim_a, lim_b, scale_log2, m_run,
+                       l_run, alpha);
       wgmma_wait<0>();
       fence_regs(o);
       rescale<HD>(o, alpha);
@@ -407,39 +407,18 @@ void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat
   constexpr int BC = 64;
   const int4* tl = tile_table(seqs);
   const int grid_x = tl ? seqs->tile_slots : (T + kBr - 1) / kBr;
-  // The scale exactly as the mma.sync kernel computes it (same bits).
-  const float scale_log2 =
-      seqs && seqs->scale != 0.f
-          ? static_cast<float>(1.4426950408889634 * static_cast<double>(seqs->scale))
-          : 1.4426950408889634f / sqrtf(static_cast<float>(HD));
+  const float sl2 = log2_score_scale(seqs, HD);  // the mma.sync kernel's, bit for bit
   if (is_causal(seqs))
-    launch_kernel<HD, BC, true, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2,
-                                         tl, layout, probe, stream);
+    launch_kernel<HD, BC, true, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
+                                         layout, probe, stream);
   else
-    launch_kernel<HD, BC, false, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, scale_log2,
-                                          tl, layout, probe, stream);
+    launch_kernel<HD, BC, false, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
+                                          layout, probe, stream);
 }
 
-// The sm_90 test, cached per device like flash::device_smem_optin (a hardware property).
+// sm_90 exactly: the binary's sm_90a code (wgmma is not in the sm_90 PTX it also carries).
 bool device_is_sm90() {
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
-  static bool is90[kMaxDevices];
-  int dev = 0;
-  CLEF_CUDA_CHECK(cudaGetDevice(&dev));
-  auto query = [dev](bool& out) {
-    int major = 0, minor = 0;
-    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    out = major == 9 && minor == 0;
-  };
-  if (dev < 0 || dev >= kMaxDevices) {
-    bool b = false;
-    query(b);
-    return b;
-  }
-  std::call_once(once[dev], query, std::ref(is90[dev]));
-  return is90[dev];
+  return device_attribute(DeviceAttr::CcMajor) == 9 && device_attribute(DeviceAttr::CcMinor) == 0;
 }
 
 }  // namespace
@@ -451,7 +430,6 @@ bool wgmma_attention_built(int head_dim, bool overlap) {
 
 bool wgmma_attention_supported(int head_dim, bool overlap) {
   if (!wgmma_attention_built(head_dim, overlap)) return false;
-  // sm_90 exactly: the binary's sm_90a code (wgmma is not in the sm_90 PTX it also carries).
   return device_is_sm90() &&
          wgmma_smem_bytes(head_dim, 64, overlap) + kSlack <= device_smem_optin();
 }
