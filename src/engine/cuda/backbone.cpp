@@ -268,11 +268,24 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       gdn_conv_prep<E>(proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
                        a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, path_, s);
       mark("norms_elementwise");
-      gdn_chunked<E>(a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, Tp, Hk, Hv, dk, dv,
-                     static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s, nullptr, nullptr,
-                     pack ? &pack->gdn : nullptr);
-      mark("gdn_core");
+      // The plain bf16 gated norm rides on the tensor-core output kernel (gdn.h GdnGatedNorm): y
+      // goes straight to mid, without o's round trip through memory or a launch; the FP8 producer
+      // and the SIMT path keep the separate kernel.
+      GdnGatedNorm nrm;
+      const GdnGatedNorm* fused = nullptr;
       if constexpr (std::is_same_v<E, bf16>) {
+        if (!is_fp8(g[2]) && gdn_fuses_gated_norm(dk, dv, true, path_)) {
+          nrm = {proj + cqkv, n_in, L.gdn.norm_w, eps};
+          fused = &nrm;
+        }
+      }
+      gdn_chunked<E>(a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, Tp, Hk, Hv, dk, dv,
+                     fused ? mid : static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s, nullptr,
+                     nullptr, pack ? &pack->gdn : nullptr, fused);
+      mark("gdn_core");
+      if (fused) {
+        // y is in mid already
+      } else if constexpr (std::is_same_v<E, bf16>) {
         if (is_fp8(g[2]))
           gated_rms_norm_fp8(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w,
                              nullptr, Tp, Hv, dv, eps, f8(Hv * dv), path_, s);
