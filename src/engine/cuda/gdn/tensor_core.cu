@@ -763,20 +763,20 @@ __global__ void __launch_bounds__(kOutThreads, 2)
     static_assert(NW * C <= C * (C + 8), "the partial sums fit in the P planes");
     gated_norm_epilogue(oh, oc, on0, on1, nrm, reinterpret_cast<float*>(Ph), t0, valid, h, Hv, dv,
                         col0, warp, g, t, o);
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (r == 1 && !on1) break;
+    for (int r = 0; r < 2; ++r) {
+      if (r == 1 && !on1) break;
 #pragma unroll
-    for (int tm = 0; tm < 4; ++tm) {
+      for (int tm = 0; tm < 4; ++tm) {
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int i = 16 * tm + g + 8 * hr;
-        if (i >= valid) continue;
-        E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 + 8 * r + 2 * t;
-        dst[0] = from_f<E>(oh[r][tm][2 * hr] + oc[r][tm][2 * hr]);
-        dst[1] = from_f<E>(oh[r][tm][2 * hr + 1] + oc[r][tm][2 * hr + 1]);
+        for (int hr = 0; hr < 2; ++hr) {
+          const int i = 16 * tm + g + 8 * hr;
+          if (i >= valid) continue;
+          E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 + 8 * r + 2 * t;
+          dst[0] = from_f<E>(oh[r][tm][2 * hr] + oc[r][tm][2 * hr]);
+          dst[1] = from_f<E>(oh[r][tm][2 * hr + 1] + oc[r][tm][2 * hr + 1]);
+        }
       }
     }
   }
