@@ -169,6 +169,9 @@ TEST(GdnGatedNorm, RefusesWhereItDoesNotApply) {
     EXPECT_THROW(gdn_chunked<bf16>(f, f, f, f, f, T, 1, H, d, d, y.get<bf16>(), ws.get(),
                                    KernelPath::Auto, 0, nullptr, nullptr, nullptr, &bad),
                  std::invalid_argument);
+  EXPECT_THROW(gdn_chunked<bf16>(f, f, f, f, f, T, 1, H, d, d, y.get<bf16>() + 1, ws.get(),
+                                 KernelPath::Auto, 0, nullptr, nullptr, nullptr, &ok),
+               std::invalid_argument);  // y stored as pairs
 }
 
 }  // namespace

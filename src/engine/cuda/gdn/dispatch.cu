@@ -47,9 +47,9 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
     if (!use_tc(dk, dv, std::is_same_v<E, __nv_bfloat16>, path))
       throw std::invalid_argument(
           "gdn_chunked: the gated norm epilogue needs the tensor-core path");
-    // the epilogue moves z as bf16 pairs and w as float pairs
+    // the epilogue moves z and y as bf16 pairs and w as float pairs
     if (!norm->z || !norm->w || norm->ldz < Hv * dv || norm->ldz % 2 != 0 ||
-        reinterpret_cast<uintptr_t>(norm->z) % 4 != 0 ||
+        reinterpret_cast<uintptr_t>(norm->z) % 4 != 0 || reinterpret_cast<uintptr_t>(o) % 4 != 0 ||
         reinterpret_cast<uintptr_t>(norm->w) % 8 != 0)
       throw std::invalid_argument("gdn_chunked: bad gated norm operands");
   }
