@@ -35,7 +35,7 @@ std::vector<float> unit_rows(std::mt19937_64& rng, int rows, int heads, int d, f
 }
 
 struct Shape {
-  int Hk, Hv, dk, dv, ldz_extra;  // ldz = Hv dv + extra (not a multiple of 8: the generic norm)
+  int Hk, Hv, dk, dv, ldz_extra;  // ldz = Hv dv + extra
 };
 
 // One run of both forms on the same inputs; `seqs` (optional) packs the T rows.
@@ -47,8 +47,9 @@ void expect_fused_matches(std::mt19937_64& rng, const Shape& sh, int T, int slot
   auto v = randn(rng, size_t(T) * sh.Hv * sh.dv);
   auto g = randu(rng, size_t(T) * sh.Hv, -2.0f, 0.0f);
   auto beta = randu(rng, size_t(T) * sh.Hv, 0.0f, 1.0f);
-  // z as a slice of a wider row (the in_proj output), 2 elements into it
-  const int ldz = sh.Hv * sh.dv + sh.ldz_extra, zoff = 2;
+  // z as a slice of a wider row (the in_proj output); 16-byte aligned where ldz is a multiple of 8
+  // (the vec8 norm as reference), else 2 elements in (the generic one)
+  const int ldz = sh.Hv * sh.dv + sh.ldz_extra, zoff = ldz % 8 == 0 ? 8 : 2;
   auto z = randn(rng, size_t(T) * ldz + zoff, 2.0f);
   round_all_bf16(z);
   auto w = randn(rng, size_t(sh.dv), 0.5f, 1.0f);
