@@ -133,7 +133,12 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
       const GdnPrepArgs pa{0, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, L.b_col, L.a_col};
       v["gdn_conv_prep"] = gdn_conv_prep_variant(pa, path_);
       v["gdn_chunked"] = gdn_chunked_variant(dk, dv, is_bf16, path_);
-      v["gated_rms_norm"] = gated_rms_norm_variant(n_in, dv, path_);
+      // bf16 GEMM weights: the norm is the GDN output kernel's epilogue (FP8 ones: the FP8 producer
+      // where out_proj runs in FP8, as named before)
+      v["gated_rms_norm"] =
+          w_.gemm_weights != DataType::F8_E4M3 && gdn_fuses_gated_norm(dk, dv, is_bf16, path_)
+              ? "gated_rms_norm_in_gdn_output"
+              : gated_rms_norm_variant(n_in, dv, path_);
     } else if (!L.linear && !v.contains("attn_prep")) {
       const AttnPrepArgs pa{
           0,           n_in, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
