@@ -48,5 +48,4 @@ wait $B1 $B2
 for l in fp8ckpt emu8 cf32w8; do summary+=("$(cat /tmp/line_$l)"); done
 summary+=("$(python3 scripts/device/compare_answers.py fp8ckpt:emu8 emu8:cf32w8 fp8ckpt:cf32w8)")
 grep -h -E 'p50|mean' "$L"/bench_emu8.log | head -3 | while read -r l; do echo "  emu8 bench: $l"; done
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary
