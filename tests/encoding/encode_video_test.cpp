@@ -10,6 +10,7 @@
 
 #include "json/value.h"
 #include "support/cli_runner.h"
+#include "support/parse_json.h"
 #include "support/video_encoder.h"
 
 using clef::json::Value;
@@ -20,12 +21,7 @@ namespace {
 const std::string kRelease =
     std::string("--model ") + CLEF_SOURCE_DIR + "/tests/golden/models/tiny-r2m";
 
-Value parse_or_die(const std::string& text) {
-  clef::json::ParseError err;
-  auto v = clef::json::parse(text, &err);
-  if (!v) throw std::runtime_error(err.message + ": " + text.substr(0, 400));
-  return *v;
-}
+using clef::testing::parse_or_die;
 
 std::string request(const std::string& videos, const std::string& kwargs = "") {
   return R"({"model":"clef-flash","state":"the incident report shows an outage",)"

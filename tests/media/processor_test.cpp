@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 
 #include "json/value.h"
 #include "media/patchify.h"
 #include "model/safetensors.h"
+#include "support/parse_json.h"
 
 namespace {
 
@@ -20,15 +20,6 @@ namespace media = clef::media;
 
 const std::string kMedia = std::string(CLEF_SOURCE_DIR) + "/tests/golden/media/";
 constexpr uint64_t kMaxPixels = 16777216;
-
-std::vector<Value> cases() {
-  std::ifstream in(kMedia + "encode-media-tiny-r2m.jsonl");
-  std::vector<Value> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(*clef::json::parse(line, nullptr));
-  return out;
-}
 
 media::PixelBudget image_budget(const Value& request) {
   media::PixelBudget b = media::kImageBudget;
@@ -56,7 +47,7 @@ media::Sampling sampling(const Value& request) {
 
 TEST(MediaProcessor, EveryFixtureCase) {
   auto resized = clef::model::SafetensorsFile::open(kMedia + "tiny-r2m.media-resized.safetensors");
-  const std::vector<Value> all = cases();
+  const std::vector<Value> all = clef::testing::read_jsonl(kMedia + "encode-media-tiny-r2m.jsonl");
   ASSERT_EQ(all.size(), 24u);
   int compared_images = 0, compared_sha = 0, refusals = 0;
   for (size_t n = 0; n < all.size(); ++n) {
