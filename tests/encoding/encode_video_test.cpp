@@ -10,6 +10,7 @@
 
 #include "json/value.h"
 #include "support/cli_runner.h"
+#include "support/encoder_usable.h"
 #include "support/parse_json.h"
 #include "support/video_encoder.h"
 
@@ -42,16 +43,6 @@ std::string data_form(const std::vector<uint8_t>& file, const char* mime) {
   return std::string("[{\"data\":\"data:") + mime + ";base64," + ts::base64(file) + "\"}]";
 }
 
-bool usable(const char* encoder) {
-  if (ts::have_encoder(encoder)) return true;
-  const char* ci = std::getenv("CI");
-  if (ci && std::string(ci) == "true")
-    ADD_FAILURE() << "FFmpeg encoder " << encoder << " is missing (Debian's libavcodec59 has it)";
-  else
-    std::printf("FFmpeg encoder %s is missing: its cases are skipped\n", encoder);
-  return false;
-}
-
 }  // namespace
 
 TEST(EncodeVideoFile, SameEncodingAsTheFramesForm) {
@@ -71,7 +62,7 @@ TEST(EncodeVideoFile, SameEncodingAsTheFramesForm) {
                         {6, 64, 96, 30, R"({"fps":8})"}};
   int compared = 0, decided = 0;
   for (const Writer& w : writers) {
-    if (!usable(w.encoder)) continue;
+    if (!ts::encoder_usable(w.encoder)) continue;
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(w.muxer) + " " + std::to_string(c.frames) + " frames " +
                    std::to_string(c.width) + "x" + std::to_string(c.height) + " fps " +
@@ -111,7 +102,7 @@ TEST(EncodeVideoFile, SameEncodingAsTheFramesForm) {
 }
 
 TEST(EncodeVideoFile, RefusalsAre422WithTheirReason) {
-  if (!usable("libx264rgb")) GTEST_SKIP() << "FFmpeg encoder libx264rgb is missing";
+  if (!ts::encoder_usable("libx264rgb")) GTEST_SKIP() << "FFmpeg encoder libx264rgb is missing";
   const auto one = ts::encode_video(ts::pattern_frames(1, 64, 96), 30, "mp4", "libx264rgb");
   const auto six = ts::encode_video(ts::pattern_frames(6, 64, 96), 30, "mp4", "libx264rgb");
   struct Case {
