@@ -26,13 +26,6 @@ using namespace clef::engine::cuda;
 using namespace clef::gputest;
 using bf16 = __nv_bfloat16;
 
-std::vector<uint8_t> bytes(const DeviceBuffer& b, size_t n) {
-  CLEF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint8_t> out(n);
-  CLEF_CUDA_CHECK(cudaMemcpy(out.data(), b.get(), n, cudaMemcpyDeviceToHost));
-  return out;
-}
-
 // bf16-exact random values, with a few large channels so blocks get different scales.
 std::vector<float> values(std::mt19937_64& rng, size_t n, float scale) {
   auto v = randn(rng, n, scale);
@@ -64,7 +57,7 @@ void quantize_plain(const DeviceBuffer& plain, int ld, Fp8Buffers& b) {
 // Codes of the real rows and their scales identical; the padded rows are left alone.
 void expect_same(Fp8Buffers& fused, Fp8Buffers& ref) {
   const size_t n = size_t(ref.rows) * ref.cols;
-  const auto qf = bytes(fused.q, n), qr = bytes(ref.q, n);
+  const auto qf = bytes_to_host(fused.q, n), qr = bytes_to_host(ref.q, n);
   size_t bad = 0, poison = 0;
   for (size_t i = 0; i < n; ++i) {
     bad += qf[i] != qr[i];
@@ -83,7 +76,8 @@ void expect_same(Fp8Buffers& fused, Fp8Buffers& ref) {
 }
 
 void expect_bitwise(const DeviceBuffer& a, const DeviceBuffer& b, size_t n) {
-  EXPECT_EQ(bytes(a, n * 2), bytes(b, n * 2)) << "the bf16 copy differs from the plain output";
+  EXPECT_EQ(bytes_to_host(a, n * 2), bytes_to_host(b, n * 2))
+      << "the bf16 copy differs from the plain output";
 }
 
 const KernelPath kPaths[] = {KernelPath::Auto, KernelPath::Generic};

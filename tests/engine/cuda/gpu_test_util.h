@@ -109,6 +109,14 @@ std::vector<float> to_host(const engine::cuda::DeviceBuffer& b, size_t n) {
   return out;
 }
 
+// A device buffer's first n bytes (FP8 codes, or bf16 bits to compare exactly).
+inline std::vector<uint8_t> bytes_to_host(const engine::cuda::DeviceBuffer& b, size_t n) {
+  CLEF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> out(n);
+  CLEF_CUDA_CHECK(cudaMemcpy(out.data(), b.get(), n, cudaMemcpyDeviceToHost));
+  return out;
+}
+
 struct Err {
   double rel_l2 = 0, max_abs = 0, ref_max = 0;
   size_t non_finite = 0;
