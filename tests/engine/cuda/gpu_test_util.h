@@ -70,6 +70,13 @@ inline encoding::EncodedRequest random_request(std::mt19937_64& rng, int T, int6
   return enc;
 }
 
+// "1,63,64": a packing's sequence lengths, for a test's trace.
+inline std::string comma_list(const std::vector<int>& values) {
+  std::string s;
+  for (int v : values) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return s;
+}
+
 using engine::ref::randn;
 using engine::ref::randu;
 using engine::ref::round_all_bf16;
