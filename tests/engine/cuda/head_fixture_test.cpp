@@ -30,15 +30,6 @@ bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-std::vector<float> f32_tensor(const model::SafetensorsFile& f, const std::string& name) {
-  const model::Tensor* t = f.find(name);
-  if (!t) throw std::runtime_error(f.path() + " has no " + name);
-  if (t->dtype != model::DType::F32) throw std::runtime_error(name + " is not F32");
-  std::vector<float> out(t->numel());
-  std::memcpy(out.data(), t->data, out.size() * sizeof(float));  // raw fp32: no bf16 loading rule
-  return out;
-}
-
 struct Worst {
   double logit = 0, prob = 0;
 };
@@ -98,7 +89,7 @@ void check_model(const std::string& name) {
     const auto req = encoding::validate_request(r.request);
     const auto enc =
         encoding::encode_request(req, *release->tokenizer, testing::golden_encode_options(r));
-    std::vector<float> hidden = f32_tensor(*file, "last_hidden_state");
+    std::vector<float> hidden = testing::f32_tensor(*file, "last_hidden_state");
     const int T = static_cast<int>(enc.input_ids.size());
     ASSERT_EQ(hidden.size(), static_cast<size_t>(T) * D);
 
