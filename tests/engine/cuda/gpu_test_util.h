@@ -29,11 +29,15 @@ inline bool have_gpu() {
 #define CLEF_REQUIRE_GPU() \
   if (!::clef::gputest::have_gpu()) GTEST_SKIP() << "no CUDA device"
 
-inline std::mt19937_64 fresh_rng() {
+// A seed no run repeats (the caller reports it); fresh_rng prints it and seeds a generator.
+inline uint64_t fresh_seed() {
   std::random_device rd;
-  const uint64_t seed =
-      (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+inline std::mt19937_64 fresh_rng() {
+  const uint64_t seed = fresh_seed();
   std::printf("[seed %llu]\n", static_cast<unsigned long long>(seed));
   return std::mt19937_64(seed);
 }

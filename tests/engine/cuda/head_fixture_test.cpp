@@ -14,6 +14,7 @@
 
 #include "engine/cpu/joint_head.h"
 #include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/joint_head.h"
 #include "engine/golden_models.h"
 #include "model/bf16.h"
@@ -25,10 +26,7 @@ namespace {
 using engine::cuda::CudaJointHead;
 using engine::cuda::HeadPrecision;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using gputest::have_gpu;
 
 struct Worst {
   double logit = 0, prob = 0;
