@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -210,6 +212,17 @@ encoding::EncodedRequest random_media_request(int trial, std::mt19937_64& rng) {
   return enc;
 }
 
+// max |gpu - cpu| and max |cpu|, the GPU tower's rows against the CPU tower's.
+std::pair<double, double> max_diff_and_scale(const std::vector<float>& gpu,
+                                             const std::vector<float>& cpu) {
+  double d = 0, s = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    d = std::max(d, std::fabs(double(gpu[i]) - cpu[i]));
+    s = std::max(s, std::fabs(double(cpu[i])));
+  }
+  return {d, s};
+}
+
 // Fresh random pixels, several images and a multi-group video in one request: the GPU tower in
 // float32 vs the CPU tower (the ground truth), segment by segment.
 TEST(CudaMediaEngine, TowerMatchesCpuTowerOnRandomInputs) {
@@ -223,11 +236,7 @@ TEST(CudaMediaEngine, TowerMatchesCpuTowerOnRandomInputs) {
     (void)diag(*eng).last_hidden_state(enc, &gpu);
     const std::vector<float> cpu = engine::cpu::run_vision_tower(*release, enc.visual, 2);
     ASSERT_EQ(gpu.size(), cpu.size());
-    double d = 0, s = 0;
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      d = std::max(d, std::fabs(double(gpu[i]) - cpu[i]));
-      s = std::max(s, std::fabs(double(cpu[i])));
-    }
+    const auto [d, s] = max_diff_and_scale(gpu, cpu);
     EXPECT_LE(d, 1e-5 * s) << "trial " << trial;
   }
 }
@@ -268,11 +277,7 @@ TEST(CudaMediaEngine, TowerAtHeadDim72MatchesCpuTower) {
       (void)diag(*eng).last_hidden_state(enc, &gpu);
       const std::vector<float> cpu = engine::cpu::run_vision_tower(*release, enc.visual, 2);
       ASSERT_EQ(gpu.size(), cpu.size());
-      double d = 0, s = 0;
-      for (size_t i = 0; i < cpu.size(); ++i) {
-        d = std::max(d, std::fabs(double(gpu[i]) - cpu[i]));
-        s = std::max(s, std::fabs(double(cpu[i])));
-      }
+      const auto [d, s] = max_diff_and_scale(gpu, cpu);
       ASSERT_GT(s, 0.0);
       // As TowerRowsMatchReferenceFp32: fp32 summation order only; bf16 the tower's roundings.
       EXPECT_LE(d, (dt == engine::DType::Float32 ? 1e-5 : 5e-2) * s) << "trial " << trial;
