@@ -28,5 +28,4 @@ import json; r = json.load(open('/tmp/bench_$who/report.json'))
 l = r.get('successful_latency_ms', {}); t = r.get('throughput', {})
 print('req/s %.2f, p50 %.1f ms, p95 %.1f ms, failures %s' % (t.get('requests_per_s') or 0, l.get('p50') or 0, l.get('p95') or 0, json.dumps(r.get('failures'))))" 2>&1) :: $(tr '\n' ' ' < /tmp/metrics_$who.txt)")
 done
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary

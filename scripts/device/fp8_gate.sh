@@ -43,18 +43,10 @@ if has decide; then
   for run in $RUNS; do
     IFS=: read -r label mk dt <<< "$run"
     model=$([ "$mk" = M ] && echo $M || echo $M8)
-    t0=$(date +%s)
-    clefserve serve --model "$model" --device cuda --dtype "$dt" --port $PORT --max-length "$MAXLEN" \
-      --truncation allow --tuning-cache off > "$L/serve_$label.log" 2>&1 &
-    SP=$!
-    for i in $(seq 1 400); do curl -sf http://127.0.0.1:$PORT/health > /tmp/health_$label.json && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
-    t1=$(date +%s)
-    rm -rf /tmp/fp8_gate_$label
-    timeout 300 clefserve bench --url http://127.0.0.1:$PORT --manifest /tmp/fp8_gate_manifest.jsonl \
-      --concurrency 1 --warmup 0 --traversals 1 --out /tmp/fp8_gate_$label > "$L/bench_$label.log" 2>&1
-    rc=$?
-    kill $SP; wait $SP 2>/dev/null
-    summary+=("$label ($mk $dt): start $(( t1 - t0 )) s, bench rc $rc $(( $(date +%s) - t1 )) s :: health $(python3 -c "
+    read -r up rc secs <<< "$(serve_decide "$label" $PORT /tmp/fp8_gate_manifest.jsonl 300 400 \
+      --model "$model" --device cuda --dtype "$dt" --max-length "$MAXLEN" --truncation allow \
+      --tuning-cache off)"
+    summary+=("$label ($mk $dt): start $up s, bench rc $rc $secs s :: health $(python3 -c "
 import json; h = json.load(open('/tmp/health_$label.json')); print(h['dtype'], h['quantization'])" 2>&1)")
     [ "$dt" = fp8 ] && while read -r l; do summary+=("  $l"); done < <(grep -E "FP8" "$L/serve_$label.log" | head -4)
   done

@@ -33,21 +33,11 @@ open('/tmp/oracle_gpu.jsonl', 'w').writelines(items[:n])
 open('/tmp/oracle_cpu.jsonl', 'w').writelines(items[:n_cpu])
 EOF2
 serve_bench() {  # label device dtype port manifest threads timeout
-  local label=$1 dev=$2 dt=$3 port=$4 man=$5 thr=$6 to=$7 t1 t2 SP rc
-  t1=$(date +%s)
-  local extra=""
-  [ "$dev" = cuda ] && extra="--tuning-cache off"
-  clefserve serve --model $M8 --device $dev --dtype $dt --port $port --max-length "$MAXLEN" \
-    --truncation allow --threads $thr $extra > "$L/serve_$label.log" 2>&1 &
-  SP=$!
-  for i in $(seq 1 600); do curl -sf http://127.0.0.1:$port/health > /tmp/health_$label.json && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
-  t2=$(date +%s)
-  rm -rf /tmp/fp8_gate_$label
-  timeout $to clefserve bench --url http://127.0.0.1:$port --manifest $man --concurrency 1 \
-    --warmup 0 --traversals 1 --out /tmp/fp8_gate_$label > "$L/bench_$label.log" 2>&1
-  rc=$?
-  kill $SP; wait $SP 2>/dev/null
-  echo "$label ($dev $dt): start $(( t2 - t1 )) s, bench rc $rc in $(( $(date +%s) - t2 )) s" > /tmp/line_$label
+  local label=$1 dev=$2 dt=$3 up rc secs extra=()
+  [ "$dev" = cuda ] && extra=(--tuning-cache off)
+  read -r up rc secs <<< "$(serve_decide "$label" "$4" "$5" "$7" 600 --model $M8 --device "$dev" \
+    --dtype "$dt" --max-length "$MAXLEN" --truncation allow --threads "$6" "${extra[@]}")"
+  echo "$label ($dev $dt): start $up s, bench rc $rc in $secs s" > /tmp/line_$label
 }
 serve_bench fp8ckpt cuda fp8 8741 /tmp/oracle_gpu.jsonl 0 200
 serve_bench emu8 cpu fp8-emulated 8742 /tmp/oracle_cpu.jsonl 8 $CPU_TIMEOUT &
@@ -58,5 +48,4 @@ wait $B1 $B2
 for l in fp8ckpt emu8 cf32w8; do summary+=("$(cat /tmp/line_$l)"); done
 summary+=("$(python3 scripts/device/compare_answers.py fp8ckpt:emu8 emu8:cf32w8 fp8ckpt:cf32w8)")
 grep -h -E 'p50|mean' "$L"/bench_emu8.log | head -3 | while read -r l; do echo "  emu8 bench: $l"; done
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary

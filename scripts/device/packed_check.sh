@@ -85,6 +85,5 @@ if has profile; then
   summary+=("profile rc $?")
 fi
 
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary
 [ -f "$L/profile.txt" ] && cat "$L/profile.txt"

@@ -77,6 +77,5 @@ if has workbench; then
   while read -r l; do summary+=("$l"); done < <(grep "^workbench_" "$L/workbench.log")
 fi
 
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary
 for f in /tmp/prof_*.txt; do [ -f "$f" ] && { echo "== $f"; grep -vE "^\s*kernels\.|^cuda:" "$f" | head -30; }; done

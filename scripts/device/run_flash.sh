@@ -90,6 +90,5 @@ PY
   while read -r l; do summary+=("$l"); done < <(grep "PROBS" "$L/probs.log")
 fi
 
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary
 [ -f "$L/profile_bf16.txt" ] && cat "$L/profile_bf16.txt"

@@ -19,3 +19,24 @@ print_summary() {
   local s
   for s in "${summary[@]}"; do echo "$s"; done
 }
+# serve_decide LABEL PORT MANIFEST TIMEOUT TRIES SERVE_ARGS...: `clefserve serve SERVE_ARGS --port
+# PORT` (log $OUT/serve_LABEL.log), its /health polled TRIES times 0.5 s apart (saved as
+# /tmp/health_LABEL.json) unless it exits, one `clefserve bench` pass of MANIFEST at concurrency 1
+# recorded in /tmp/fp8_gate_LABEL (what compare_answers.py reads; log $OUT/bench_LABEL.log, stopped
+# after TIMEOUT s), the server stopped. Prints "START RC SECONDS": seconds to healthy, the bench's
+# exit status, its seconds. The FP8 scripts' decide loop (fp8_gate.sh, fp8_oracle.sh).
+serve_decide() {
+  local label=$1 port=$2 manifest=$3 limit=$4 tries=$5 t0 t1 sp rc i
+  shift 5
+  t0=$(date +%s)
+  clefserve serve "$@" --port "$port" > "$OUT/serve_$label.log" 2>&1 &
+  sp=$!
+  for i in $(seq 1 "$tries"); do curl -sf "http://127.0.0.1:$port/health" > "/tmp/health_$label.json" && break; kill -0 $sp 2>/dev/null || break; sleep 0.5; done
+  t1=$(date +%s)
+  rm -rf "/tmp/fp8_gate_$label"
+  timeout "$limit" clefserve bench --url "http://127.0.0.1:$port" --manifest "$manifest" \
+    --concurrency 1 --warmup 0 --traversals 1 --out "/tmp/fp8_gate_$label" > "$OUT/bench_$label.log" 2>&1
+  rc=$?
+  kill $sp; wait $sp 2>/dev/null
+  echo "$(( t1 - t0 )) $rc $(( $(date +%s) - t1 ))"
+}

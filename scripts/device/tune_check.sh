@@ -59,8 +59,7 @@ run_profiles() {  # tag, CLEF_ATTN_PICK value, media formats
 }
 run_profiles default "" png
 run_profiles pick "$PICK" "png jpeg"
-echo "================ SUMMARY ================"
-for s in "${summary[@]}"; do echo "$s"; done
+print_summary
 for f in "$L"/profile_*.txt; do
   echo "--- $(basename $f)"
   grep -E "^\| [0-9]|^media:|^clefserve profile" "$f"

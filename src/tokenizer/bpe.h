@@ -17,6 +17,7 @@
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/merge_table.h"
+#include "tokenizer/string_keys.h"
 #include "tokenizer/word_cache.h"
 
 namespace clef::tokenizer {
@@ -72,17 +73,7 @@ class BpeModel {
   void initial_symbols(std::string_view word, Scratch& scratch) const;
   void merge_all(Scratch& scratch) const;
 
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
-  struct Eq {
-    using is_transparent = void;
-    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
-  };
-  std::unordered_map<std::string, int32_t, Hash, Eq> vocab_;
+  std::unordered_map<std::string, int32_t, StringKeyHash, StringKeyEq> vocab_;
   std::unordered_map<int32_t, const std::string*> vocab_r_;  // points at vocab_ keys (stable nodes)
   int32_t max_id_ = -1;
   MergeTable merges_;

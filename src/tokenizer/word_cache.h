@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/string_keys.h"
+
 namespace clef::tokenizer {
 
 class WordCache {
@@ -44,19 +46,9 @@ class WordCache {
   }
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
-  struct Eq {
-    using is_transparent = void;
-    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
-  };
   size_t capacity_;
   mutable std::shared_mutex mutex_;
-  std::unordered_map<std::string, std::vector<int32_t>, Hash, Eq> map_;
+  std::unordered_map<std::string, std::vector<int32_t>, StringKeyHash, StringKeyEq> map_;
 };
 
 }  // namespace clef::tokenizer

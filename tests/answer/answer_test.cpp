@@ -10,6 +10,7 @@
 #include "answer/answer.h"
 #include "encoding/request.h"
 #include "json/value.h"
+#include "support/parse_json.h"
 
 using clef::answer::make_response;
 using clef::answer::softmax_f32;
@@ -19,25 +20,10 @@ using clef::json::Value;
 
 namespace {
 
-Value parse_or_die(const std::string& text) {
-  clef::json::ParseError err;
-  auto v = clef::json::parse(text, &err);
-  if (!v) throw std::runtime_error(err.message);
-  return *v;
-}
-
-std::vector<Value> read_jsonl(const std::string& rel) {
-  std::ifstream in(std::string(CLEF_SOURCE_DIR) + "/" + rel);
-  EXPECT_TRUE(in.good()) << rel;
-  std::vector<Value> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(parse_or_die(line));
-  return out;
-}
+using clef::testing::parse_or_die;
 
 void check_model_fixture(const std::string& rel) {
-  auto lines = read_jsonl(rel);
+  auto lines = clef::testing::read_jsonl(std::string(CLEF_SOURCE_DIR) + "/" + rel);
   ASSERT_FALSE(lines.empty());
   for (size_t n = 0; n < lines.size(); ++n) {
     const Value& line = lines[n];

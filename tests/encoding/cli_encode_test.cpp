@@ -8,6 +8,7 @@
 
 #include "json/value.h"
 #include "support/cli_runner.h"
+#include "support/parse_json.h"
 
 using clef::json::Value;
 
@@ -19,20 +20,10 @@ CliResult run_encode(const std::string& stdin_bytes, const std::string& args) {
   return clef::testsupport::run_clefserve("encode " + args, stdin_bytes);
 }
 
-Value parse_or_die(const std::string& text) {
-  clef::json::ParseError err;
-  auto v = clef::json::parse(text, &err);
-  if (!v) throw std::runtime_error(err.message + ": " + text);
-  return *v;
-}
+using clef::testing::parse_or_die;
 
 std::vector<Value> fixture(const std::string& name) {
-  std::ifstream in(std::string(CLEF_SOURCE_DIR) + "/tests/golden/" + name);
-  std::vector<Value> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(parse_or_die(line));
-  return out;
+  return clef::testing::read_jsonl(std::string(CLEF_SOURCE_DIR) + "/tests/golden/" + name);
 }
 
 const std::string kQwen =

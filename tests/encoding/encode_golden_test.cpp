@@ -10,6 +10,7 @@
 #include "encoding/encode.h"
 #include "encoding/request.h"
 #include "json/value.h"
+#include "support/parse_json.h"
 #include "tokenizer/tokenizer.h"
 
 using clef::encoding::encode_request;
@@ -36,12 +37,7 @@ const Tokenizer& tiny() {
   return tok;
 }
 
-Value parse_or_die(const std::string& text) {
-  clef::json::ParseError err;
-  auto v = clef::json::parse(text, &err);
-  if (!v) throw std::runtime_error(err.message);
-  return *v;
-}
+using clef::testing::parse_or_die;
 
 // Validates + encodes one request the way the fixtures were made; returns the fixture-format JSON
 // or {"error": msg}.

@@ -11,6 +11,7 @@
 
 #include "json/value.h"
 #include "support/cli_runner.h"
+#include "support/parse_json.h"
 
 using clef::json::Value;
 
@@ -19,21 +20,11 @@ namespace {
 const std::string kRelease =
     std::string("--model ") + CLEF_SOURCE_DIR + "/tests/golden/models/tiny-r2m";
 
-Value parse_or_die(const std::string& text) {
-  clef::json::ParseError err;
-  auto v = clef::json::parse(text, &err);
-  if (!v) throw std::runtime_error(err.message + ": " + text.substr(0, 400));
-  return *v;
-}
+using clef::testing::parse_or_die;
 
 std::vector<Value> cases() {
-  std::ifstream in(std::string(CLEF_SOURCE_DIR) +
-                   "/tests/golden/media/encode-media-tiny-r2m.jsonl");
-  std::vector<Value> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(parse_or_die(line));
-  return out;
+  return clef::testing::read_jsonl(std::string(CLEF_SOURCE_DIR) +
+                                   "/tests/golden/media/encode-media-tiny-r2m.jsonl");
 }
 
 clef::testsupport::CliResult encode(const Value& request, const std::string& args = "") {

@@ -8,6 +8,7 @@
 #include "encoding/render.h"
 #include "encoding/request.h"
 #include "json/value.h"
+#include "support/parse_json.h"
 #include "tokenizer/tokenizer.h"
 
 using clef::encoding::encode_request;
@@ -27,12 +28,7 @@ const Tokenizer& tok() {
   return t;
 }
 
-Value parse_or_die(const std::string& text) {
-  clef::json::ParseError err;
-  auto v = clef::json::parse(text, &err);
-  if (!v) throw std::runtime_error(err.message);
-  return *v;
-}
+using clef::testing::parse_or_die;
 
 EncodedRequest enc(const std::string& body, int max_length = 16384,
                    Truncation t = Truncation::Error) {

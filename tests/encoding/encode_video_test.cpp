@@ -10,6 +10,8 @@
 
 #include "json/value.h"
 #include "support/cli_runner.h"
+#include "support/encoder_usable.h"
+#include "support/parse_json.h"
 #include "support/video_encoder.h"
 
 using clef::json::Value;
@@ -20,12 +22,7 @@ namespace {
 const std::string kRelease =
     std::string("--model ") + CLEF_SOURCE_DIR + "/tests/golden/models/tiny-r2m";
 
-Value parse_or_die(const std::string& text) {
-  clef::json::ParseError err;
-  auto v = clef::json::parse(text, &err);
-  if (!v) throw std::runtime_error(err.message + ": " + text.substr(0, 400));
-  return *v;
-}
+using clef::testing::parse_or_die;
 
 std::string request(const std::string& videos, const std::string& kwargs = "") {
   return R"({"model":"clef-flash","state":"the incident report shows an outage",)"
@@ -44,16 +41,6 @@ std::string frames_form(const ts::RgbFrames& f, int fps) {
 
 std::string data_form(const std::vector<uint8_t>& file, const char* mime) {
   return std::string("[{\"data\":\"data:") + mime + ";base64," + ts::base64(file) + "\"}]";
-}
-
-bool usable(const char* encoder) {
-  if (ts::have_encoder(encoder)) return true;
-  const char* ci = std::getenv("CI");
-  if (ci && std::string(ci) == "true")
-    ADD_FAILURE() << "FFmpeg encoder " << encoder << " is missing (Debian's libavcodec59 has it)";
-  else
-    std::printf("FFmpeg encoder %s is missing: its cases are skipped\n", encoder);
-  return false;
 }
 
 }  // namespace
@@ -75,7 +62,7 @@ TEST(EncodeVideoFile, SameEncodingAsTheFramesForm) {
                         {6, 64, 96, 30, R"({"fps":8})"}};
   int compared = 0, decided = 0;
   for (const Writer& w : writers) {
-    if (!usable(w.encoder)) continue;
+    if (!ts::encoder_usable(w.encoder)) continue;
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(w.muxer) + " " + std::to_string(c.frames) + " frames " +
                    std::to_string(c.width) + "x" + std::to_string(c.height) + " fps " +
@@ -115,7 +102,7 @@ TEST(EncodeVideoFile, SameEncodingAsTheFramesForm) {
 }
 
 TEST(EncodeVideoFile, RefusalsAre422WithTheirReason) {
-  if (!usable("libx264rgb")) GTEST_SKIP() << "FFmpeg encoder libx264rgb is missing";
+  if (!ts::encoder_usable("libx264rgb")) GTEST_SKIP() << "FFmpeg encoder libx264rgb is missing";
   const auto one = ts::encode_video(ts::pattern_frames(1, 64, 96), 30, "mp4", "libx264rgb");
   const auto six = ts::encode_video(ts::pattern_frames(6, 64, 96), 30, "mp4", "libx264rgb");
   struct Case {

@@ -6,6 +6,7 @@
 
 #include "encoding/request.h"
 #include "json/value.h"
+#include "support/parse_json.h"
 
 using clef::encoding::Limits;
 using clef::encoding::QuestionType;
@@ -17,12 +18,7 @@ using clef::json::Value;
 
 namespace {
 
-Value parse_or_die(const std::string& text) {
-  clef::json::ParseError err;
-  auto v = clef::json::parse(text, &err);
-  if (!v) throw std::runtime_error(err.message + " in " + text);
-  return *v;
-}
+using clef::testing::parse_or_die;
 
 ValidatedRequest ok(const std::string& text, const Limits& limits = {}) {
   return validate_request(parse_or_die(text), limits);

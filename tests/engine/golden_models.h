@@ -3,6 +3,7 @@
 // tests/golden/README.md).
 #pragma once
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "encoding/request.h"
 #include "json/value.h"
 #include "model/release.h"
+#include "model/safetensors.h"
 
 namespace clef::testing {
 
@@ -95,6 +97,17 @@ inline std::shared_ptr<const model::Release> load_golden_model(const std::string
   auto& slot = cache[model];
   if (!slot) slot = model::Release::load(golden_dir() + "/" + model);
   return slot;
+}
+
+// A float32 tensor of a record's debug_tensors file (hidden states), its raw values: no bf16
+// loading rule. Throws when the file has no such tensor or it is not F32.
+inline std::vector<float> f32_tensor(const model::SafetensorsFile& f, const std::string& name) {
+  const model::Tensor* t = f.find(name);
+  if (!t) throw std::runtime_error(f.path() + " has no " + name);
+  if (t->dtype != model::DType::F32) throw std::runtime_error(name + " is not F32");
+  std::vector<float> out(t->numel());
+  std::memcpy(out.data(), t->data, out.size() * sizeof(float));
+  return out;
 }
 
 }  // namespace clef::testing

@@ -13,15 +13,6 @@
 namespace clef {
 namespace {
 
-std::vector<float> f32_tensor(const model::SafetensorsFile& f, const std::string& name) {
-  const model::Tensor* t = f.find(name);
-  if (!t) throw std::runtime_error(f.path() + " has no " + name);
-  if (t->dtype != model::DType::F32) throw std::runtime_error(name + " is not F32");
-  std::vector<float> out(t->numel());
-  std::memcpy(out.data(), t->data, out.size() * sizeof(float));  // raw fp32: no bf16 loading rule
-  return out;
-}
-
 void check_model(const std::string& name) {
   auto release = testing::load_golden_model(name);
   const auto records = testing::load_golden(name);
@@ -50,7 +41,7 @@ void check_model(const std::string& name) {
     for (int k = 0; k <= L + 1; ++k) {
       const std::string tname = k <= L ? "hidden_" + std::to_string(k) : "last_hidden_state";
       const std::vector<float>& mine = k <= L ? hidden[k] : last;
-      const std::vector<float> ref = f32_tensor(*file, tname);
+      const std::vector<float> ref = testing::f32_tensor(*file, tname);
       ASSERT_EQ(mine.size(), ref.size()) << tname;
       double max_diff = 0.0, max_ref = 0.0;
       for (size_t i = 0; i < ref.size(); ++i) {

@@ -19,6 +19,7 @@
 #include "media/media_config.h"
 #include "media/patchify.h"
 #include "media/processor.h"
+#include "support/media_kwargs.h"
 #include "support/media_models.h"
 
 namespace clef {
@@ -29,30 +30,6 @@ using json::Value;
 const std::string kMedia = std::string(CLEF_SOURCE_DIR) + "/tests/golden/media/";
 constexpr uint64_t kMaxPixels = 16777216;
 
-media::PixelBudget image_budget(const Value& request) {
-  media::PixelBudget b = media::kImageBudget;
-  if (const Value* kw = request.find("media_kwargs"))
-    if (const Value* mn = kw->find("min_pixels")) {
-      b.min_pixels = *mn->as_int64();
-      b.max_pixels = *kw->find("max_pixels")->as_int64();
-    }
-  return b;
-}
-
-media::Sampling sampling(const Value& request) {
-  media::Sampling s;
-  if (const Value* kw = request.find("media_kwargs")) {
-    if (const Value* f = kw->find("fps")) {
-      if (f->is_null())
-        s.target_fps.reset();
-      else
-        s.target_fps = f->as_double();
-    }
-    if (const Value* n = kw->find("num_frames")) s.num_frames = static_cast<int>(*n->as_int64());
-  }
-  return s;
-}
-
 // The request's images then videos through the media layer (throws media::MediaError).
 media::VisualInput visual_input(const Value& request) {
   media::VisualInput v;
@@ -60,7 +37,7 @@ media::VisualInput visual_input(const Value& request) {
   if (const Value* images = request.find("images"))
     for (const Value& im : images->items()) {
       const media::ImagePlan plan =
-          media::plan_image(im.as_string(), image_budget(request), kMaxPixels);
+          media::plan_image(im.as_string(), testing::image_budget(request), kMaxPixels);
       v.image_grids.push_back(plan.grid);
       media::render_image(plan, kMaxPixels, v.frames);
     }
@@ -70,8 +47,8 @@ media::VisualInput visual_input(const Value& request) {
       for (const Value& f : vid.find("frames")->items()) frames.push_back(f.as_string());
       std::optional<double> fps;
       if (const Value* f = vid.find("fps")) fps = f->as_double();
-      const media::VideoPlan plan =
-          media::plan_video(frames, fps, sampling(request), media::kVideoBudget, kMaxPixels);
+      const media::VideoPlan plan = media::plan_video(frames, fps, testing::sampling(request),
+                                                      media::kVideoBudget, kMaxPixels);
       v.video_grids.push_back(plan.grid);
       media::render_video(plan, kMaxPixels, video_frames);
     }

@@ -1,8 +1,11 @@
 // The float32 building blocks against hand-computed values.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "engine/cpu/linear.h"
 #include "engine/cpu/ops.h"
@@ -82,6 +85,41 @@ TEST(Linear, Bf16WeightsRowRangeAndBias) {
   EXPECT_FLOAT_EQ(out[3], 8.75f);
   EXPECT_FLOAT_EQ(out[4], 36);
   EXPECT_THROW(linear(w, x, 2, 2, out, 3, nullptr, 2, 2), std::runtime_error);
+}
+
+// A weight of two 16 MiB conversion blocks (2048 + 952 rows of 2048) converted on four threads:
+// small integers, so every product and sum is exact in float32 whatever the summation order, and
+// each output must equal the integer dot product. A row converted from the wrong place, or left
+// unconverted, shows.
+TEST(Linear, ManyBlocksOnSeveralThreadsExact) {
+  constexpr int kOut = 3000, kIn = 2048, kRows = 3;
+  std::vector<uint16_t> wb(size_t(kOut) * kIn);
+  auto wv = [](int o, int k) { return (o * 7 + k * 3) % 17 - 8; };
+  auto xv = [](int t, int k) { return ((t + 1) * k) % 5 - 2; };
+  for (int o = 0; o < kOut; ++o)
+    for (int k = 0; k < kIn; ++k) wb[size_t(o) * kIn + k] = bf16_bits(float(wv(o, k)));
+  model::Tensor w;
+  w.name = "w";
+  w.dtype = model::DType::BF16;
+  w.shape = {kOut, kIn};
+  w.data = reinterpret_cast<const uint8_t*>(wb.data());
+  w.nbytes = wb.size() * 2;
+  std::vector<float> x(size_t(kRows) * kIn);
+  for (int t = 0; t < kRows; ++t)
+    for (int k = 0; k < kIn; ++k) x[size_t(t) * kIn + k] = float(xv(t, k));
+  const int saved = openblas_get_num_threads();
+  openblas_set_num_threads(4);  // the conversion takes the GEMM's thread count
+  const std::vector<float> y = linear(w, x.data(), kRows);
+  openblas_set_num_threads(saved);
+  ASSERT_EQ(y.size(), size_t(kRows) * kOut);
+  size_t wrong = 0;
+  for (int t = 0; t < kRows; ++t)
+    for (int o = 0; o < kOut; ++o) {
+      int64_t want = 0;
+      for (int k = 0; k < kIn; ++k) want += int64_t{wv(o, k)} * xv(t, k);
+      wrong += y[size_t(t) * kOut + o] != float(want);
+    }
+  EXPECT_EQ(wrong, 0u);
 }
 
 }  // namespace

@@ -6,12 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 
 #include "json/value.h"
 #include "media/patchify.h"
 #include "model/safetensors.h"
+#include "support/media_kwargs.h"
+#include "support/parse_json.h"
 
 namespace {
 
@@ -21,42 +22,9 @@ namespace media = clef::media;
 const std::string kMedia = std::string(CLEF_SOURCE_DIR) + "/tests/golden/media/";
 constexpr uint64_t kMaxPixels = 16777216;
 
-std::vector<Value> cases() {
-  std::ifstream in(kMedia + "encode-media-tiny-r2m.jsonl");
-  std::vector<Value> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(*clef::json::parse(line, nullptr));
-  return out;
-}
-
-media::PixelBudget image_budget(const Value& request) {
-  media::PixelBudget b = media::kImageBudget;
-  if (const Value* kw = request.find("media_kwargs"))
-    if (const Value* mn = kw->find("min_pixels")) {
-      b.min_pixels = *mn->as_int64();
-      b.max_pixels = *kw->find("max_pixels")->as_int64();
-    }
-  return b;
-}
-
-media::Sampling sampling(const Value& request) {
-  media::Sampling s;
-  if (const Value* kw = request.find("media_kwargs")) {
-    if (const Value* f = kw->find("fps")) {
-      if (f->is_null())
-        s.target_fps.reset();
-      else
-        s.target_fps = f->as_double();
-    }
-    if (const Value* n = kw->find("num_frames")) s.num_frames = static_cast<int>(*n->as_int64());
-  }
-  return s;
-}
-
 TEST(MediaProcessor, EveryFixtureCase) {
   auto resized = clef::model::SafetensorsFile::open(kMedia + "tiny-r2m.media-resized.safetensors");
-  const std::vector<Value> all = cases();
+  const std::vector<Value> all = clef::testing::read_jsonl(kMedia + "encode-media-tiny-r2m.jsonl");
   ASSERT_EQ(all.size(), 24u);
   int compared_images = 0, compared_sha = 0, refusals = 0;
   for (size_t n = 0; n < all.size(); ++n) {
@@ -70,8 +38,8 @@ TEST(MediaProcessor, EveryFixtureCase) {
     try {
       if (const Value* images = request.find("images"))
         for (size_t k = 0; k < images->items().size(); ++k) {
-          const media::ImagePlan plan =
-              media::plan_image(images->items()[k].as_string(), image_budget(request), kMaxPixels);
+          const media::ImagePlan plan = media::plan_image(
+              images->items()[k].as_string(), clef::testing::image_budget(request), kMaxPixels);
           grids.push_back(plan.grid);
           if (const auto* t =
                   resized->find("case" + std::to_string(n) + "_image" + std::to_string(k))) {
@@ -97,8 +65,8 @@ TEST(MediaProcessor, EveryFixtureCase) {
           for (const Value& f : v.find("frames")->items()) frames.push_back(f.as_string());
           std::optional<double> fps;
           if (const Value* f = v.find("fps")) fps = f->as_double();
-          const media::VideoPlan plan =
-              media::plan_video(frames, fps, sampling(request), media::kVideoBudget, kMaxPixels);
+          const media::VideoPlan plan = media::plan_video(
+              frames, fps, clef::testing::sampling(request), media::kVideoBudget, kMaxPixels);
           vgrids.push_back(plan.grid);
           media::render_video(plan, kMaxPixels, video_in.frames);
         }

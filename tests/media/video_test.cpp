@@ -9,6 +9,7 @@
 
 #include "media/decode_video.h"
 #include "media/image.h"
+#include "support/encoder_usable.h"
 #include "support/video_encoder.h"
 
 using clef::media::decode_video_frames;
@@ -19,6 +20,7 @@ using clef::media::parse_video_string;
 using clef::media::probe_video;
 using clef::media::VideoLimits;
 using clef::testsupport::encode_video;
+using clef::testsupport::encoder_usable;
 using clef::testsupport::pattern_frames;
 using clef::testsupport::RgbFrames;
 
@@ -30,18 +32,8 @@ struct Writer {
 };
 const Writer kWriters[] = {{"mp4", "libx264rgb"}, {"matroska", "ffv1"}, {"webm", "libvpx-vp9"}};
 
-// A missing encoder fails under CI=true and is reported (then skipped) for a developer.
-bool usable(const char* encoder) {
-  if (clef::testsupport::have_encoder(encoder)) return true;
-  const char* ci = std::getenv("CI");
-  if (ci && std::string(ci) == "true")
-    ADD_FAILURE() << "FFmpeg encoder " << encoder << " is missing (Debian's libavcodec59 has it)";
-  else
-    std::printf("FFmpeg encoder %s is missing: its cases are skipped\n", encoder);
-  return false;
-}
 #define REQUIRE_ENCODER(name) \
-  if (!usable(name)) GTEST_SKIP() << "FFmpeg encoder " << name << " is missing"
+  if (!encoder_usable(name)) GTEST_SKIP() << "FFmpeg encoder " << name << " is missing"
 
 EncodedVideo file(const RgbFrames& f, int fps, const Writer& w) {
   return identify_video(encode_video(f, fps, w.muxer, w.encoder));
@@ -63,7 +55,7 @@ TEST(VideoFile, LosslessFilesDecodeToTheirExactFrames) {
     int frames, width, height, fps;
   };
   for (const Writer& w : kWriters) {
-    if (!usable(w.encoder)) continue;
+    if (!encoder_usable(w.encoder)) continue;
     for (const Case c : {Case{6, 64, 96, 30}, Case{9, 33, 50, 4}}) {
       SCOPED_TRACE(std::string(w.muxer) + "/" + w.encoder + " " + std::to_string(c.width) + "x" +
                    std::to_string(c.height));

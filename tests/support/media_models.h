@@ -16,18 +16,9 @@
 #include "engine/golden_models.h"
 #include "json/value.h"
 #include "model/release.h"
+#include "support/parse_json.h"
 
 namespace clef::testing {
-
-inline std::vector<json::Value> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::vector<json::Value> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(*json::parse(line, nullptr));
-  return out;
-}
 
 // golden model `model` copied to a scratch folder without its vision_config, loaded, and the folder
 // removed (the loaded release keeps its mapped files).

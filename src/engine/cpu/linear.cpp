@@ -23,30 +23,36 @@ int64_t inner_dim(const model::Tensor& w) {
   return in;
 }
 
-// Converts elements [offset, offset + n) of w into out on the GEMM's threads (OpenBLAS's count,
-// which the engine sets): at 9B parameters a single-threaded conversion would cost more than the
-// sgemm itself for short inputs. Small conversions stay on the calling thread.
-void to_float_parallel(const model::Tensor& w, float* out, size_t offset, size_t n) {
+// Threads for converting `n` weight elements: the GEMM's (OpenBLAS's count, which the engine
+// sets), since at 9B parameters a single-threaded conversion would cost more than the sgemm itself
+// for short inputs; small conversions stay on the calling thread.
+int conversion_threads(size_t n) {
   constexpr size_t kMinPerThread = size_t(1) << 18;
-  const int threads =
-      std::max(1, std::min(openblas_get_num_threads(), static_cast<int>(n / kMinPerThread)));
-  if (threads <= 1) return w.to_float(out, offset, n);
-  const size_t per = (n + threads - 1) / threads;
-  parallel_for(threads, threads, [&](int i) {
+  return std::max(1, std::min(openblas_get_num_threads(), static_cast<int>(n / kMinPerThread)));
+}
+
+// Converts elements [offset, offset + n) of w into out, an equal share on each of team's threads.
+void to_float_parallel(ThreadTeam& team, const model::Tensor& w, float* out, size_t offset,
+                       size_t n) {
+  if (team.size() <= 1) return w.to_float(out, offset, n);
+  const size_t per = (n + team.size() - 1) / team.size();
+  team.run([&](int i) {
     const size_t b = static_cast<size_t>(i) * per, e = std::min(n, b + per);
     if (b < e) w.to_float(out + b, offset + b, e - b);
   });
 }
 
-// y = x @ W[row0 : row0 + n_out]^T, the weight converted block by block.
+// y = x @ W[row0 : row0 + n_out]^T, the weight converted block by block, every block on the same
+// threads (started once here, not once a block).
 void sgemm_blocks(const model::Tensor& w, const float* x, int rows, int ldx, float* y, int ldy,
                   int row0, int n_out, int64_t in) {
   const int block = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(n_out, static_cast<int64_t>(kBlockElems) / in)));
   std::vector<float> wbuf(static_cast<size_t>(block) * in);
+  ThreadTeam team(conversion_threads(wbuf.size()));
   for (int r = 0; r < n_out; r += block) {
     const int nb = std::min(block, n_out - r);
-    to_float_parallel(w, wbuf.data(), static_cast<size_t>(row0 + r) * in,
+    to_float_parallel(team, w, wbuf.data(), static_cast<size_t>(row0 + r) * in,
                       static_cast<size_t>(nb) * in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, static_cast<int>(in), 1.0f, x,
                 ldx, wbuf.data(), static_cast<int>(in), 0.0f, y + r, ldy);

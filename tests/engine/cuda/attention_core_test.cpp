@@ -16,6 +16,7 @@
 
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/attention/tuning.h"
+#include "engine/cuda/gpu_test_util.h"
 #include "support/ref/attention_ref.h"
 
 namespace {
@@ -35,16 +36,8 @@ void run_bf16(int warps, const __nv_bfloat16* q, const __nv_bfloat16* k, const _
 
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
+using clef::gputest::fresh_seed;
+using clef::gputest::have_gpu;
 
 using clef::engine::ref::attention_ref;
 

@@ -37,12 +37,6 @@ struct Shape {
   int nh, nkv, hd;
 };
 
-std::string describe(const std::vector<int>& lengths) {
-  std::string s;
-  for (int l : lengths) s += (s.empty() ? "" : ",") + std::to_string(l);
-  return s;
-}
-
 // k/v [T, nkv, hd] -> [T, nh, hd], head h = kv head h / (nh / nkv): the GQA reading, so the
 // no-GQA segment reference serves every head ratio.
 std::vector<float> expand_heads(const std::vector<float>& x, int T, const Shape& s) {
@@ -153,7 +147,7 @@ TEST_P(AttentionVariants, MatchReferenceAndDefaultKernel) {
       check_all_variants(s, {T}, causal, false, rng);
     }
     for (const auto& lengths : packings) {
-      SCOPED_TRACE("packed " + describe(lengths));
+      SCOPED_TRACE("packed " + comma_list(lengths));
       check_all_variants(s, lengths, causal, true, rng);
     }
   }

@@ -26,13 +26,6 @@ using namespace clef::engine::cuda;
 using namespace clef::gputest;
 using bf16 = __nv_bfloat16;
 
-std::vector<uint8_t> bytes(const DeviceBuffer& b, size_t n) {
-  CLEF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint8_t> out(n);
-  CLEF_CUDA_CHECK(cudaMemcpy(out.data(), b.get(), n, cudaMemcpyDeviceToHost));
-  return out;
-}
-
 // bf16-exact random values, with a few large channels so blocks get different scales.
 std::vector<float> values(std::mt19937_64& rng, size_t n, float scale) {
   auto v = randn(rng, n, scale);
@@ -64,7 +57,7 @@ void quantize_plain(const DeviceBuffer& plain, int ld, Fp8Buffers& b) {
 // Codes of the real rows and their scales identical; the padded rows are left alone.
 void expect_same(Fp8Buffers& fused, Fp8Buffers& ref) {
   const size_t n = size_t(ref.rows) * ref.cols;
-  const auto qf = bytes(fused.q, n), qr = bytes(ref.q, n);
+  const auto qf = bytes_to_host(fused.q, n), qr = bytes_to_host(ref.q, n);
   size_t bad = 0, poison = 0;
   for (size_t i = 0; i < n; ++i) {
     bad += qf[i] != qr[i];
@@ -83,10 +76,27 @@ void expect_same(Fp8Buffers& fused, Fp8Buffers& ref) {
 }
 
 void expect_bitwise(const DeviceBuffer& a, const DeviceBuffer& b, size_t n) {
-  EXPECT_EQ(bytes(a, n * 2), bytes(b, n * 2)) << "the bf16 copy differs from the plain output";
+  EXPECT_EQ(bytes_to_host(a, n * 2), bytes_to_host(b, n * 2))
+      << "the bf16 copy differs from the plain output";
 }
 
 const KernelPath kPaths[] = {KernelPath::Auto, KernelPath::Generic};
+
+// One producer against its plain kernel, rows x cols of output: plain(out) writes the bf16 output,
+// fused(copy, fp8) the producer's bf16 copy and FP8 rows; the codes and scales must be those of
+// the plain output quantised, the copy the plain output bit for bit. Returns that reference.
+template <typename Plain, typename Fused>
+Fp8Buffers expect_producer_matches_plain(int rows, int cols, Plain&& plain, Fused&& fused) {
+  const size_t n = size_t(rows) * cols;
+  DeviceBuffer out = poisoned<bf16>(n), copy = poisoned<bf16>(n);
+  plain(out.get<bf16>());
+  Fp8Buffers ref(rows, cols), got(rows, cols);
+  quantize_plain(out, cols, ref);
+  fused(copy.get<bf16>(), got.rows_view());
+  expect_same(got, ref);
+  expect_bitwise(copy, out, n);
+  return ref;
+}
 
 TEST(Fp8Producers, RmsNorm1pEqualsPlainThenQuantize) {
   CLEF_REQUIRE_GPU();
@@ -102,16 +112,16 @@ TEST(Fp8Producers, RmsNorm1pEqualsPlainThenQuantize) {
       const auto x = values(rng, size_t(rows) * ldx, 1.0f);
       auto w = randn(rng, D, 0.3f);
       DeviceBuffer dx = to_device<bf16>(x), dw = to_device<float>(w);
-      DeviceBuffer plain = poisoned<bf16>(size_t(rows) * D),
-                   copy = poisoned<bf16>(size_t(rows) * D);
-      rms_norm_1p<bf16>(dx.get<bf16>(), ldx, dw.get<float>(), plain.get<bf16>(), D, rows, D, 1e-6f,
-                        path, nullptr);
-      Fp8Buffers ref(rows, D), fused(rows, D);
-      quantize_plain(plain, D, ref);
-      rms_norm_1p_fp8(dx.get<bf16>(), ldx, dw.get<float>(), copy.get<bf16>(), D, rows, D, 1e-6f,
-                      fused.rows_view(), path, nullptr);
-      expect_same(fused, ref);
-      expect_bitwise(copy, plain, size_t(rows) * D);
+      Fp8Buffers ref = expect_producer_matches_plain(
+          rows, D,
+          [&](bf16* out) {
+            rms_norm_1p<bf16>(dx.get<bf16>(), ldx, dw.get<float>(), out, D, rows, D, 1e-6f, path,
+                              nullptr);
+          },
+          [&](bf16* copy, Fp8Rows fp8) {
+            rms_norm_1p_fp8(dx.get<bf16>(), ldx, dw.get<float>(), copy, D, rows, D, 1e-6f, fp8,
+                            path, nullptr);
+          });
       Fp8Buffers only(rows, D);  // no bf16 copy
       rms_norm_1p_fp8(dx.get<bf16>(), ldx, dw.get<float>(), nullptr, D, rows, D, 1e-6f,
                       only.rows_view(), path, nullptr);
@@ -131,15 +141,16 @@ TEST(Fp8Producers, GatedRmsNormEqualsPlainThenQuantize) {
       const auto o = values(rng, size_t(T) * W, 1.0f), z = values(rng, size_t(T) * ldz, 1.5f);
       auto w = randn(rng, dv, 0.5f);
       DeviceBuffer d_o = to_device<bf16>(o), dz = to_device<bf16>(z), dw = to_device<float>(w);
-      DeviceBuffer plain = poisoned<bf16>(size_t(T) * W), copy = poisoned<bf16>(size_t(T) * W);
-      gated_rms_norm<bf16>(d_o.get<bf16>(), dz.get<bf16>(), ldz, dw.get<float>(), plain.get<bf16>(),
-                           T, H, dv, 1e-6f, path, nullptr);
-      Fp8Buffers ref(T, W), fused(T, W);
-      quantize_plain(plain, W, ref);
-      gated_rms_norm_fp8(d_o.get<bf16>(), dz.get<bf16>(), ldz, dw.get<float>(), copy.get<bf16>(), T,
-                         H, dv, 1e-6f, fused.rows_view(), path, nullptr);
-      expect_same(fused, ref);
-      expect_bitwise(copy, plain, size_t(T) * W);
+      expect_producer_matches_plain(
+          T, W,
+          [&](bf16* out) {
+            gated_rms_norm<bf16>(d_o.get<bf16>(), dz.get<bf16>(), ldz, dw.get<float>(), out, T, H,
+                                 dv, 1e-6f, path, nullptr);
+          },
+          [&](bf16* copy, Fp8Rows fp8) {
+            gated_rms_norm_fp8(d_o.get<bf16>(), dz.get<bf16>(), ldz, dw.get<float>(), copy, T, H,
+                               dv, 1e-6f, fp8, path, nullptr);
+          });
     }
 }
 
@@ -151,13 +162,9 @@ TEST(Fp8Producers, SwigluEqualsPlainThenQuantize) {
       SCOPED_TRACE(std::to_string(T) + "x" + std::to_string(I) + " " + kernel_path_name(path));
       const auto gu = values(rng, size_t(T) * 2 * I, 2.0f);
       DeviceBuffer dgu = to_device<bf16>(gu);
-      DeviceBuffer plain = poisoned<bf16>(size_t(T) * I), copy = poisoned<bf16>(size_t(T) * I);
-      swiglu<bf16>(dgu.get<bf16>(), plain.get<bf16>(), T, I, path, nullptr);
-      Fp8Buffers ref(T, I), fused(T, I);
-      quantize_plain(plain, I, ref);
-      swiglu_fp8(dgu.get<bf16>(), copy.get<bf16>(), T, I, fused.rows_view(), nullptr);
-      expect_same(fused, ref);
-      expect_bitwise(copy, plain, size_t(T) * I);
+      expect_producer_matches_plain(
+          T, I, [&](bf16* out) { swiglu<bf16>(dgu.get<bf16>(), out, T, I, path, nullptr); },
+          [&](bf16* copy, Fp8Rows fp8) { swiglu_fp8(dgu.get<bf16>(), copy, T, I, fp8, nullptr); });
     }
 }
 

@@ -19,13 +19,6 @@ namespace {
 using namespace clef::engine::cuda;
 using namespace clef::gputest;
 
-std::vector<uint8_t> bytes_to_host(const DeviceBuffer& b, size_t n) {
-  CLEF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint8_t> out(n);
-  CLEF_CUDA_CHECK(cudaMemcpy(out.data(), b.get(), n, cudaMemcpyDeviceToHost));
-  return out;
-}
-
 // bf16-exact random values with outlier channels (every 37th column x40) and one all-zero row,
 // so blocks have different scales and the zero-block rule is exercised.
 std::vector<float> activations(std::mt19937_64& rng, int rows, int cols) {

@@ -34,6 +34,24 @@ DeviceBuffer upload(const std::vector<float>& v, bool bf16) {
   return bf16 ? to_device<__nv_bfloat16>(v) : to_device<float>(v);
 }
 
+// A vision Linear with its bias fused: C[M, N] = A[M, K] W[N, K]^T + bias[N], every operand packed
+// and of type t, the heuristic's plan (bias problems are heuristic only).
+GemmProblem bias_problem(int M, int N, int K, DataType t, const DeviceBuffer& a,
+                         const DeviceBuffer& w, DeviceBuffer& c, const DeviceBuffer& bias) {
+  GemmProblem p;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.a = {a.get(), t, K};
+  p.b = {w.get(), t, K};
+  p.c = c.get();
+  p.c_dtype = t;
+  p.ldc = N;
+  p.bias = bias.get();
+  p.tuning = GemmTuning::Heuristic;
+  return p;
+}
+
 TEST(GemmModule, MatchesDoubleReferenceInEveryOperandLayout) {
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
@@ -152,18 +170,8 @@ TEST(GemmModule, FusedBiasMatchesReference) {
     for (int call = 0; call < 2; ++call) {
       const auto bias = host_rand(rng, size_t(c.N), c.bf16);
       auto db = upload(bias, c.bf16), dc = upload(c0, c.bf16);
-      GemmProblem p;
-      p.M = c.M;
-      p.N = c.N;
-      p.K = c.K;
-      p.a = {da.get(), t, c.K};
-      p.b = {dw.get(), t, c.K};
-      p.c = dc.get();
-      p.c_dtype = t;
-      p.ldc = c.N;
+      GemmProblem p = bias_problem(c.M, c.N, c.K, t, da, dw, dc, db);
       p.accumulate = c.accumulate;
-      p.bias = db.get();
-      p.tuning = GemmTuning::Heuristic;
       gemm.run(p, 0);
       const auto got =
           c.bf16 ? to_host<__nv_bfloat16>(dc, c0.size()) : to_host<float>(dc, c0.size());
@@ -200,18 +208,8 @@ TEST(GemmModule, FusedBiasGeluMatchesReference) {
     const auto bias = host_rand(rng, size_t(c.N), c.bf16);
     auto da = upload(a, c.bf16), dw = upload(w, c.bf16), db = upload(bias, c.bf16);
     auto dc = upload(std::vector<float>(size_t(c.M) * c.N, 0.0f), c.bf16);
-    GemmProblem p;
-    p.M = c.M;
-    p.N = c.N;
-    p.K = c.K;
-    p.a = {da.get(), t, c.K};
-    p.b = {dw.get(), t, c.K};
-    p.c = dc.get();
-    p.c_dtype = t;
-    p.ldc = c.N;
-    p.bias = db.get();
+    GemmProblem p = bias_problem(c.M, c.N, c.K, t, da, dw, dc, db);
     p.gelu = true;
-    p.tuning = GemmTuning::Heuristic;
     gemm.run(p, 0);
     const size_t n = size_t(c.M) * c.N;
     const auto got = c.bf16 ? to_host<__nv_bfloat16>(dc, n) : to_host<float>(dc, n);

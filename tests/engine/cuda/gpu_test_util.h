@@ -29,11 +29,15 @@ inline bool have_gpu() {
 #define CLEF_REQUIRE_GPU() \
   if (!::clef::gputest::have_gpu()) GTEST_SKIP() << "no CUDA device"
 
-inline std::mt19937_64 fresh_rng() {
+// A seed no run repeats (the caller reports it); fresh_rng prints it and seeds a generator.
+inline uint64_t fresh_seed() {
   std::random_device rd;
-  const uint64_t seed =
-      (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+inline std::mt19937_64 fresh_rng() {
+  const uint64_t seed = fresh_seed();
   std::printf("[seed %llu]\n", static_cast<unsigned long long>(seed));
   return std::mt19937_64(seed);
 }
@@ -68,6 +72,13 @@ inline encoding::EncodedRequest random_request(std::mt19937_64& rng, int T, int6
     enc.questions.push_back(std::move(q));
   }
   return enc;
+}
+
+// "1,63,64": a packing's sequence lengths, for a test's trace.
+inline std::string comma_list(const std::vector<int>& values) {
+  std::string s;
+  for (int v : values) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return s;
 }
 
 using engine::ref::randn;
@@ -106,6 +117,14 @@ std::vector<float> to_host(const engine::cuda::DeviceBuffer& b, size_t n) {
     CLEF_CUDA_CHECK(cudaMemcpy(h.data(), b.get(), n * 2, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n; ++i) out[i] = model::bf16_to_float(h[i]);
   }
+  return out;
+}
+
+// A device buffer's first n bytes (FP8 codes, or bf16 bits to compare exactly).
+inline std::vector<uint8_t> bytes_to_host(const engine::cuda::DeviceBuffer& b, size_t n) {
+  CLEF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> out(n);
+  CLEF_CUDA_CHECK(cudaMemcpy(out.data(), b.get(), n, cudaMemcpyDeviceToHost));
   return out;
 }
 

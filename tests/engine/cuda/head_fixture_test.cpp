@@ -14,6 +14,7 @@
 
 #include "engine/cpu/joint_head.h"
 #include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/joint_head.h"
 #include "engine/golden_models.h"
 #include "model/bf16.h"
@@ -25,19 +26,7 @@ namespace {
 using engine::cuda::CudaJointHead;
 using engine::cuda::HeadPrecision;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-std::vector<float> f32_tensor(const model::SafetensorsFile& f, const std::string& name) {
-  const model::Tensor* t = f.find(name);
-  if (!t) throw std::runtime_error(f.path() + " has no " + name);
-  if (t->dtype != model::DType::F32) throw std::runtime_error(name + " is not F32");
-  std::vector<float> out(t->numel());
-  std::memcpy(out.data(), t->data, out.size() * sizeof(float));  // raw fp32: no bf16 loading rule
-  return out;
-}
+using gputest::have_gpu;
 
 struct Worst {
   double logit = 0, prob = 0;
@@ -98,7 +87,7 @@ void check_model(const std::string& name) {
     const auto req = encoding::validate_request(r.request);
     const auto enc =
         encoding::encode_request(req, *release->tokenizer, testing::golden_encode_options(r));
-    std::vector<float> hidden = f32_tensor(*file, "last_hidden_state");
+    std::vector<float> hidden = testing::f32_tensor(*file, "last_hidden_state");
     const int T = static_cast<int>(enc.input_ids.size());
     ASSERT_EQ(hidden.size(), static_cast<size_t>(T) * D);
 

@@ -28,16 +28,8 @@ using clef::engine::cuda::CudaJointHead;
 using clef::engine::cuda::HeadPrecision;
 using clef::gputest::random_request;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
+using clef::gputest::fresh_seed;
+using clef::gputest::have_gpu;
 
 std::shared_ptr<const clef::model::Release> load(const std::string& m) {
   return clef::model::Release::load(std::string(CLEF_SOURCE_DIR) + "/tests/golden/models/" + m);

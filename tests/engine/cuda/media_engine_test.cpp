@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -211,7 +213,7 @@ encoding::EncodedRequest random_media_request(int trial, std::mt19937_64& rng) {
   return enc;
 }
 
-// max |gpu - cpu| and max |cpu| over the tower's rows.
+// max |gpu - cpu| and max |cpu|, the GPU tower's rows against the CPU tower's.
 std::pair<double, double> max_diff_and_scale(const std::vector<float>& gpu,
                                              const std::vector<float>& cpu) {
   double d = 0, s = 0;

@@ -42,12 +42,6 @@ std::vector<std::vector<int>> packings(std::mt19937_64& rng) {
   return out;
 }
 
-std::string describe(const std::vector<int>& lengths) {
-  std::string s;
-  for (int l : lengths) s += (s.empty() ? "" : ",") + std::to_string(l);
-  return "lengths " + s;
-}
-
 // The device copy of a packing's tables (what the engine uploads into its workspace).
 struct DeviceTables {
   DeviceBuffer row0, valid, seq0, tiles;
@@ -68,7 +62,7 @@ struct DeviceTables {
 TEST(PackTables, CoverEverySequenceWithoutStraddling) {
   auto rng = fresh_rng();
   for (const auto& lengths : packings(rng)) {
-    SCOPED_TRACE(describe(lengths));
+    SCOPED_TRACE("lengths " + comma_list(lengths));
     const int total = std::accumulate(lengths.begin(), lengths.end(), 0), rows = total + 5;
     const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S);
     for (int rpt : {32, 64, 128}) {
@@ -140,7 +134,7 @@ TEST(SegmentTiles, HandBuiltTables) {
 TEST(SegmentTiles, CoverEverySegmentLongestFirst) {
   auto rng = fresh_rng();
   for (const auto& lengths : packings(rng)) {
-    SCOPED_TRACE(describe(lengths));
+    SCOPED_TRACE("lengths " + comma_list(lengths));
     const int total = std::accumulate(lengths.begin(), lengths.end(), 0);
     const int S = static_cast<int>(lengths.size());
     std::vector<int> begin(1, 0);  // the segments, back to back
@@ -213,7 +207,7 @@ TYPED_TEST(PackedKernels, GdnChunkedPerSequence) {
   };
   for (Shape sh : {Shape{2, 4, 16, 16}, Shape{16, 32, 128, 128}}) {
     for (const auto& lengths : packings(rng)) {
-      SCOPED_TRACE(describe(lengths) + " dk " + std::to_string(sh.dk));
+      SCOPED_TRACE("lengths " + comma_list(lengths) + " dk " + std::to_string(sh.dk));
       const int total = std::accumulate(lengths.begin(), lengths.end(), 0), T = total + 3;
       const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
       const PackTables t = pack_tables(lengths, T, slots, 64);
@@ -260,7 +254,7 @@ TYPED_TEST(PackedKernels, AttentionPerSequence) {
   };
   for (Shape sh : {Shape{4, 2, 64}, Shape{16, 4, 256}}) {
     for (const auto& lengths : packings(rng)) {
-      SCOPED_TRACE(describe(lengths) + " hd " + std::to_string(sh.hd));
+      SCOPED_TRACE("lengths " + comma_list(lengths) + " hd " + std::to_string(sh.hd));
       const int total = std::accumulate(lengths.begin(), lengths.end(), 0), T = total + 3;
       const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
       auto q = randn(rng, size_t(T) * sh.nh * sh.hd, 2.0f);

@@ -34,12 +34,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kHeads = 16;  // the tower's attention: 16 heads x 72, no GQA
 constexpr int kHd = 72;
 
-std::string describe(const std::vector<int>& lengths) {
-  std::string s;
-  for (int l : lengths) s += (s.empty() ? "" : ",") + std::to_string(l);
-  return "lengths " + s;
-}
-
 // [rows, heads, hd] -> [rows, heads, hdp], zeros in columns hd..hdp-1 (what the tower writes).
 std::vector<float> pad_heads(const std::vector<float>& x, int rows, int hdp) {
   std::vector<float> out(static_cast<size_t>(rows) * kHeads * hdp, 0.f);
@@ -185,7 +179,7 @@ TEST(SegmentAttention, NonCausalPaddedHeadsMatchReference) {
   ASSERT_EQ(attention_padded_head_dim(kHd), kHd) << "the tower's head dim runs unpadded";
   auto rng = fresh_rng();
   for (const auto& lengths : kSegments) {
-    SCOPED_TRACE(describe(lengths));
+    SCOPED_TRACE("lengths " + comma_list(lengths));
     for (int hdp : kHeadDims) {
       SCOPED_TRACE(testing::Message() << "head dim " << hdp);
       check_segments(lengths, false, hdp, rng);
@@ -197,7 +191,7 @@ TEST(SegmentAttention, CausalPaddedHeadsWithScaleMatchReference) {
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
   for (const auto& lengths : std::vector<std::vector<int>>{{1}, {63, 64, 65}, {17, 1200, 3, 640}}) {
-    SCOPED_TRACE(describe(lengths));
+    SCOPED_TRACE("lengths " + comma_list(lengths));
     for (int hdp : kHeadDims) {
       SCOPED_TRACE(testing::Message() << "head dim " << hdp);
       check_segments(lengths, true, hdp, rng);
