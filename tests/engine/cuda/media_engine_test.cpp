@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <utility>
-
 #include <filesystem>
 #include <fstream>
 #include <random>
