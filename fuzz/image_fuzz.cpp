@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "media/image.h"
+#include "media/patchify.h"
 #include "media/processor.h"
+#include "media/visual_input.h"
 
 namespace {
 
@@ -42,8 +44,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         clef::media::plan_image(text, clef::media::kImageBudget, kMaxPixels);
     // The resize target can be large (min_pixels); render only small plans.
     if (plan.grid.patches() <= 4096) {
-      std::vector<float> rows;
-      clef::media::render_image(plan, kMaxPixels, rows);
+      clef::media::VisualInput visual;
+      clef::media::render_image(plan, kMaxPixels, visual.frames);
+      visual.image_grids = {plan.grid};
+      check(static_cast<int64_t>(visual.frames.size()) == clef::media::frames_bytes(visual));
+      const std::vector<float> rows = clef::media::pixel_rows(visual);
       check(rows.size() == static_cast<size_t>(plan.grid.patches()) * clef::media::kPatchValues);
     }
   } catch (const clef::media::MediaError&) {

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "media/decode_video.h"
+#include "media/patchify.h"
 #include "media/processor.h"
+#include "media/visual_input.h"
 
 namespace {
 
@@ -55,8 +57,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const clef::media::VideoPlan plan =
         clef::media::plan_video_file(text, {}, clef::media::kVideoBudget, limits());
     if (plan.grid.patches() <= 4096) {
-      std::vector<float> rows;
-      clef::media::render_video(plan, kMaxPixels, rows);
+      clef::media::VisualInput visual;
+      clef::media::render_video(plan, kMaxPixels, visual.frames);
+      visual.video_grids = {plan.grid};
+      check(static_cast<int64_t>(visual.frames.size()) == clef::media::frames_bytes(visual));
+      const std::vector<float> rows = clef::media::pixel_rows(visual);
       check(rows.size() == static_cast<size_t>(plan.grid.patches()) * clef::media::kPatchValues);
     }
   } catch (const clef::media::MediaError&) {
