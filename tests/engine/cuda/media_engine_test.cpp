@@ -222,6 +222,19 @@ std::pair<double, double> max_diff_and_scale(const std::vector<float>& gpu,
   return {d, s};
 }
 
+// One random media request (random_media_request) through the GPU tower of `eng` and the CPU
+// tower: max |gpu - cpu| and max |cpu|.
+std::pair<double, double> tower_error(engine::Engine& eng, const model::Release& release, int trial,
+                                      std::mt19937_64& rng) {
+  const encoding::EncodedRequest enc = random_media_request(trial, rng);
+  std::vector<float> gpu;
+  (void)diag(eng).last_hidden_state(enc, &gpu);
+  const std::vector<float> cpu = engine::cpu::run_vision_tower(release, enc.visual, 2);
+  EXPECT_EQ(gpu.size(), cpu.size());
+  if (gpu.size() != cpu.size()) return {INFINITY, 1.0};
+  return max_diff_and_scale(gpu, cpu);
+}
+
 // Fresh random pixels, several images and a multi-group video in one request: the GPU tower in
 // float32 vs the CPU tower (the ground truth), segment by segment.
 TEST(CudaMediaEngine, TowerMatchesCpuTowerOnRandomInputs) {
@@ -230,12 +243,7 @@ TEST(CudaMediaEngine, TowerMatchesCpuTowerOnRandomInputs) {
   auto eng = make("tiny-r2m", engine::DType::Float32);
   std::mt19937_64 rng = gputest::fresh_rng();
   for (int trial = 0; trial < 3; ++trial) {
-    const encoding::EncodedRequest enc = random_media_request(trial, rng);
-    std::vector<float> gpu;
-    (void)diag(*eng).last_hidden_state(enc, &gpu);
-    const std::vector<float> cpu = engine::cpu::run_vision_tower(*release, enc.visual, 2);
-    ASSERT_EQ(gpu.size(), cpu.size());
-    const auto [d, s] = max_diff_and_scale(gpu, cpu);
+    const auto [d, s] = tower_error(*eng, *release, trial, rng);
     EXPECT_LE(d, 1e-5 * s) << "trial " << trial;
   }
 }
@@ -271,12 +279,7 @@ TEST(CudaMediaEngine, TowerAtHeadDim72MatchesCpuTower) {
     eo.dtype = dt;
     auto eng = engine::create_engine(release, eo);
     for (int trial = 0; trial < 3; ++trial) {
-      const encoding::EncodedRequest enc = random_media_request(trial, rng);
-      std::vector<float> gpu;
-      (void)diag(*eng).last_hidden_state(enc, &gpu);
-      const std::vector<float> cpu = engine::cpu::run_vision_tower(*release, enc.visual, 2);
-      ASSERT_EQ(gpu.size(), cpu.size());
-      const auto [d, s] = max_diff_and_scale(gpu, cpu);
+      const auto [d, s] = tower_error(*eng, *release, trial, rng);
       ASSERT_GT(s, 0.0);
       // As TowerRowsMatchReferenceFp32: fp32 summation order only; bf16 the tower's roundings.
       EXPECT_LE(d, (dt == engine::DType::Float32 ? 1e-5 : 5e-2) * s) << "trial " << trial;

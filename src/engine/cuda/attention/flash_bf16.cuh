@@ -77,6 +77,21 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// This CTA's query rows [q0, q0 + rows) of its sequence [s0, s1): the tile table's slot blockIdx.x
+// (false for an unused slot), or without a table one sequence of T rows, heaviest (last) query
+// tile first.
+__device__ __forceinline__ bool cta_rows(const int4* tiles, int rows, int T, int& q0, int& s0,
+                                         int& s1) {
+  if (tiles) {
+    const int4 tl = tiles[blockIdx.x];
+    if (tl.x < 0) return false;
+    q0 = tl.x, s0 = tl.y, s1 = tl.z;
+  } else {
+    q0 = (gridDim.x - 1 - blockIdx.x) * rows, s0 = 0, s1 = T;
+  }
+  return true;
+}
+
 // 16-byte async copy; src_bytes 0 zero-fills (rows past T must be finite zeros: 0 * garbage may be
 // NaN).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
@@ -224,13 +239,7 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
   // query tiles first, as causal work grows with the tile index; packed: the table's order (which
   // the host sorts heaviest first).
   int q0, s0, s1;
-  if (tiles) {
-    const int4 tl = tiles[blockIdx.x];
-    if (tl.x < 0) return;  // an unused slot
-    q0 = tl.x, s0 = tl.y, s1 = tl.z;
-  } else {
-    q0 = (gridDim.x - 1 - blockIdx.x) * kBr, s0 = 0, s1 = T;
-  }
+  if (!cta_rows(tiles, kBr, T, q0, s0, s1)) return;  // an unused slot
   const int h = blockIdx.y;
   const int kvh = h / group;
   const int n_kv = n_heads / group;

@@ -44,7 +44,7 @@ constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap) {
           static_cast<size_t>(stages) * bc * hd) *
          2;
 }
-constexpr size_t kSlack = 32 * 1024, kProbeSlack = 32 * 1024;
+constexpr size_t kSlack = 32 * 1024;
 // Two CTAs an SM where the accumulators leave 128 registers a thread and the tiles (with the
 // slack) fit twice in 228 KiB: head dims up to 128, overlapped up to 80.
 constexpr int wgmma_min_blocks(int hd, int bc, bool overlap) {
@@ -217,13 +217,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
   __nv_bfloat16* sV = sK + kStages * BC * HDK;  // [kStages][BC * HD]
 
   int q0, s0, s1;
-  if (tiles) {
-    const int4 tl = tiles[blockIdx.x];
-    if (tl.x < 0) return;  // an unused slot
-    q0 = tl.x, s0 = tl.y, s1 = tl.z;
-  } else {
-    q0 = (gridDim.x - 1 - blockIdx.x) * kBr, s0 = 0, s1 = T;
-  }
+  if (!cta_rows(tiles, kBr, T, q0, s0, s1)) return;  // an unused slot
   const int h = blockIdx.y, kvh = h / group, n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
   const __nv_bfloat16* qh = q + static_cast<size_t>(h) * HD;
@@ -382,13 +376,12 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
 template <int HD, int BC, bool CAUSAL, bool OVERLAP>
 void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                    __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
-                   float scale_log2, const int4* tiles, int layout, bool probe,
-                   cudaStream_t stream) {
+                   float scale_log2, const int4* tiles, int layout, cudaStream_t stream) {
   // Slack past the tiles: on the H200 the kernel faulted ("illegal memory access") with exactly
   // the tiles' bytes although its results are right with slack (session 11: the probe at hd 64
   // with 32 KiB of slack matched the reference): the asynchronous proxy appears to read past the
-  // last V tile. kSlack keeps every read inside the CTA (a probe's wrong convention too).
-  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP) + (probe ? kProbeSlack : kSlack);
+  // last V tile. kSlack keeps every read inside the CTA (a probe's wrong convention's too).
+  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP) + kSlack;
   auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL, OVERLAP>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
@@ -403,17 +396,17 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
 template <int HD, bool OVERLAP>
 void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
-               int layout, bool probe, cudaStream_t stream) {
+               int layout, cudaStream_t stream) {
   constexpr int BC = 64;
   const int4* tl = tile_table(seqs);
   const int grid_x = tl ? seqs->tile_slots : (T + kBr - 1) / kBr;
   const float sl2 = log2_score_scale(seqs, HD);  // the mma.sync kernel's, bit for bit
   if (is_causal(seqs))
     launch_kernel<HD, BC, true, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
-                                         layout, probe, stream);
+                                         layout, stream);
   else
     launch_kernel<HD, BC, false, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
-                                          layout, probe, stream);
+                                          layout, stream);
 }
 
 // sm_90 exactly: the binary's sm_90a code (wgmma is not in the sm_90 PTX it also carries).
@@ -443,13 +436,13 @@ void attention_core_bf16_wgmma(bool overlap, const __nv_bfloat16* q, const __nv_
                                int n_kv_heads, int head_dim, cudaStream_t stream,
                                const AttnSequences* seqs) {
   attention_wgmma_probe(overlap, kWgmmaLayout, q, k, v, out, T, n_heads, n_kv_heads, head_dim,
-                        stream, seqs, false);
+                        stream, seqs);
 }
 
 void attention_wgmma_probe(bool overlap, int layout, const __nv_bfloat16* q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
                            int n_kv_heads, int head_dim, cudaStream_t stream,
-                           const AttnSequences* seqs, bool probe) {
+                           const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   check_sequences(seqs);
   if (!wgmma_attention_supported(head_dim, overlap))
@@ -459,7 +452,7 @@ void attention_wgmma_probe(bool overlap, int layout, const __nv_bfloat16* q, con
   if (T == 0) return;
 #define CLEF_WG_CASE(HD, OV)           \
   if (head_dim == HD && overlap == OV) \
-    return launch_hd<HD, OV>(q, k, v, out, T, n_heads, n_kv_heads, seqs, layout, probe, stream);
+    return launch_hd<HD, OV>(q, k, v, out, T, n_heads, n_kv_heads, seqs, layout, stream);
   CLEF_WG_CASE(64, false)
   CLEF_WG_CASE(72, false)
   CLEF_WG_CASE(80, false)

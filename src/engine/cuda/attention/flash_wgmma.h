@@ -31,11 +31,11 @@ void attention_core_bf16_wgmma(bool overlap, const __nv_bfloat16* q, const __nv_
                                int n_kv_heads, int head_dim, cudaStream_t stream,
                                const AttnSequences* seqs = nullptr);
 
-// The kernel with another descriptor convention (the probe test); probe true lets a wrong
-// convention read garbage rather than fault (more shared-memory slack past the tiles).
+// The kernel with another descriptor convention (the probe test; the kernel's shared-memory slack
+// past its tiles lets a wrong convention read garbage rather than fault).
 void attention_wgmma_probe(bool overlap, int layout, const __nv_bfloat16* q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
                            int n_kv_heads, int head_dim, cudaStream_t stream,
-                           const AttnSequences* seqs, bool probe);
+                           const AttnSequences* seqs);
 
 }  // namespace clef::engine::cuda
