@@ -4,7 +4,8 @@
 // times each at the Clef-flash shape (Hk 16, Hv 32, dk = dv = 128), split into the parallel prep,
 // the sequential scan and the rest (the tensor-core output kernel; nothing for SIMT).
 // CLEF_BENCH_T=<T> CLEF_BENCH_SKIP_CHECK=1 (scripts/device/ncu_gdn.sh): one length, no checks,
-// the tensor-core path first with 2 warm-up runs of 3 kernels each.
+// the tensor-core path first with 2 warm-up runs of 3 kernels each. Last, the tensor-core output
+// kernel with the gated RMSNorm fused (gdn.h GdnGatedNorm) vs the output kernel + gated_rms_norm.
 #include <cstdio>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/kernel_path.h"
+#include "engine/cuda/kernels/norm.h"
 #include "support/ref/backbone_ref.h"
 
 using namespace clef::engine::cuda;
@@ -156,6 +158,60 @@ int main() {
                     "step), output %.1f us, x24 layers %.2f ms",
                     var.name().c_str(), T, 1e3 * mp, 1e3 * ms, 1e3 * ms / ((T + 63) / 64), 1e3 * mr,
                     24 * (mp + ms + mr));
+      splits.push_back(line);
+    }
+  }
+  // The gated RMSNorm (bf16, tensor-core path only): the output kernel then gated_rms_norm, vs the
+  // norm fused into the output kernel (gdn.h GdnGatedNorm); both from after the scan to the end.
+  if (gdn_fuses_gated_norm(kGdnD, kGdnD, true, KernelPath::Auto)) {
+    const int ldz = kGdnLd;  // z as the engine reads it: a slice of the in_proj output row
+    const Buf z = to_device<bf16>(rand_e<bf16>(rng, size_t(Tmax) * ldz, 2.0f));
+    const Buf w = to_device<float>(randn(rng, kGdnD, 0.5f, 1.0f));
+    auto y = poisoned<bf16>(size_t(Tmax) * kGdnHv * kGdnD);
+    const bf16* zs = z.get<bf16>() + kGdnCqkv;
+    const GdnGatedNorm nrm{zs, ldz, w.get<float>(), kEps};
+    for (int T : tokens) {
+      const size_t no = size_t(T) * kGdnHv * kGdnD;
+      float tail[2] = {};
+      for (int fused = 0; fused < 2; ++fused) {
+        auto launch = [&](cudaEvent_t between, cudaEvent_t after) {
+          if (fused) {
+            gdn_chunked<bf16>(in.dq.get<float>(), in.dk_.get<float>(), in.dv_.get<float>(),
+                              in.dg.get<float>(), in.db.get<float>(), T, in.Hk, in.Hv, in.dk, in.dv,
+                              y.get<bf16>(), in.ws.get(), KernelPath::Auto, 0, between, after,
+                              nullptr, &nrm);
+          } else {
+            run<bf16>(in, T, o.get<bf16>(), KernelPath::Auto, between, after);
+            gated_rms_norm<bf16>(o.get<bf16>(), zs, ldz, w.get<float>(), y.get<bf16>(), T, kGdnHv,
+                                 kGdnD, kEps, KernelPath::Auto, 0);
+          }
+        };
+        std::vector<float> rest;
+        for (int rep = 0; rep < 2 + 10; ++rep) {  // 2 warm-up runs
+          DEV_CUDA_CHECK(cudaEventRecord(e0, 0));
+          launch(e1, e2);
+          DEV_CUDA_CHECK(cudaEventRecord(e3, 0));
+          DEV_CUDA_CHECK(cudaEventSynchronize(e3));
+          float c = 0;
+          DEV_CUDA_CHECK(cudaEventElapsedTime(&c, e2, e3));
+          if (rep >= 2) rest.push_back(c);
+        }
+        std::sort(rest.begin(), rest.end());
+        tail[fused] = 1e3f * rest[rest.size() / 2];
+      }
+      const auto y_fused = to_host<bf16>(y, no);  // the last run above was the fused one
+      run<bf16>(in, T, o.get<bf16>(), KernelPath::Auto);
+      gated_rms_norm<bf16>(o.get<bf16>(), zs, ldz, w.get<float>(), y.get<bf16>(), T, kGdnHv, kGdnD,
+                           kEps, KernelPath::Auto, 0);
+      const auto y_plain = to_host<bf16>(y, no);
+      size_t differ = 0;
+      for (size_t i = 0; i < no; ++i) differ += y_fused[i] != y_plain[i];
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "[gdn gated norm] T %5d: output + gated_rms_norm %.1f us, fused %.1f us "
+                    "(%+.1f us, x24 %+.3f ms); %zu of %zu y values differ",
+                    T, tail[0], tail[1], tail[1] - tail[0], 24e-3 * (tail[1] - tail[0]), differ,
+                    no);
       splits.push_back(line);
     }
   }

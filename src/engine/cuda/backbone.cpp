@@ -133,7 +133,12 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
       const GdnPrepArgs pa{0, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, L.b_col, L.a_col};
       v["gdn_conv_prep"] = gdn_conv_prep_variant(pa, path_);
       v["gdn_chunked"] = gdn_chunked_variant(dk, dv, is_bf16, path_);
-      v["gated_rms_norm"] = gated_rms_norm_variant(n_in, dv, path_);
+      // bf16 GEMM weights: the norm is the GDN output kernel's epilogue (FP8 ones: the FP8 producer
+      // where out_proj runs in FP8, as named before)
+      v["gated_rms_norm"] =
+          w_.gemm_weights != DataType::F8_E4M3 && gdn_fuses_gated_norm(dk, dv, is_bf16, path_)
+              ? "gated_rms_norm_in_gdn_output"
+              : gated_rms_norm_variant(n_in, dv, path_);
     } else if (!L.linear && !v.contains("attn_prep")) {
       const AttnPrepArgs pa{
           0,           n_in, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
@@ -268,11 +273,24 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       gdn_conv_prep<E>(proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
                        a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, path_, s);
       mark("norms_elementwise");
-      gdn_chunked<E>(a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, Tp, Hk, Hv, dk, dv,
-                     static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s, nullptr, nullptr,
-                     pack ? &pack->gdn : nullptr);
-      mark("gdn_core");
+      // The plain bf16 gated norm rides on the tensor-core output kernel (gdn.h GdnGatedNorm): y
+      // goes straight to mid, without o's round trip through memory or a launch; the FP8 producer
+      // and the SIMT path keep the separate kernel.
+      GdnGatedNorm nrm;
+      const GdnGatedNorm* fused = nullptr;
       if constexpr (std::is_same_v<E, bf16>) {
+        if (!is_fp8(g[2]) && gdn_fuses_gated_norm(dk, dv, true, path_)) {
+          nrm = {proj + cqkv, n_in, L.gdn.norm_w, eps};
+          fused = &nrm;
+        }
+      }
+      gdn_chunked<E>(a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, Tp, Hk, Hv, dk, dv,
+                     fused ? mid : static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s, nullptr,
+                     nullptr, pack ? &pack->gdn : nullptr, fused);
+      mark("gdn_core");
+      if (fused) {
+        // y is in mid already
+      } else if constexpr (std::is_same_v<E, bf16>) {
         if (is_fp8(g[2]))
           gated_rms_norm_fp8(static_cast<const E*>(a.gdn_out), proj + cqkv, n_in, L.gdn.norm_w,
                              nullptr, Tp, Hv, dv, eps, f8(Hv * dv), path_, s);

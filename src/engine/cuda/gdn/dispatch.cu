@@ -1,6 +1,7 @@
 // gdn_chunked(): checks the shapes and picks the tensor-core (gdn/tensor_core.h) or the SIMT
 // (gdn/simt.h) path of the chunked gated delta rule (see gdn/gdn.h).
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <type_traits>
 
@@ -29,6 +30,10 @@ size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv, int sequences) {
   return sizeof(float) * std::max(simt, tc);
 }
 
+bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
+  return use_tc(dk, dv, bf16, path);
+}
+
 const char* gdn_chunked_variant(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path) ? "gdn_tensor_core" : "gdn_simt";
 }
@@ -37,7 +42,17 @@ template <typename E>
 void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, KernelPath path,
                  cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                 const GdnSequences* seqs) {
+                 const GdnSequences* seqs, const GdnGatedNorm* norm) {
+  if (norm) {
+    if (!use_tc(dk, dv, std::is_same_v<E, __nv_bfloat16>, path))
+      throw std::invalid_argument(
+          "gdn_chunked: the gated norm epilogue needs the tensor-core path");
+    // the epilogue moves z and y as bf16 pairs and w as float pairs
+    if (!norm->z || !norm->w || norm->ldz < Hv * dv || norm->ldz % 2 != 0 ||
+        reinterpret_cast<uintptr_t>(norm->z) % 4 != 0 || reinterpret_cast<uintptr_t>(o) % 4 != 0 ||
+        reinterpret_cast<uintptr_t>(norm->w) % 8 != 0)
+      throw std::invalid_argument("gdn_chunked: bad gated norm operands");
+  }
   if (T <= 0) return;
   if (seqs &&
       (!seqs->chunk_row0 || !seqs->chunk_valid || !seqs->seq_chunk0 || seqs->seq_slots < 1 ||
@@ -52,7 +67,8 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
   float* ws = static_cast<float*>(workspace);
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
     if (use_tc(dk, dv, true, path)) {
-      gdn::chunked_tc(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs);
+      gdn::chunked_tc(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs,
+                      norm);
       return;
     }
   }
@@ -61,10 +77,11 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
 
 template void gdn_chunked<float>(const float*, const float*, const float*, const float*,
                                  const float*, int, int, int, int, int, float*, void*, KernelPath,
-                                 cudaStream_t, cudaEvent_t, cudaEvent_t, const GdnSequences*);
+                                 cudaStream_t, cudaEvent_t, cudaEvent_t, const GdnSequences*,
+                                 const GdnGatedNorm*);
 template void gdn_chunked<__nv_bfloat16>(const float*, const float*, const float*, const float*,
                                          const float*, int, int, int, int, int, __nv_bfloat16*,
                                          void*, KernelPath, cudaStream_t, cudaEvent_t, cudaEvent_t,
-                                         const GdnSequences*);
+                                         const GdnSequences*, const GdnGatedNorm*);
 
 }  // namespace clef::engine::cuda

@@ -39,6 +39,21 @@ constexpr int gdn_chunk_slots(int T, int sequences) {
   return (T + kGdnChunk - 1) / kGdnChunk + (sequences > 1 ? sequences - 1 : 0);
 }
 
+// Optional epilogue of the tensor-core path (bf16): the output buffer receives, instead of o,
+// y[t, h, :] = (RMSNorm(o[t, h, :]) * w) * silu(z[t, h, :]) per (token, value head) over dv, with
+// gated_rms_norm's rounding points (kernels/norm.h: o -> bf16, normalise in fp32 -> bf16, * w ->
+// bf16, * silu(z) in fp32 -> bf16); only the order of the fp32 sum of squares differs. Saves the
+// round trip of o through memory and a launch per layer.
+struct GdnGatedNorm {
+  const __nv_bfloat16* z = nullptr;  // head h of row t at z[t * ldz + h * dv] (4-byte aligned)
+  int ldz = 0;                       // even
+  const float* w = nullptr;          // [dv], 8-byte aligned
+  float eps = 0.0f;
+};
+
+// Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs).
+bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path);
+
 // Scratch for either path (the larger of the two) for up to `sequences` packed sequences, fp32;
 // SIMT: W [Hv, Tc, dk], U [Hv, Tc, dv], P [Hv, Tc, 64], gamma [Hv, Tc], Tc = 64 x chunk slots.
 size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv, int sequences = 1);
@@ -46,12 +61,13 @@ size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv, int sequences = 1);
 // q, k: [T, Hk, dk] fp32 (q l2-normalised and scaled, k l2-normalised); v: [T, Hv, dv]; g, beta:
 // [T, Hv]. o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128.
 // `between` and `after_scan` (optional, profiling) are recorded on s after the parallel prep kernel
-// and after the sequential scan. `seqs` (optional): the packed sequences of the T rows.
+// and after the sequential scan. `seqs` (optional): the packed sequences of the T rows. `norm`
+// (optional, only where gdn_fuses_gated_norm): o receives the gated norm's y instead.
 template <typename E>
 void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, KernelPath path,
                  cudaStream_t s, cudaEvent_t between = nullptr, cudaEvent_t after_scan = nullptr,
-                 const GdnSequences* seqs = nullptr);
+                 const GdnSequences* seqs = nullptr, const GdnGatedNorm* norm = nullptr);
 
 // The path gdn_chunked runs for these head dims on the current device: "gdn_tensor_core" (bf16,
 // KernelPath::Auto, gdn::tc_supported) or "gdn_simt".

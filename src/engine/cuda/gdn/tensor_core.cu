@@ -7,6 +7,7 @@
 // two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
@@ -605,10 +606,97 @@ __device__ __forceinline__ void times_global_b(float (&hh)[2][4][4], float (&lo)
   }
 }
 
-template <typename E>
+// The gated RMSNorm epilogue (kNorm, GdnGatedNorm): warp w holds O columns col0 = 16 w .. +15 of
+// the chunk's 64 rows as acc[r][tm][c] = O[16 tm + g + 8 (c / 2)][col0 + 8 r + 2 t + c % 2], so
+// a row's dv values sit in the four lanes t of group g of every warp: its sum of squares is
+// reduced over t by shuffles, then over the warps through `part` ([8][C] floats of shared memory
+// no longer read). y is written to o, with gated_rms_norm's element-wise rounding points.
+__device__ __forceinline__ void gated_norm_epilogue(const float (&oh)[2][4][4],
+                                                    const float (&oc)[2][4][4], bool on0, bool on1,
+                                                    const GdnGatedNorm& nrm, float* part, int t0,
+                                                    int valid, int h, int Hv, int dv, int col0,
+                                                    int warp, int g, int t,
+                                                    __nv_bfloat16* __restrict__ o) {
+  using bf16 = __nv_bfloat16;
+  const bool on[2] = {on0, on1};
+  // o rounded to bf16 where the reference materialises it; this thread's part of each row's sum
+  float ov[2][4][4], ss[4][2] = {};
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        ov[r][tm][c] = on[r] ? rnd<bf16>(oh[r][tm][c] + oc[r][tm][c]) : 0.0f;
+        ss[tm][c / 2] += ov[r][tm][c] * ov[r][tm][c];
+      }
+  // z of the rows this thread writes, issued before the reduction so that it hides their latency
+  uint32_t zp[2][4][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = 16 * tm + g + 8 * hr;
+        zp[r][tm][hr] = on[r] && i < valid ? __ldg(reinterpret_cast<const unsigned int*>(
+                                                 nrm.z + static_cast<size_t>(t0 + i) * nrm.ldz +
+                                                 h * dv + col0 + 8 * r + 2 * t))
+                                           : 0u;
+      }
+#pragma unroll
+  for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      ss[tm][hr] += __shfl_xor_sync(0xffffffffu, ss[tm][hr], 1);
+      ss[tm][hr] += __shfl_xor_sync(0xffffffffu, ss[tm][hr], 2);
+    }
+  __syncthreads();  // every warp is done reading the P planes that `part` overlays
+  if (t == 0)
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) part[warp * C + 16 * tm + g + 8 * hr] = ss[tm][hr];
+  __syncthreads();
+  if (!on0) return;
+  float wv[2][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float2 w2 = on[r] ? ldg2(nrm.w + col0 + 8 * r + 2 * t) : make_float2(0.0f, 0.0f);
+    wv[r][0] = w2.x, wv[r][1] = w2.y;
+  }
+#pragma unroll
+  for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = 16 * tm + g + 8 * hr;
+      if (i >= valid) continue;
+      float sum = 0.0f;  // warps past dv added zeros
+#pragma unroll
+      for (int w = 0; w < kOutThreads / 32; ++w) sum += part[w * C + i];
+      const float rs = rsqrtf(sum / static_cast<float>(dv) + nrm.eps);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (!on[r]) continue;
+        const uint32_t zz = zp[r][tm][hr];
+        float y[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float n = rnd<bf16>(ov[r][tm][2 * hr + e] * rs);
+          const float zw = rnd<bf16>(wv[r][e] * n);
+          const float zf = __uint_as_float(e == 0 ? zz << 16 : zz & 0xffff0000u);  // exact widening
+          y[e] = zw * silu_f(zf);
+        }
+        *reinterpret_cast<__nv_bfloat162*>(o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 +
+                                           8 * r + 2 * t) = __floats2bfloat162_rn(y[0], y[1]);
+      }
+    }
+}
+
+template <typename E, bool kNorm>
 __global__ void __launch_bounds__(kOutThreads, 2)
     output_kernel(const float* __restrict__ q, const float* __restrict__ k, ChunkMap map, int Tc,
-                  int Hk, int Hv, int dk, int dv, Ws ws, E* __restrict__ o) {
+                  int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
@@ -659,26 +747,36 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   CLEF_PHASE(2);  // e^gamma Q split
   // O = (e^gamma Q) S + P Vn for columns 16 warp .. +15.
   const int col0 = 16 * warp;
-  if (col0 >= dv) return;
-  const bool on1 = col0 + 8 < dv;
+  const bool on0 = col0 < dv, on1 = col0 + 8 < dv;
+  if (!kNorm && !on0) return;  // the norm's barriers need every warp
   float oh[2][4][4] = {}, oc[2][4][4] = {};
-  times_global_b<false>(oh, oc, Qh, Ql, ldq, ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv,
-                        dv, dk, col0, on1, g, t);
-  CLEF_PHASE(3);  // (e^gamma Q) S (warp 0)
-  times_global_b<true>(oh, oc, Ph, Pl, ldp, ws.Vn + row0 * dv, dv, C, col0, on1, g, t);
-  CLEF_PHASE(4);  // + P Vn (warp 0)
+  if (on0) {
+    times_global_b<false>(oh, oc, Qh, Ql, ldq,
+                          ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv, dv, dk, col0, on1,
+                          g, t);
+    CLEF_PHASE(3);  // (e^gamma Q) S (warp 0)
+    times_global_b<true>(oh, oc, Ph, Pl, ldp, ws.Vn + row0 * dv, dv, C, col0, on1, g, t);
+    CLEF_PHASE(4);  // + P Vn (warp 0)
+  }
+  if constexpr (kNorm) {
+    static_assert(std::is_same_v<E, __nv_bfloat16>, "the fused gated norm is bf16");
+    static_assert(NW * C <= C * (C + 8), "the partial sums fit in the P planes");
+    gated_norm_epilogue(oh, oc, on0, on1, nrm, reinterpret_cast<float*>(Ph), t0, valid, h, Hv, dv,
+                        col0, warp, g, t, o);
+  } else {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (r == 1 && !on1) break;
+    for (int r = 0; r < 2; ++r) {
+      if (r == 1 && !on1) break;
 #pragma unroll
-    for (int tm = 0; tm < 4; ++tm) {
+      for (int tm = 0; tm < 4; ++tm) {
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int i = 16 * tm + g + 8 * hr;
-        if (i >= valid) continue;
-        E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 + 8 * r + 2 * t;
-        dst[0] = from_f<E>(oh[r][tm][2 * hr] + oc[r][tm][2 * hr]);
-        dst[1] = from_f<E>(oh[r][tm][2 * hr + 1] + oc[r][tm][2 * hr + 1]);
+        for (int hr = 0; hr < 2; ++hr) {
+          const int i = 16 * tm + g + 8 * hr;
+          if (i >= valid) continue;
+          E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 + 8 * r + 2 * t;
+          dst[0] = from_f<E>(oh[r][tm][2 * hr] + oc[r][tm][2 * hr]);
+          dst[1] = from_f<E>(oh[r][tm][2 * hr + 1] + oc[r][tm][2 * hr + 1]);
+        }
       }
     }
   }
@@ -751,7 +849,7 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
                 cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                const GdnSequences* seqs) {
+                const GdnSequences* seqs, const GdnGatedNorm* norm) {
   const ChunkMap map = seqs ? ChunkMap{seqs->chunk_row0, seqs->chunk_valid, seqs->seq_chunk0, T}
                             : ChunkMap{nullptr, nullptr, nullptr, T};
   const int nC = seqs ? seqs->chunk_slots : (T + C - 1) / C, Tc = nC * C;
@@ -760,16 +858,16 @@ void chunked_tc(const float* q, const float* k, const float* v, const float* g, 
   const size_t ps = prep_smem(dk, dv), os = output_smem(dk, dv);
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(ps)));
-  CLEF_CUDA_CHECK(cudaFuncSetAttribute(output_kernel<__nv_bfloat16>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(os)));
+  auto* out = norm ? output_kernel<__nv_bfloat16, true> : output_kernel<__nv_bfloat16, false>;
+  CLEF_CUDA_CHECK(
+      cudaFuncSetAttribute(out, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(os)));
   prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(k, v, g, beta, map, Tc, Hk, Hv, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   launch_scan(map, n_seqs, Tc, dk, dv, Hv, ws, s);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
-  output_kernel<__nv_bfloat16>
-      <<<dim3(nC, Hv), kOutThreads, os, s>>>(q, k, map, Tc, Hk, Hv, dk, dv, ws, o);
+  out<<<dim3(nC, Hv), kOutThreads, os, s>>>(q, k, map, Tc, Hk, Hv, dk, dv, ws,
+                                            norm ? *norm : GdnGatedNorm{}, o);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 

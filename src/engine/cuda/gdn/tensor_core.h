@@ -31,10 +31,11 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
 std::vector<double> phase_cycles();
 #endif
 
-// Same contract as gdn_chunked() (gdn/gdn.h).
+// Same contract as gdn_chunked() (gdn/gdn.h); with `norm`, the output kernel's epilogue writes the
+// gated RMSNorm of o instead of o.
 void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
                 int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
                 cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                const GdnSequences* seqs);
+                const GdnSequences* seqs, const GdnGatedNorm* norm = nullptr);
 
 }  // namespace clef::engine::cuda::gdn
