@@ -34,15 +34,14 @@ constexpr int kWarpgroups = 2;
 constexpr int kBr = kWgRows * kWarpgroups;
 constexpr int kThreads = 128 * kWarpgroups;
 
-// Q and K rows are zero-padded to wgmma's k-step of 16 (72 -> 80); V rows are not (N = 72 is fine).
+// Q, K and V rows sit in shared memory zero-padded to wgmma's k-step of 16 (72 -> 80): PV reads
+// only V's first HD columns (N = 72), but K and V tiles then share one copy plan (TilePlan).
 constexpr int padded_k(int hd) {
   return (hd + 15) / 16 * 16;
 }
 constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap) {
   const int stages = overlap ? 3 : 2;
-  return (static_cast<size_t>(kBr + stages * bc) * padded_k(hd) +
-          static_cast<size_t>(stages) * bc * hd) *
-         2;
+  return static_cast<size_t>(kBr + 2 * stages * bc) * padded_k(hd) * 2;
 }
 constexpr size_t kSlack = 32 * 1024;
 // Two CTAs an SM where the accumulators leave 128 registers a thread and the tiles (with the
@@ -101,6 +100,55 @@ __device__ __forceinline__ void load_canonical(__nv_bfloat16* tile, const __nv_b
   }
 }
 
+// One thread's share of a K or V tile's copy (ROWS x ELEMS canonical, HD columns of data),
+// the same for every tile: the chunk mapping of load_canonical, computed once per kernel instead
+// of per tile (its divisions and loop were half of the main loop's instructions).
+template <int HD, int ELEMS, int ROWS>
+struct TilePlan {
+  static constexpr int kChunks = ROWS * ELEMS / 8, kCol = ELEMS / 8;
+  static constexpr int kSlots = (kChunks + kThreads - 1) / kThreads;
+  int src[kSlots];       // element offset from the tile's first row in global memory
+  uint32_t dst[kSlots];  // byte offset in the stage
+  int row[kSlots];       // row within the tile; kNoRow for a padding column (always zero-filled)
+  static constexpr int kNoRow = 1 << 30;
+
+  __device__ __forceinline__ explicit TilePlan(int row_stride) {
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const int c = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int r8 = c & 7, kc = (c >> 3) % kCol, rg = (c >> 3) / kCol;
+      const bool data = kc < HD / 8;
+      row[i] = data ? rg * 8 + r8 : kNoRow;
+      src[i] = data ? row[i] * row_stride + kc * 8 : 0;
+      dst[i] = static_cast<uint32_t>(((rg * kCol + kc) * 64 + r8 * 8) * 2);
+    }
+  }
+  // The tile whose first row is row0 (rows at or past `end` zero-filled) into the stage at
+  // shared address `stage`.
+  __device__ __forceinline__ void load(uint32_t stage, const __nv_bfloat16* base, int row0, int end,
+                                       int row_stride) const {
+    const __nv_bfloat16* tile = base + static_cast<size_t>(row0) * row_stride;
+    const int rows_left = end - row0;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      if (kChunks % kThreads != 0 && i == kSlots - 1 &&
+          static_cast<int>(threadIdx.x) >= kChunks % kThreads)
+        break;
+      const bool ok = row[i] < rows_left;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(stage + dst[i]),
+                   "l"(tile + (ok ? src[i] : 0)), "r"(ok ? 16 : 0));
+    }
+  }
+};
+
+// 2^x without the denormal fix-up exp2f adds (a compare and two multiplies per call): results
+// below 2^-126 flush to 0, far under what a bf16 P or an fp32 row sum can resolve.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <int N>
 struct SsOp;
 template <>
@@ -128,7 +176,11 @@ CLEF_RS_OP(256)
 
 // Online softmax of one key tile for this thread's two rows (g and g + 8 of its warp's 16):
 // masks keys past each row's limit when `diagonal`, updates the running max (log2 domain) and row
-// sums, leaves exp2(s - m) in s and returns the factors O must be rescaled by.
+// sums, leaves exp2(s - m) in s and returns the factors O must be rescaled by. The running max is
+// lazy: it moves only when a row's scores pass it by more than kLazyMax (log2), so after the first
+// tiles alpha is 1 and O's rescale is skipped (rescale_if_needed). O and l share the stale max,
+// so the quotient is unchanged; p stays below 2^kLazyMax, which bf16 and fp32 hold exactly as well.
+constexpr float kLazyMax = 8.f;
 template <int BC>
 __device__ __forceinline__ void tile_softmax(float (&s)[BC / 2], bool diagonal, int key0, int tig,
                                              int lim_a, int lim_b, float scale_log2,
@@ -154,19 +206,23 @@ __device__ __forceinline__ void tile_softmax(float (&s)[BC / 2], bool diagonal, 
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
-    alpha[r] = (m_new == -INFINITY) ? 1.f : exp2f(m_run[r] - m_new);
-    m_run[r] = m_new;
+    const float m_new = mx[r] * scale_log2;  // (-inf - -inf is NaN: no move while both are -inf)
+    if (m_new > m_run[r] + kLazyMax) {
+      alpha[r] = exp2_ftz(m_run[r] - m_new);  // 0 on the first tile with a visible key
+      m_run[r] = m_new;
+    } else {
+      alpha[r] = 1.f;
+    }
   }
   const float mb0 = m_run[0] == -INFINITY ? 0.f : m_run[0];
   const float mb1 = m_run[1] == -INFINITY ? 0.f : m_run[1];
   float rs[2] = {0.f, 0.f};
 #pragma unroll
   for (int nt = 0; nt < BC / 8; ++nt) {
-    s[4 * nt + 0] = exp2f(s[4 * nt + 0] * scale_log2 - mb0);
-    s[4 * nt + 1] = exp2f(s[4 * nt + 1] * scale_log2 - mb0);
-    s[4 * nt + 2] = exp2f(s[4 * nt + 2] * scale_log2 - mb1);
-    s[4 * nt + 3] = exp2f(s[4 * nt + 3] * scale_log2 - mb1);
+    s[4 * nt + 0] = exp2_ftz(s[4 * nt + 0] * scale_log2 - mb0);
+    s[4 * nt + 1] = exp2_ftz(s[4 * nt + 1] * scale_log2 - mb0);
+    s[4 * nt + 2] = exp2_ftz(s[4 * nt + 2] * scale_log2 - mb1);
+    s[4 * nt + 3] = exp2_ftz(s[4 * nt + 3] * scale_log2 - mb1);
     rs[0] += s[4 * nt + 0] + s[4 * nt + 1];
     rs[1] += s[4 * nt + 2] + s[4 * nt + 3];
   }
@@ -186,6 +242,8 @@ __device__ __forceinline__ void pack_p(const float (&s)[BC / 2], uint32_t (&p)[B
 
 template <int HD>
 __device__ __forceinline__ void rescale(float (&o)[HD / 2], const float (&alpha)[2]) {
+  // Warp-uniform: with the lazy max almost every tile skips the HD / 2 multiplies.
+  if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
   for (int nt = 0; nt < HD / 8; ++nt) {
     o[4 * nt + 0] *= alpha[0];
@@ -214,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* sK = sQ + kBr * HDK;           // [kStages][BC * HDK]
-  __nv_bfloat16* sV = sK + kStages * BC * HDK;  // [kStages][BC * HD]
+  __nv_bfloat16* sV = sK + kStages * BC * HDK;  // [kStages][BC * HDK]
 
   int q0, s0, s1;
   if (!cta_rows(tiles, kBr, T, q0, s0, s1)) return;  // an unused slot
@@ -229,10 +287,13 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
 
   const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
   const int n_tiles = (last_key - s0) / BC + 1;
+  const TilePlan<HD, HDK, BC> plan(kv_stride);
+  const uint32_t sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
   auto load_kv = [&](int tile) {
-    const int st = tile % kStages;
-    load_canonical<HD, HDK, BC>(sK + st * BC * HDK, kh, s0 + tile * BC, s1, kv_stride);
-    load_canonical<HD, HD, BC>(sV + st * BC * HD, vh, s0 + tile * BC, s1, kv_stride);
+    constexpr uint32_t kStageBytes = BC * HDK * 2;
+    const uint32_t st = static_cast<uint32_t>(tile % kStages) * kStageBytes;
+    plan.load(sK_addr + st, kh, s0 + tile * BC, s1, kv_stride);
+    plan.load(sV_addr + st, vh, s0 + tile * BC, s1, kv_stride);
   };
   load_canonical<HD, HDK, kBr>(sQ, qh, q0, s1, q_stride);
   load_kv(0);
@@ -240,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
 
   // Descriptor strides (bytes): along the contiguous dimension one core matrix (128), across 8-row
   // groups 16 x the row's elements. `layout` swaps them per operand kind (a test probes them).
-  constexpr uint32_t kAlong = 128, kAcrossK = 16 * HDK, kAcrossV = 16 * HD;
+  constexpr uint32_t kAlong = 128, kAcrossK = 16 * HDK, kAcrossV = 16 * HDK;
   const uint32_t k_lbo = (layout & 1) ? kAcrossK : kAlong;
   const uint32_t k_sbo = (layout & 1) ? kAlong : kAcrossK;
   const uint32_t v_lbo = (layout & 2) ? kAlong : kAcrossV;
@@ -264,10 +325,10 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
                     make_desc(cK + kk * 16 * 8, k_lbo, k_sbo), kk > 0 ? 1 : 0);
   };
   auto issue_pv = [&](const uint32_t(&p)[BC / 16][4], int tile) {
-    const __nv_bfloat16* cV = sV + (tile % kStages) * BC * HD;
+    const __nv_bfloat16* cV = sV + (tile % kStages) * BC * HDK;
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk)
-      RsOp<HD>::run(o, p[kk], make_desc(cV + kk * 16 * HD, v_lbo, v_sbo), 1);
+      RsOp<HD>::run(o, p[kk], make_desc(cV + kk * 16 * HDK, v_lbo, v_sbo), 1);
   };
   // Keys of tile j visible to some row of this warpgroup / past some row's limit (uniform).
   auto visible = [&](int tile) { return s0 + tile * BC <= lim_hi; };
