@@ -326,7 +326,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       if constexpr (std::is_same_v<E, float>)
         attention_core_f32(q, k, v, mid, Tp, nh, nkv, hd, s, as);
       else
-        attention_core_bf16(q, k, v, mid, Tp, nh, nkv, hd, s, as);
+        attention_core_bf16(q, k, v, mid, Tp, nh, nkv, hd, s, as, path_ == KernelPath::Generic);
       mark("attention");
       bool gated = false;
       if constexpr (std::is_same_v<E, bf16>) {

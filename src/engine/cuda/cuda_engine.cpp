@@ -164,7 +164,7 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
 
 int CudaEngineImpl::rows_per_tile(int Tp) const {
   return attention_rows_per_tile(config_.activations != DataType::F32, Tp, cfg_.num_attention_heads,
-                                 cfg_.head_dim);
+                                 cfg_.head_dim, config_.kernels == KernelPath::Generic);
 }
 
 size_t CudaEngineImpl::table_ints(const PackTables& t) {
@@ -238,8 +238,9 @@ EngineInfo CudaEngineImpl::info() const {
   } else {
     // tuning.h's names: w* mma.sync (sm_80+), wg* the Hopper warpgroup-MMA kernel (sm_90).
     std::string a =
-        "flash attention bf16: backbone " + attention_variant_name(attention_core_bf16_pick(
-                                                4096, cfg_.num_attention_heads, cfg_.head_dim));
+        "flash attention bf16: backbone " +
+        attention_variant_name(attention_core_bf16_pick(
+            4096, cfg_.num_attention_heads, cfg_.head_dim, config_.kernels == KernelPath::Generic));
     if (vision_) a += ", vision tower " + vision_->attention_kernel();
     i.kernels["attention"] = a + " (w*: mma.sync, sm_80+; wg*: warpgroup MMA, sm_90)";
   }

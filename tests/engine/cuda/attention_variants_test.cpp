@@ -164,7 +164,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionVariants,
                          });
 
 // The engine's pick (attention_core_bf16_pick, the shared-memory limit cached per device) on every
-// device, asked twice: w4m2s1 (128-row tiles) at the tower's 72 and at 80, w4s1 at 256; a variant
+// device, asked twice: the Hopper kernel on sm_90, else (and under --kernels generic) w4m2s1
+// (128-row tiles) at the tower's 72 and at 80 and w4s1 (64) at 256; a variant
 // whose shared memory passes the device's limit is refused, one within it accepted. Skipped where
 // CLEF_ATTN_PICK overrides the pick.
 TEST(AttentionPick, PerDeviceAndStable) {
@@ -180,14 +181,20 @@ TEST(AttentionPick, PerDeviceAndStable) {
     int major = 0, minor = 0;
     CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
     CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d));
-    // The tower's pick: the Hopper kernel's overlapped variant on sm_90, else w4m2s1.
-    const std::string tower_pick = major == 9 && minor == 0 ? "wg64o" : "w4m2s1";
+    // The Hopper kernel on sm_90 (the overlapped variant at the tower's head dims, the plain one
+    // at the backbone's 256), else and under --kernels generic w4m2s1 / w4s1.
+    const bool hopper = major == 9 && minor == 0;
+    const std::string tower_pick = hopper ? "wg64o" : "w4m2s1";
     for (int round = 0; round < 2; ++round) {
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72)), tower_pick);
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(1024, 16, 80)), tower_pick);
-      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256)), "w4s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256)),
+                hopper ? "wg64" : "w4s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, true)), "w4m2s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256, true)), "w4s1");
       EXPECT_EQ(attention_rows_per_tile(true, 4096, 16, 72), 128);
-      EXPECT_EQ(attention_rows_per_tile(true, 5661, 16, 256), 64);
+      EXPECT_EQ(attention_rows_per_tile(true, 5661, 16, 256), hopper ? 128 : 64);
+      EXPECT_EQ(attention_rows_per_tile(true, 5661, 16, 256, true), 64);
       EXPECT_TRUE(attention_variant_supported(tower, 72));
       EXPECT_TRUE(attention_variant_supported(plain, 72));
       EXPECT_FALSE(attention_variant_supported({4, 2, false, 1, false}, 72));  // not built at 72

@@ -13,6 +13,7 @@
 #include "answer/answer.h"
 #include "engine/cpu/backbone.h"
 #include "engine/cpu/cpu_engine.h"
+#include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/engine.h"
@@ -430,6 +431,77 @@ TEST(CudaEngine, Fp8ReleaseRunsWithinTheCpuFp8EmulationsDeviation) {
   EXPECT_GT(d16, 0.0);
   EXPECT_GT(d8e, 0.0);
   EXPECT_LE(d8, 1.5 * d8e + d16);
+}
+
+// The backbone's head dim, 256 (the tiny models' is 32): a random release (make_model's tiny
+// preset at 4 query heads x 256, 1 KV head, the flash preset's 4:1), so the backbone's attention
+// runs the Hopper kernel (wg64, 128-row tiles) on sm_90 under --kernels auto and w4s1 (64-row
+// tiles) under generic: both within bf16 noise of the float32 CPU engine, and packed batches (the
+// tile table built for each kernel's tile) answering as alone.
+TEST(CudaEngine, HeadDim256AttentionOnBothKernelPathsMatchesTheCpuEngine) {
+  CLEF_REQUIRE_GPU();
+  clef::testing::ScratchDir tmp;
+  model::MakeModelOptions o;
+  o.weights = "realistic";
+  o.seed = 5;
+  o.out_dir = tmp / "hd256";
+  o.adjust_preset = [](model::ModelPreset& p) {
+    p.text.head_dim = 256;
+    p.text.num_attention_heads = 4;
+    p.text.num_key_value_heads = 1;
+  };
+  model::make_model(o);
+  auto release = model::Release::load(o.out_dir);
+  ASSERT_EQ(release->text.head_dim, 256);
+  auto records = testing::load_golden("tiny-r2");
+  records.resize(std::min<size_t>(records.size(), 8));
+  std::vector<encoding::EncodedRequest> encs;
+  for (const auto& r : records)
+    encs.push_back(encoding::encode_request(encoding::validate_request(r.request),
+                                            *release->tokenizer,
+                                            testing::golden_encode_options(r)));
+  auto cpu = engine::create_engine(release, {});
+  const auto p32 = all_probs(*cpu, *release, records);
+  int major = 0, minor = 0, dev = 0;
+  CLEF_CUDA_CHECK(cudaGetDevice(&dev));
+  CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const bool hopper = major == 9 && minor == 0;
+  std::vector<float> by_path[2];
+  for (int g = 0; g < 2; ++g) {
+    SCOPED_TRACE(g ? "generic" : "auto");
+    engine::EngineOptions eo;
+    eo.device = engine::Device::Cuda;
+    eo.dtype = engine::DType::BFloat16;
+    eo.kernels = g ? engine::Kernels::Generic : engine::Kernels::Auto;
+    auto eng = engine::create_engine(release, eo);
+    const std::string attn = eng->info().kernels.at("attention");
+    EXPECT_NE(attn.find(std::string("backbone ") + (hopper && !g ? "wg64" : "w4s1")),
+              std::string::npos)
+        << attn;
+    by_path[g] = all_probs(*eng, *release, records);
+    const double d = max_abs_diff(by_path[g], p32);
+    std::printf("[head dim 256, %s: max |dp| vs the float32 CPU engine %.3g]\n",
+                g ? "generic" : "auto", d);
+    EXPECT_LE(d, 0.05);  // tiny-r2's bf16 reference itself moves up to 0.0455 from fp32
+    // A packed batch: every request at another offset, the same answers as alone.
+    std::vector<const encoding::EncodedRequest*> batch;
+    for (size_t i = encs.size(); i-- > 0;) batch.push_back(&encs[i]);
+    batch.push_back(&encs[0]);
+    const auto together = eng->forward(batch);
+    double worst = 0;
+    for (size_t j = 0; j < batch.size(); ++j) {
+      const auto alone = eng->forward({batch[j]});
+      for (size_t q = 0; q < alone.at(0).logits.size(); ++q) {
+        const auto pa = answer::softmax_f32(alone[0].logits[q]);
+        const auto pt = answer::softmax_f32(together.at(j).logits.at(q));
+        for (size_t i = 0; i < pa.size(); ++i)
+          worst = std::max(worst, double(std::fabs(pa[i] - pt[i])));
+      }
+    }
+    EXPECT_LE(worst, 2e-3) << "packed vs alone";
+  }
+  EXPECT_LE(max_abs_diff(by_path[0], by_path[1]), 0.05);
 }
 
 TEST(CudaEngine, ProfileAndGemmFloorRun) {

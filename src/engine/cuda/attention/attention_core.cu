@@ -208,8 +208,9 @@ void attention_core_bf16_warps(int warps, const __nv_bfloat16* q, const __nv_bfl
   }
 }
 
-int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim) {
-  return bf16 ? attention_variant_rows_per_tile(attention_core_bf16_pick(T, n_heads, head_dim))
+int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim, bool generic) {
+  return bf16 ? attention_variant_rows_per_tile(
+                    attention_core_bf16_pick(T, n_heads, head_dim, generic))
               : kFBr;
 }
 
@@ -264,25 +265,32 @@ const std::vector<std::pair<int, AttnVariant>>& pick_override() {
 
 }  // namespace
 
-AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim) {
+AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool generic) {
   // A pick must stay a variant attention_variant_supported accepts on every device it can meet (or
   // fall back to a default shape), as attention_rows_per_tile follows it. It runs on every launch
   // and every attention_rows_per_tile: a scan of a constant table and the shared-memory limit
   // cached per device (flash::device_smem_optin), no device query.
   for (const auto& [hd, v] : pick_override())
-    if (hd == head_dim && attention_variant_supported(v, head_dim)) return v;
-  // The vision tower's head dim (72 padded to 80): 4 warps of 32 query rows each (two m-tiles: each
-  // K/V fragment read from shared memory feeds twice the MMAs). H200, non-causal 16 heads, one
-  // 4096-row segment: 350.7 us (245 TFLOP/s) against 460.2 us for w4s1, the fastest of 15 variants;
-  // four 1024-row segments 101.6 vs 125.3 us (perf-log v11c). The same shape at 72, the tower's
-  // head dim unpadded (perf-log v12b). At head dim 256 (the backbone) no variant beat w4s1 (961 /
-  // 5661 tokens: 77.6 / 1270 us; the next best 81.1 / 1366).
-  // On sm_90 the Hopper kernel's overlapped variant (flash_wgmma.cu) beats it there: one 4096-row
-  // segment at 72, 312.4 us against 342.9 for w4m2s1 (perf-log v12c).
-  if (head_dim == 72 || head_dim == 80) {
+    if (hd == head_dim && attention_variant_supported(v, head_dim) &&
+        !(generic && v.wgmma_key_tile))
+      return v;
+  // On sm_90 the Hopper kernel (flash_wgmma.cu), unless `generic` (--kernels generic) asks for the
+  // mma.sync kernels. H200 (perf-log v13a): at the tower's head dim 72, one 4096-row segment,
+  // wg64o 292.8 us against 339.8 for w4m2s1; at 256 (the backbone, causal 16:4) wg64 beats w4s1 at
+  // every length: 961 / 5661 / 16384 tokens 72.9 / 1212 / 8110 us against 77.7 / 1259 / 8841.
+  if (!generic && (head_dim == 72 || head_dim == 80 || head_dim == 256)) {
     AttnVariant hopper;
-    hopper.warps = 8, hopper.stages = 3, hopper.wgmma_key_tile = 64, hopper.wgmma_overlap = true;
+    hopper.warps = 8, hopper.wgmma_key_tile = 64, hopper.wgmma_overlap = head_dim != 256;
+    hopper.stages = hopper.wgmma_overlap ? 3 : 2;
     if (attention_variant_supported(hopper, head_dim)) return hopper;
+  }
+  // The tower's head dim on mma.sync (72, or padded to 80): 4 warps of 32 query rows each (two
+  // m-tiles: each K/V fragment read from shared memory feeds twice the MMAs). H200, non-causal 16
+  // heads, one 4096-row segment: 350.7 us (245 TFLOP/s) against 460.2 us for w4s1, the fastest of
+  // 15 variants; four 1024-row segments 101.6 vs 125.3 us (perf-log v11c; at 72 v12b). At head
+  // dim 256 no mma.sync variant beat w4s1 (961 / 5661 tokens: 77.6 / 1270 us; the next best 81.1 /
+  // 1366).
+  if (head_dim == 72 || head_dim == 80) {
     const AttnVariant tower{4, 1, false, 2, false};
     if (attention_variant_supported(tower, head_dim)) return tower;
   }
@@ -291,12 +299,12 @@ AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim) {
 
 void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
-                         cudaStream_t stream, const AttnSequences* seqs) {
+                         cudaStream_t stream, const AttnSequences* seqs, bool generic) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   check_sequences(seqs);  // bad arguments refused before the pick asks the device anything
   if (T == 0) return;
-  attention_core_bf16_variant(attention_core_bf16_pick(T, n_heads, head_dim), q, k, v, out, T,
-                              n_heads, n_kv_heads, head_dim, stream, seqs);
+  attention_core_bf16_variant(attention_core_bf16_pick(T, n_heads, head_dim, generic), q, k, v, out,
+                              T, n_heads, n_kv_heads, head_dim, stream, seqs);
 }
 
 void attention_core_f32(const float* q, const float* k, const float* v, float* out, int T,

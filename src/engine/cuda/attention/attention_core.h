@@ -34,18 +34,21 @@ struct AttnSequences {
 // Query rows per tile of the kernel the dispatcher runs for this shape (the packing's tile size:
 // pack_tables / segment_tiles in engine/cuda/packing.h). Pass the same T, n_heads and (padded)
 // head_dim as the attention call; causal and non-causal calls of one shape run the same tile size.
-int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim);
+// generic: for attention_core_bf16(..., generic = true).
+int attention_rows_per_tile(bool bf16, int T, int n_heads, int head_dim, bool generic = false);
 
 // The smallest head_dim >= head_dim that both kernels are built for (65 -> 72, 73 -> 80); throws
 // std::invalid_argument outside [1, 256].
 int attention_padded_head_dim(int head_dim);
 
-// Production path: flash-style tiles on the tensor cores (bf16 mma.sync, fp32 accumulation and
-// online softmax in fp32), sm_80+. Throws std::invalid_argument on bad shapes, std::runtime_error
-// on launch failure.
+// Production path: flash-style tiles on the tensor cores (fp32 accumulation and online softmax in
+// fp32): bf16 mma.sync on sm_80+, warpgroup MMAs on sm_90 at the head dims the Hopper kernel wins
+// (tuning.h's attention_core_bf16_pick); generic: the mma.sync kernels everywhere (--kernels
+// generic). Throws std::invalid_argument on bad shapes, std::runtime_error on launch failure.
 void attention_core_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                          __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int head_dim,
-                         cudaStream_t stream, const AttnSequences* seqs = nullptr);
+                         cudaStream_t stream, const AttnSequences* seqs = nullptr,
+                         bool generic = false);
 
 // Parity path: fp32 everywhere (SIMT), same online-softmax algorithm.
 void attention_core_f32(const float* q, const float* k, const float* v, float* out, int T,

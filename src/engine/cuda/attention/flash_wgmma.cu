@@ -100,27 +100,36 @@ __device__ __forceinline__ void load_canonical(__nv_bfloat16* tile, const __nv_b
   }
 }
 
-// One thread's share of a K or V tile's copy (ROWS x ELEMS canonical, HD columns of data),
-// the same for every tile: the chunk mapping of load_canonical, computed once per kernel instead
-// of per tile (its divisions and loop were half of the main loop's instructions).
+// One thread's share of a K or V tile's copy (ROWS x ELEMS canonical, HD columns of data), the
+// same for every tile, so computed once per kernel (per-tile divisions and a runtime loop were half
+// of the main loop's instructions). Each group of eight threads copies the two 16-byte chunks of
+// one 32-byte global sector for four rows: a sector is fetched once, not twice as with eight rows
+// of one chunk (the L2's request rate bound the kernel: one request per sector), for a 2-way bank
+// conflict on the shared side. `shift` (0 or 1) aligns the pairs to sectors: a head's rows start at
+// odd 16-byte offsets when HD / 8 is odd (72 columns: 144 bytes). Padding columns (HD..ELEMS) are
+// never copied: zero_padding clears them once.
 template <int HD, int ELEMS, int ROWS>
 struct TilePlan {
-  static constexpr int kChunks = ROWS * ELEMS / 8, kCol = ELEMS / 8;
-  static constexpr int kSlots = (kChunks + kThreads - 1) / kThreads;
+  static constexpr int kData = HD / 8, kCol = ELEMS / 8;
+  static constexpr int kPairs = (kData + 1) / 2;    // per row, whichever the shift
+  static constexpr int kLanes = ROWS * kPairs * 2;  // 16-byte copies, some skipped
+  static constexpr int kSlots = (kLanes + kThreads - 1) / kThreads;
+  static constexpr int kSkip = 1 << 30;
   int src[kSlots];       // element offset from the tile's first row in global memory
   uint32_t dst[kSlots];  // byte offset in the stage
-  int row[kSlots];       // row within the tile; kNoRow for a padding column (always zero-filled)
-  static constexpr int kNoRow = 1 << 30;
+  int row[kSlots];       // row within the tile, or kSkip (no chunk: before 0 or past HD)
 
-  __device__ __forceinline__ explicit TilePlan(int row_stride) {
+  __device__ __forceinline__ TilePlan(int row_stride, int shift) {
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
       const int c = static_cast<int>(threadIdx.x) + i * kThreads;
-      const int r8 = c & 7, kc = (c >> 3) % kCol, rg = (c >> 3) / kCol;
-      const bool data = kc < HD / 8;
-      row[i] = data ? rg * 8 + r8 : kNoRow;
-      src[i] = data ? row[i] * row_stride + kc * 8 : 0;
-      dst[i] = static_cast<uint32_t>(((rg * kCol + kc) * 64 + r8 * 8) * 2);
+      const int group = c >> 3, lane = c & 7;  // 8 lanes: 4 rows x 2 chunks of one sector
+      const int r = (group / kPairs) * 4 + (lane >> 1);
+      const int kc = (group % kPairs) * 2 - shift + (lane & 1);
+      const bool copy = c < kLanes && kc >= 0 && kc < kData;
+      row[i] = copy ? r : kSkip;
+      src[i] = copy ? r * row_stride + kc * 8 : 0;
+      dst[i] = copy ? static_cast<uint32_t>((((r >> 3) * kCol + kc) * 64 + (r & 7) * 8) * 2) : 0;
     }
   }
   // The tile whose first row is row0 (rows at or past `end` zero-filled) into the stage at
@@ -131,12 +140,22 @@ struct TilePlan {
     const int rows_left = end - row0;
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
-      if (kChunks % kThreads != 0 && i == kSlots - 1 &&
-          static_cast<int>(threadIdx.x) >= kChunks % kThreads)
-        break;
+      if (row[i] == kSkip) continue;
       const bool ok = row[i] < rows_left;
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(stage + dst[i]),
                    "l"(tile + (ok ? src[i] : 0)), "r"(ok ? 16 : 0));
+    }
+  }
+  // Zeros the padding columns of `tiles` consecutive stages at `smem` (before their first use;
+  // made visible to wgmma by the fence and barrier ahead of the first product).
+  static __device__ __forceinline__ void zero_padding(__nv_bfloat16* smem, int tiles) {
+    if constexpr (kData < kCol) {
+      constexpr int kPad = kCol - kData, kPer = ROWS * kPad;
+      for (int c = threadIdx.x; c < tiles * kPer; c += kThreads) {
+        const int t = c / kPer, r = (c % kPer) / kPad, kc = kData + (c % kPer) % kPad;
+        *reinterpret_cast<uint4*>(smem + t * ROWS * ELEMS + ((r >> 3) * kCol + kc) * 64 +
+                                  (r & 7) * 8) = make_uint4(0, 0, 0, 0);
+      }
     }
   }
 };
@@ -287,7 +306,11 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
 
   const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
   const int n_tiles = (last_key - s0) / BC + 1;
-  const TilePlan<HD, HDK, BC> plan(kv_stride);
+  using Plan = TilePlan<HD, HDK, BC>;
+  // K and V heads start at the same offset in their rows: one shift for both.
+  const Plan plan(kv_stride,
+                  (HD / 8) % 2 ? static_cast<int>((reinterpret_cast<uintptr_t>(kh) >> 4) & 1) : 0);
+  Plan::zero_padding(sK, 2 * kStages);  // sV follows sK: both tensors' stages
   const uint32_t sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
   auto load_kv = [&](int tile) {
     constexpr uint32_t kStageBytes = BC * HDK * 2;

@@ -141,13 +141,9 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
 }
 
 namespace {
-// The tower's bf16 attention kernel: the pick, or w4m2s1 (mma.sync, sm_80+) in its place under
-// --kernels generic (the Hopper kernel is picked only at the tower's head dims, where w4m2s1 is
-// built).
+// The tower's bf16 attention kernel: the pick (mma.sync only under --kernels generic).
 AttnVariant tower_attention(int R, int heads, int hd, KernelPath path) {
-  AttnVariant v = attention_core_bf16_pick(R, heads, hd);
-  if (path == KernelPath::Generic && v.wgmma_key_tile) v = AttnVariant{4, 1, false, 2, false};
-  return v;
+  return attention_core_bf16_pick(R, heads, hd, path == KernelPath::Generic);
 }
 }  // namespace
 
