@@ -24,7 +24,7 @@ namespace {
 using namespace flash;
 
 // Every built variant (attention_bf16_variants), the default shapes first.
-constexpr std::array<AttnVariant, 15> kVariants = {{{4, 1, false, 1},
+constexpr std::array<AttnVariant, 16> kVariants = {{{4, 1, false, 1},
                                                     {8, 1, false, 1},
                                                     {4, 1, true, 1},
                                                     {8, 1, true, 1},
@@ -38,7 +38,8 @@ constexpr std::array<AttnVariant, 15> kVariants = {{{4, 1, false, 1},
                                                     {4, 1, false, 2, true},
                                                     {8, 2, false, 1, true},
                                                     {8, 2, false, 1, false, 64},
-                                                    {8, 3, false, 1, false, 64, true}}};
+                                                    {8, 3, false, 1, false, 64, true},
+                                                    {16, 3, false, 1, false, 64, true}}};
 
 constexpr AttnVariant kTowerPick{4, 1, false, 2, false};  // w4m2s1, the only variant built at 72
 
@@ -123,13 +124,14 @@ std::vector<AttnVariant> attention_bf16_variants() {
 }
 
 int attention_variant_rows_per_tile(const AttnVariant& v) {
-  if (v.wgmma_key_tile) return wgmma_attention_rows_per_tile();
+  if (v.wgmma_key_tile) return wgmma_attention_rows_per_tile(v.warps / 4);
   return 16 * v.warps * v.m_tiles;
 }
 
 std::string attention_variant_name(const AttnVariant& v) {
   if (v.wgmma_key_tile)
-    return "wg" + std::to_string(v.wgmma_key_tile) + (v.wgmma_overlap ? "o" : "");
+    return "wg" + std::to_string(v.wgmma_key_tile) + (v.wgmma_overlap ? "o" : "") +
+           (v.warps == 16 ? "4" : "");
   return "w" + std::to_string(v.warps) + (v.m_tiles > 1 ? "m" + std::to_string(v.m_tiles) : "") +
          "s" + std::to_string(v.stages) + (v.q_in_regs ? "q" : "") + (v.skip_rescale ? "r" : "");
 }
@@ -147,7 +149,7 @@ bool attention_variant_supported(const AttnVariant& v, int head_dim) {
   bool built = false;
   for (const AttnVariant& b : kVariants) built |= b == v;
   if (!built) return false;
-  if (v.wgmma_key_tile) return wgmma_attention_supported(head_dim, v.wgmma_overlap);
+  if (v.wgmma_key_tile) return wgmma_attention_supported(head_dim, v.wgmma_overlap, v.warps / 4);
   if (is_default(v)) return true;  // every head dim; 1 stage fits sm_80+
   if (!variant_head_dim(v, head_dim)) return false;
   return bf16_smem_bytes(head_dim, attention_variant_rows_per_tile(v), v.stages) <=
@@ -159,8 +161,8 @@ void attention_core_bf16_variant(const AttnVariant& variant, const __nv_bfloat16
                                  int T, int n_heads, int n_kv_heads, int head_dim,
                                  cudaStream_t stream, const AttnSequences* seqs) {
   if (variant.wgmma_key_tile)
-    return attention_core_bf16_wgmma(variant.wgmma_overlap, q, k, v, out, T, n_heads, n_kv_heads,
-                                     head_dim, stream, seqs);
+    return attention_core_bf16_wgmma(variant.wgmma_overlap, variant.warps / 4, q, k, v, out, T,
+                                     n_heads, n_kv_heads, head_dim, stream, seqs);
   if (is_default(variant))
     return attention_core_bf16_warps(variant.warps, q, k, v, out, T, n_heads, n_kv_heads, head_dim,
                                      stream, seqs);

@@ -30,24 +30,30 @@ namespace {
 
 using namespace flash;
 constexpr int kWgRows = 64;  // query rows per warpgroup (wgmma's M)
-constexpr int kWarpgroups = 2;
-constexpr int kBr = kWgRows * kWarpgroups;
-constexpr int kThreads = 128 * kWarpgroups;
+// A CTA of WG warpgroups (2, or 4: each K/V tile fetched from L2 once for twice the query rows,
+// where the L2's request rate binds) takes br(WG) query rows.
+constexpr int br(int wg) {
+  return kWgRows * wg;
+}
+constexpr int threads(int wg) {
+  return 128 * wg;
+}
 
 // Q, K and V rows sit in shared memory zero-padded to wgmma's k-step of 16 (72 -> 80): PV reads
 // only V's first HD columns (N = 72), but K and V tiles then share one copy plan (TilePlan).
 constexpr int padded_k(int hd) {
   return (hd + 15) / 16 * 16;
 }
-constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap) {
+constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap, int wg) {
   const int stages = overlap ? 3 : 2;
-  return static_cast<size_t>(kBr + 2 * stages * bc) * padded_k(hd) * 2;
+  return static_cast<size_t>(br(wg) + 2 * stages * bc) * padded_k(hd) * 2;
 }
 constexpr size_t kSlack = 32 * 1024;
-// Two CTAs an SM where the accumulators leave 128 registers a thread and the tiles (with the
-// slack) fit twice in 228 KiB: head dims up to 128, overlapped up to 80.
-constexpr int wgmma_min_blocks(int hd, int bc, bool overlap) {
-  return bc == 64 && hd <= (overlap ? 80 : 128) ? 2 : 1;
+// Two CTAs of two warpgroups an SM where the accumulators leave 128 registers a thread and the
+// tiles (with the slack) fit twice in 228 KiB: head dims up to 128, overlapped up to 80. One CTA of
+// four warpgroups (128 registers a thread too).
+constexpr int wgmma_min_blocks(int hd, int bc, bool overlap, int wg) {
+  return wg == 2 && bc == 64 && hd <= (overlap ? 80 : 128) ? 2 : 1;
 }
 
 // Device helpers: compiled for sm_90a only (other targets build the kernel as a trap).
@@ -86,7 +92,7 @@ __device__ __forceinline__ uint64_t make_desc(const void* p, uint32_t lbo, uint3
 // takes row (c / 8 / (ELEMS / 8)) 8 + c % 8, 16-byte column chunk (c / 8) % (ELEMS / 8): eight
 // consecutive threads fill one 128-byte core matrix (no bank conflicts) and a warp reads 64
 // contiguous bytes of each of 8 rows.
-template <int HD, int ELEMS, int ROWS>
+template <int HD, int ELEMS, int ROWS, int kThreads>
 __device__ __forceinline__ void load_canonical(__nv_bfloat16* tile, const __nv_bfloat16* base,
                                                int row0, int end, int row_stride) {
   constexpr int kChunks = ROWS * ELEMS / 8, kCol = ELEMS / 8;
@@ -108,7 +114,7 @@ __device__ __forceinline__ void load_canonical(__nv_bfloat16* tile, const __nv_b
 // conflict on the shared side. `shift` (0 or 1) aligns the pairs to sectors: a head's rows start at
 // odd 16-byte offsets when HD / 8 is odd (72 columns: 144 bytes). Padding columns (HD..ELEMS) are
 // never copied: zero_padding clears them once.
-template <int HD, int ELEMS, int ROWS>
+template <int HD, int ELEMS, int ROWS, int kThreads>
 struct TilePlan {
   static constexpr int kData = HD / 8, kCol = ELEMS / 8;
   static constexpr int kPairs = (kData + 1) / 2;    // per row, whichever the shift
@@ -279,14 +285,14 @@ __device__ __forceinline__ void rescale(float (&o)[HD / 2], const float (&alpha)
 // each warpgroup issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then computes tile
 // j + 1's softmax while the tensor cores run P_j V_j; without it (two stages) the products and the
 // softmax of a tile run one after the other.
-template <int HD, int BC, bool CAUSAL, bool OVERLAP>
-__global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
+template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG>
+__global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP, WG))
     flash_wgmma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                        const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out, int T,
                        int n_heads, int group, float scale_log2, const int4* __restrict__ tiles,
                        int layout) {
 #ifdef CLEF_WGMMA_AVAILABLE
-  constexpr int HDK = padded_k(HD), kStages = OVERLAP ? 3 : 2;
+  constexpr int HDK = padded_k(HD), kStages = OVERLAP ? 3 : 2, kBr = br(WG), kThreads = threads(WG);
   static_assert(HD % 8 == 0 && BC % 16 == 0, "n8 tiles, k16 steps");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -306,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
 
   const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
   const int n_tiles = (last_key - s0) / BC + 1;
-  using Plan = TilePlan<HD, HDK, BC>;
+  using Plan = TilePlan<HD, HDK, BC, kThreads>;
   // K and V heads start at the same offset in their rows: one shift for both.
   const Plan plan(kv_stride,
                   (HD / 8) % 2 ? static_cast<int>((reinterpret_cast<uintptr_t>(kh) >> 4) & 1) : 0);
@@ -318,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
     plan.load(sK_addr + st, kh, s0 + tile * BC, s1, kv_stride);
     plan.load(sV_addr + st, vh, s0 + tile * BC, s1, kv_stride);
   };
-  load_canonical<HD, HDK, kBr>(sQ, qh, q0, s1, q_stride);
+  load_canonical<HD, HDK, kBr, kThreads>(sQ, qh, q0, s1, q_stride);
   load_kv(0);
   cp_async_commit();
 
@@ -457,7 +463,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_min_blocks(HD, BC, OVERLAP))
 #endif
 }
 
-template <int HD, int BC, bool CAUSAL, bool OVERLAP>
+template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG>
 void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                    __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
                    float scale_log2, const int4* tiles, int layout, cudaStream_t stream) {
@@ -465,32 +471,32 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
   // the tiles' bytes although its results are right with slack (session 11: the probe at hd 64
   // with 32 KiB of slack matched the reference): the asynchronous proxy appears to read past the
   // last V tile. kSlack keeps every read inside the CTA (a probe's wrong convention's too).
-  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP) + kSlack;
-  auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL, OVERLAP>;
+  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP, WG) + kSlack;
+  auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL, OVERLAP, WG>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess)
     throw std::runtime_error("attention_core_bf16 (wgmma): cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
-  kernel<<<dim3(grid_x, n_heads), kThreads, smem, stream>>>(
+  kernel<<<dim3(grid_x, n_heads), threads(WG), smem, stream>>>(
       q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2, tiles, layout);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-template <int HD, bool OVERLAP>
+template <int HD, bool OVERLAP, int WG>
 void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
                int layout, cudaStream_t stream) {
   constexpr int BC = 64;
   const int4* tl = tile_table(seqs);
-  const int grid_x = tl ? seqs->tile_slots : (T + kBr - 1) / kBr;
+  const int grid_x = tl ? seqs->tile_slots : (T + br(WG) - 1) / br(WG);
   const float sl2 = log2_score_scale(seqs, HD);  // the mma.sync kernel's, bit for bit
   if (is_causal(seqs))
-    launch_kernel<HD, BC, true, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
-                                         layout, stream);
+    launch_kernel<HD, BC, true, OVERLAP, WG>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
+                                             layout, stream);
   else
-    launch_kernel<HD, BC, false, OVERLAP>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
-                                          layout, stream);
+    launch_kernel<HD, BC, false, OVERLAP, WG>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
+                                              layout, stream);
 }
 
 // sm_90 exactly: the binary's sm_90a code (wgmma is not in the sm_90 PTX it also carries).
@@ -500,27 +506,42 @@ bool device_is_sm90() {
 
 }  // namespace
 
-bool wgmma_attention_built(int head_dim, bool overlap) {
+bool wgmma_attention_built(int head_dim, bool overlap, int warpgroups) {
+  if (warpgroups == 4) return overlap && (head_dim == 64 || head_dim == 72 || head_dim == 80);
+  if (warpgroups != 2) return false;
   if (overlap) return head_dim == 64 || head_dim == 72 || head_dim == 80 || head_dim == 128;
   return head_dim == 64 || head_dim == 72 || head_dim == 80 || head_dim == 128 || head_dim == 256;
 }
 
-bool wgmma_attention_supported(int head_dim, bool overlap) {
-  if (!wgmma_attention_built(head_dim, overlap)) return false;
+bool wgmma_attention_supported(int head_dim, bool overlap, int warpgroups) {
+  if (!wgmma_attention_built(head_dim, overlap, warpgroups)) return false;
   return device_is_sm90() &&
-         wgmma_smem_bytes(head_dim, 64, overlap) + kSlack <= device_smem_optin();
+         wgmma_smem_bytes(head_dim, 64, overlap, warpgroups) + kSlack <= device_smem_optin();
 }
 
-int wgmma_attention_rows_per_tile() {
-  return kBr;
+int wgmma_attention_rows_per_tile(int warpgroups) {
+  return br(warpgroups);
 }
 
-void attention_core_bf16_wgmma(bool overlap, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                               const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
-                               int n_kv_heads, int head_dim, cudaStream_t stream,
-                               const AttnSequences* seqs) {
-  attention_wgmma_probe(overlap, kWgmmaLayout, q, k, v, out, T, n_heads, n_kv_heads, head_dim,
-                        stream, seqs);
+void attention_core_bf16_wgmma(bool overlap, int warpgroups, const __nv_bfloat16* q,
+                               const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* out,
+                               int T, int n_heads, int n_kv_heads, int head_dim,
+                               cudaStream_t stream, const AttnSequences* seqs) {
+  check_shape(T, n_heads, n_kv_heads, head_dim);
+  check_sequences(seqs);
+  if (warpgroups == 2)
+    return attention_wgmma_probe(overlap, kWgmmaLayout, q, k, v, out, T, n_heads, n_kv_heads,
+                                 head_dim, stream, seqs);
+  if (!wgmma_attention_supported(head_dim, overlap, warpgroups))
+    throw std::invalid_argument("attention_core_bf16: no wgmma kernel of " +
+                                std::to_string(warpgroups) + " warpgroups for head_dim " +
+                                std::to_string(head_dim) + " on this device");
+  if (T == 0) return;
+  if (head_dim == 64)
+    return launch_hd<64, true, 4>(q, k, v, out, T, n_heads, n_kv_heads, seqs, kWgmmaLayout, stream);
+  if (head_dim == 72)
+    return launch_hd<72, true, 4>(q, k, v, out, T, n_heads, n_kv_heads, seqs, kWgmmaLayout, stream);
+  return launch_hd<80, true, 4>(q, k, v, out, T, n_heads, n_kv_heads, seqs, kWgmmaLayout, stream);
 }
 
 void attention_wgmma_probe(bool overlap, int layout, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -529,14 +550,14 @@ void attention_wgmma_probe(bool overlap, int layout, const __nv_bfloat16* q, con
                            const AttnSequences* seqs) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   check_sequences(seqs);
-  if (!wgmma_attention_supported(head_dim, overlap))
+  if (!wgmma_attention_supported(head_dim, overlap, 2))
     throw std::invalid_argument("attention_core_bf16: no wgmma kernel for head_dim " +
                                 std::to_string(head_dim) + (overlap ? " (overlapped)" : "") +
                                 " on this device");
   if (T == 0) return;
 #define CLEF_WG_CASE(HD, OV)           \
   if (head_dim == HD && overlap == OV) \
-    return launch_hd<HD, OV>(q, k, v, out, T, n_heads, n_kv_heads, seqs, layout, stream);
+    return launch_hd<HD, OV, 2>(q, k, v, out, T, n_heads, n_kv_heads, seqs, layout, stream);
   CLEF_WG_CASE(64, false)
   CLEF_WG_CASE(72, false)
   CLEF_WG_CASE(80, false)

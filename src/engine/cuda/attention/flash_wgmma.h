@@ -1,6 +1,7 @@
 // The Hopper attention kernel (flash_wgmma.cu): attention_core.h's contract on warpgroup MMAs,
-// sm_90 only. Internal to attention/ and its tests; tuning.h exposes it as the "wg64" / "wg64o"
-// variants (key tiles of 64 rows, 128 query rows per tile; o: softmax overlapped with P V).
+// sm_90 only. Internal to attention/ and its tests; tuning.h exposes it as the "wg64" / "wg64o" /
+// "wg64o4" variants (key tiles of 64 rows, 128 query rows per tile, 256 with 4 warpgroups; o:
+// softmax overlapped with P V).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,19 +18,20 @@ namespace clef::engine::cuda {
 // four on the H200 and only 0 computes attention (rel. L2 0.002 against >1.2 for the others).
 constexpr int kWgmmaLayout = 0;
 
-// Head dims there is a kernel for (64, 72, 80, 128, 256; overlapped: 64, 72, 80, 128; key tiles of
-// 64), and whether this device runs it (sm_90, shared memory).
-bool wgmma_attention_built(int head_dim, bool overlap);
-bool wgmma_attention_supported(int head_dim, bool overlap);
-int wgmma_attention_rows_per_tile();  // 128
+// Head dims there is a kernel for (two warpgroups: 64, 72, 80, 128, 256; overlapped: 64, 72, 80,
+// 128; four warpgroups: overlapped at 64, 72, 80; key tiles of 64), and whether this device runs
+// it (sm_90, shared memory). A CTA of W warpgroups takes 64 W query rows.
+bool wgmma_attention_built(int head_dim, bool overlap, int warpgroups = 2);
+bool wgmma_attention_supported(int head_dim, bool overlap, int warpgroups = 2);
+int wgmma_attention_rows_per_tile(int warpgroups = 2);  // 128 or 256
 
 // overlap: the softmax of key tile j + 1 runs while the tensor cores compute P_j V_j (three K/V
 // stages); otherwise each tile's products and softmax run one after the other (two stages).
 // Throws std::invalid_argument where !wgmma_attention_supported, or on bad shapes.
-void attention_core_bf16_wgmma(bool overlap, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                               const __nv_bfloat16* v, __nv_bfloat16* out, int T, int n_heads,
-                               int n_kv_heads, int head_dim, cudaStream_t stream,
-                               const AttnSequences* seqs = nullptr);
+void attention_core_bf16_wgmma(bool overlap, int warpgroups, const __nv_bfloat16* q,
+                               const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* out,
+                               int T, int n_heads, int n_kv_heads, int head_dim,
+                               cudaStream_t stream, const AttnSequences* seqs = nullptr);
 
 // The kernel with another descriptor convention (the probe test; the kernel's shared-memory slack
 // past its tiles lets a wrong convention read garbage rather than fault).

@@ -30,7 +30,8 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim);
 // wgmma_key_tile 64: the Hopper kernel instead (attention/flash_wgmma.h: two warpgroups, 128
 // query rows a tile, K/V tiles of 64 keys; sm_90 only; named "wg64", or "wg64o" with
 // wgmma_overlap: the softmax of the next key tile overlapping the current P V; its other fields
-// read 8 warps, 2 (3 overlapped) stages, 1 m-tile).
+// read 8 warps, 2 (3 overlapped) stages, 1 m-tile; "wg64o4": 16 warps, four warpgroups, 256 query
+// rows a tile).
 struct AttnVariant {
   int warps = 4;
   int stages = 1;
