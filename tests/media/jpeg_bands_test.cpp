@@ -81,6 +81,11 @@ void on_error(j_common_ptr cinfo) {
   std::longjmp(err->jump, 1);
 }
 
+// The spec's one extra rule (docs/spec/media.md §2): a cut file is refused, not padded with grey.
+void on_warning(j_common_ptr cinfo, int level) {
+  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error(cinfo);
+}
+
 // Free of C++ objects with destructors because of setjmp/longjmp; *out is malloc'ed by libjpeg.
 bool compress(const Spec& s, const uint8_t* rgb, unsigned char** out, unsigned long* size,
               char* message) {
@@ -146,13 +151,14 @@ std::vector<uint8_t> encode(const Spec& s) {
 }
 
 // One pass of plain libjpeg with the reference's parameters (RGB out, islow IDCT, fancy
-// upsampling, block smoothing): the oracle the bands must match. Not media::decode_jpeg, so that
-// a change there cannot move the expected pixels.
+// upsampling, block smoothing), refusing a cut file: the oracle the bands must match. Not
+// media::decode_jpeg, so that a change there cannot move the expected outcome.
 bool one_pass(const std::vector<uint8_t>& file, std::vector<uint8_t>& rgb) {
   jpeg_decompress_struct cinfo;
   JpegError err;
   cinfo.err = jpeg_std_error(&err.pub);
   err.pub.error_exit = on_error;
+  err.pub.emit_message = on_warning;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     return false;
@@ -300,6 +306,8 @@ TEST(JpegBands, TruncatedFilesAreRefusedLikeOnePass) {
       for (const size_t cut : {static_cast<size_t>(keep * static_cast<double>(full.size())),
                                full.size() - 2, full.size() - 1}) {
         const std::vector<uint8_t> file(full.begin(), full.begin() + static_cast<long>(cut));
+        std::vector<uint8_t> ignored;
+        ASSERT_FALSE(one_pass(file, ignored)) << "cut to " << cut;
         const Outcome one = single(file);
         EXPECT_NE(one.refusal.find("malformed JPEG"), std::string::npos)
             << "cut to " << cut << " of " << full.size() << ": " << one.refusal;
@@ -311,8 +319,8 @@ TEST(JpegBands, TruncatedFilesAreRefusedLikeOnePass) {
   }
 }
 
-// Corrupt entropy data: libjpeg refuses some, decodes others with a warning; the bands do exactly
-// as one pass does (the same refusal or the same pixels) and never crash.
+// Corrupt entropy data: libjpeg refuses some, decodes others with a warning; the one-thread decode
+// does as the oracle does, and the bands exactly as it does (the same refusal or the same pixels).
 TEST(JpegBands, CorruptFilesDecodeOrFailLikeOnePass) {
   int refused = 0, decoded = 0;
   for (const int restart : {0, 1}) {
@@ -333,6 +341,13 @@ TEST(JpegBands, CorruptFilesDecodeOrFailLikeOnePass) {
       }
       const Outcome one = single(file);
       (one.refusal.empty() ? decoded : refused) += 1;
+      // The one-thread decode against the oracle first (refused or not; if not, the pixels).
+      std::vector<uint8_t> oracle;
+      const bool oracle_ok = one_pass(file, oracle);
+      EXPECT_EQ(one.refusal.empty(), oracle_ok) << "trial " << trial << ": " << one.refusal;
+      if (oracle_ok) {
+        EXPECT_TRUE(one.rgb == oracle) << "trial " << trial;
+      }
       for (const int bands : {2, 3, 5, 8}) {
         const Outcome got = banded(file, bands);
         EXPECT_EQ(got.refusal, one.refusal) << "trial " << trial << ", " << bands << " bands";
