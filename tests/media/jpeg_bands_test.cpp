@@ -18,8 +18,13 @@
 #include <jerror.h>
 // clang-format on
 
+#include "json/value.h"
 #include "media/image.h"
 #include "media/parallel.h"
+#include "media/processor.h"
+#include "model/safetensors.h"
+#include "support/media_kwargs.h"
+#include "support/parse_json.h"
 
 namespace {
 
@@ -392,6 +397,46 @@ TEST(JpegBands, CmykIsRefusedByEveryPath) {
   EXPECT_EQ(
       outcome([&] { return media::decode_jpeg(file.data(), file.size(), kLimit, 8); }).refusal,
       one.refusal);
+}
+
+// The fixtures' baseline JPEGs (Cloudflare's reference resized them): with the server's thread
+// budget, and with every band count, the decode + resize gives the reference's bytes.
+TEST(JpegBands, FixtureJpegsMatchTheReference) {
+  const std::string dir = std::string(CLEF_SOURCE_DIR) + "/tests/golden/media/";
+  auto resized = clef::model::SafetensorsFile::open(dir + "tiny-r2m.media-resized.safetensors");
+  const auto all = clef::testing::read_jsonl(dir + "encode-media-tiny-r2m.jsonl");
+  int compared = 0;
+  for (size_t n = 0; n < all.size(); ++n) {
+    const clef::json::Value& request = *all[n].find("request");
+    const clef::json::Value* images = request.find("images");
+    if (!images) continue;
+    for (size_t k = 0; k < images->items().size(); ++k) {
+      const auto* t = resized->find("case" + std::to_string(n) + "_image" + std::to_string(k));
+      if (!t) continue;
+      media::ImagePlan plan;
+      try {
+        plan = media::plan_image(images->items()[k].as_string(),
+                                 clef::testing::image_budget(request), kLimit);
+      } catch (const media::MediaError&) {
+        continue;  // a refused case (processor_test checks those)
+      }
+      if (plan.file.format != media::ImageFormat::Jpeg) continue;
+      SCOPED_TRACE("case " + std::to_string(n) + " image " + std::to_string(k));
+      const std::vector<uint8_t> want(t->data, t->data + t->nbytes);
+      EXPECT_TRUE(media::resized_image(plan, kLimit, media::threads_per_item(1)) == want);
+      EXPECT_TRUE(media::resized_image(plan, kLimit, 8) == want);
+      std::vector<uint8_t> one;
+      ASSERT_TRUE(one_pass(plan.file.bytes, one));
+      for (int bands = 2; bands <= 8; ++bands) {
+        const Outcome got = banded(plan.file.bytes, bands);
+        EXPECT_TRUE(got.rgb == one) << bands << " bands";
+      }
+      ++compared;
+    }
+  }
+  // The fixtures hold five JPEG cases with resized images (three baseline ones large enough for
+  // bands: 449x330, 700x500, 700x900).
+  EXPECT_GE(compared, 4);
 }
 
 // The images of one request share the threads: together within parallel_items' bound.
