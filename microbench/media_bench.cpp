@@ -15,6 +15,7 @@
 #include "json/value.h"
 #include "media/geometry.h"
 #include "media/image.h"
+#include "media/parallel.h"
 #include "media/patchify.h"
 #include "media/processor.h"
 #include "media/resize.h"
@@ -85,11 +86,21 @@ void base64(benchmark::State& state, media::ImageFormat f) {
   for (auto _ : state) benchmark::DoNotOptimize(media::parse_image_string(x.uri));
 }
 
+// With the thread budget render_media gives a request's only image (a JPEG decodes in bands).
 void decode(benchmark::State& state, media::ImageFormat f) {
   const Fixture& x = fixture(f);
   for (auto _ : state)
+    benchmark::DoNotOptimize(media::decode_image(
+        x.plan.file, clef::encoding::Limits{}.max_image_pixels, media::threads_per_item(1)));
+  bytes_label(state, x);
+}
+
+// One thread (the decode before perf-log v13a): the banded decode's CPU and wall against it.
+void decode_1t(benchmark::State& state, media::ImageFormat f) {
+  const Fixture& x = fixture(f);
+  for (auto _ : state)
     benchmark::DoNotOptimize(
-        media::decode_image(x.plan.file, clef::encoding::Limits{}.max_image_pixels));
+        media::decode_image(x.plan.file, clef::encoding::Limits{}.max_image_pixels, 1));
   bytes_label(state, x);
 }
 
@@ -119,7 +130,8 @@ void render(benchmark::State& state, media::ImageFormat f) {
   const Fixture& x = fixture(f);
   for (auto _ : state) {
     std::vector<uint8_t> frames;
-    media::render_image(x.plan, clef::encoding::Limits{}.max_image_pixels, frames);
+    media::render_image(x.plan, clef::encoding::Limits{}.max_image_pixels, frames,
+                        media::threads_per_item(1));
     benchmark::DoNotOptimize(frames.data());
   }
 }
@@ -148,12 +160,17 @@ void parse_and_prepare(benchmark::State& state, media::ImageFormat f) {
 
 const int registered = [] {
   using Stage = void (*)(benchmark::State&, media::ImageFormat);
-  const std::pair<const char*, Stage> stages[] = {
-      {"json_parse", json_parse}, {"validate", validate},
-      {"base64", base64},         {"decode", decode},
-      {"resize", resize},         {"resize_photo", resize_photo},
-      {"render", render},         {"patchify", patchify},
-      {"prepare", prepare},       {"parse_and_prepare", parse_and_prepare}};
+  const std::pair<const char*, Stage> stages[] = {{"json_parse", json_parse},
+                                                  {"validate", validate},
+                                                  {"base64", base64},
+                                                  {"decode", decode},
+                                                  {"decode_1t", decode_1t},
+                                                  {"resize", resize},
+                                                  {"resize_photo", resize_photo},
+                                                  {"render", render},
+                                                  {"patchify", patchify},
+                                                  {"prepare", prepare},
+                                                  {"parse_and_prepare", parse_and_prepare}};
   for (const auto f : {media::ImageFormat::Png, media::ImageFormat::Jpeg, media::ImageFormat::Webp})
     for (const auto& [name, fn] : stages) {
       // The photo resize does not depend on the file format: timed once.

@@ -110,9 +110,12 @@ void render_media(const MediaBlock& block, const EncodeOptions& opts, media::Vis
   out.frames.reserve(out.frames.size() + image_bytes + video_bytes);  // no regrowth
   out.frames.resize(out.frames.size() + image_bytes);
   std::vector<std::string> errors(block.images.size());
+  // Each image's decode may use its share of the threads (one large JPEG: bands on several).
+  const unsigned decode_threads = media::threads_per_item(block.images.size());
   media::parallel_items(block.images.size(), [&](size_t k) {
     try {
-      media::render_image_into(block.images[k], opts.max_image_pixels, out.frames.data() + at[k]);
+      media::render_image_into(block.images[k], opts.max_image_pixels, out.frames.data() + at[k],
+                               decode_threads);
     } catch (const media::MediaError& e) {
       errors[k] = e.what();
     }

@@ -69,13 +69,13 @@ ImageInfo probe_image(const EncodedImage& img, uint64_t max_pixels) {
   return info;
 }
 
-Image decode_image(const EncodedImage& img, uint64_t max_pixels) {
+Image decode_image(const EncodedImage& img, uint64_t max_pixels, unsigned threads) {
   probe_image(img, max_pixels);
   switch (img.format) {
     case ImageFormat::Png:
       return decode_png(img.bytes.data(), img.bytes.size(), max_pixels);
     case ImageFormat::Jpeg:
-      return decode_jpeg(img.bytes.data(), img.bytes.size(), max_pixels);
+      return decode_jpeg(img.bytes.data(), img.bytes.size(), max_pixels, threads);
     case ImageFormat::Webp:
       return decode_webp(img.bytes.data(), img.bytes.size(), max_pixels);
   }

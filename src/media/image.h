@@ -53,15 +53,21 @@ EncodedImage identify_image(std::vector<uint8_t> bytes);
 // that nothing is allocated for a huge image.
 ImageInfo probe_image(const EncodedImage& img, uint64_t max_pixels);
 
-// Decodes to RGB (header checked against max_pixels first). Throws MediaError.
-Image decode_image(const EncodedImage& img, uint64_t max_pixels);
+// Decodes to RGB (header checked against max_pixels first). Throws MediaError. `threads`: how many
+// threads the decode may use (a large baseline JPEG is decoded in bands; the caller's budget, see
+// threads_per_item in media/parallel.h); the pixels never depend on it.
+Image decode_image(const EncodedImage& img, uint64_t max_pixels, unsigned threads = 1);
 
 // Per-format decoders (decode_png.cpp, decode_jpeg.cpp, decode_webp.cpp).
 ImageInfo probe_png(const uint8_t* data, size_t size);
 ImageInfo probe_jpeg(const uint8_t* data, size_t size);
 ImageInfo probe_webp(const uint8_t* data, size_t size);
 Image decode_png(const uint8_t* data, size_t size, uint64_t max_pixels);
-Image decode_jpeg(const uint8_t* data, size_t size, uint64_t max_pixels);
+Image decode_jpeg(const uint8_t* data, size_t size, uint64_t max_pixels, unsigned threads = 1);
+// decode_jpeg with its rows split into `bands` bands (iMCU-row aligned; fewer when the image is
+// too short), decoded concurrently whatever the file's kind and size: byte-identical to one pass.
+// decode_jpeg picks the count itself; this form is for the tests.
+Image decode_jpeg_bands(const uint8_t* data, size_t size, uint64_t max_pixels, int bands);
 Image decode_webp(const uint8_t* data, size_t size, uint64_t max_pixels);
 
 // Standard base64 (RFC 4648 alphabet, '=' padding optional, ASCII whitespace skipped).

@@ -11,11 +11,23 @@
 
 namespace clef::media {
 
+// The most threads parallel_items runs: the hardware's, at most `max_threads`.
+inline unsigned parallel_threads(unsigned max_threads = 8) {
+  return std::min(std::max(1u, std::thread::hardware_concurrency()), std::max(1u, max_threads));
+}
+
+// The threads each of `n` items that parallel_items runs concurrently may use for its own inner
+// work (a JPEG decoded in bands), so that together they stay within parallel_threads(): 1 when
+// there are at least as many items as threads.
+inline unsigned threads_per_item(size_t n, unsigned max_threads = 8) {
+  const size_t threads = parallel_threads(max_threads);
+  return static_cast<unsigned>(std::max<size_t>(1, threads / std::max<size_t>(n, 1)));
+}
+
 // Runs fn(i) for i in [0, n) on up to `max_threads` threads (the caller's among them).
 template <typename F>
 void parallel_items(size_t n, F&& fn, unsigned max_threads = 8) {
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const size_t threads = std::min<size_t>({n, static_cast<size_t>(std::min(hw, max_threads))});
+  const size_t threads = std::min<size_t>(n, parallel_threads(max_threads));
   if (threads <= 1) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;

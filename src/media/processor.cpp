@@ -34,8 +34,8 @@ std::vector<uint8_t> at_target(Image img, const Size& target) {
 }
 
 // The plan's file decoded, its size held to the header's (what the plan was sized from).
-Image decoded(const ImagePlan& plan, uint64_t max_pixels) {
-  Image img = decode_image(plan.file, max_pixels);
+Image decoded(const ImagePlan& plan, uint64_t max_pixels, unsigned threads) {
+  Image img = decode_image(plan.file, max_pixels, threads);
   if (img.height != plan.source.height || img.width != plan.source.width)
     throw MediaError("image size differs from its header");
   return img;
@@ -65,18 +65,21 @@ ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t 
   return p;
 }
 
-std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels) {
-  return at_target(decoded(plan, max_pixels), plan.target);
+std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels,
+                                   unsigned decode_threads) {
+  return at_target(decoded(plan, max_pixels, decode_threads), plan.target);
 }
 
-void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<uint8_t>& frames) {
+void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<uint8_t>& frames,
+                  unsigned decode_threads) {
   const size_t base = frames.size();
   frames.resize(base + static_cast<size_t>(frame_bytes(plan.grid)));
-  render_image_into(plan, max_pixels, frames.data() + base);
+  render_image_into(plan, max_pixels, frames.data() + base, decode_threads);
 }
 
-void render_image_into(const ImagePlan& plan, uint64_t max_pixels, uint8_t* frame) {
-  const Image img = decoded(plan, max_pixels);
+void render_image_into(const ImagePlan& plan, uint64_t max_pixels, uint8_t* frame,
+                       unsigned decode_threads) {
+  const Image img = decoded(plan, max_pixels, decode_threads);
   // Resized straight into the request's frame (at the target size already: one copy).
   resize_bicubic_aa_into(img.rgb.data(), img.height, img.width, plan.target.height,
                          plan.target.width, frame);
@@ -137,15 +140,16 @@ void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<uint8_
     append_frames(ptrs, plan, out);
     return;
   }
-  // Decode and resize each distinct sampled frame once (in parallel: frames are independent),
-  // keeping only the resized copies.
+  // Decode and resize each distinct sampled frame once (in parallel: frames are independent, each
+  // decode gets its share of the threads), keeping only the resized copies.
   std::vector<int> distinct = plan.sampled;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   std::vector<std::vector<uint8_t>> resized(plan.frames.size());
+  const unsigned decode_threads = threads_per_item(distinct.size());
   parallel_items(distinct.size(), [&](size_t i) {
     const int idx = distinct[i];
-    Image img = decode_image(plan.frames[static_cast<size_t>(idx)], max_pixels);
+    Image img = decode_image(plan.frames[static_cast<size_t>(idx)], max_pixels, decode_threads);
     if (img.height != plan.source.height || img.width != plan.source.width)
       throw MediaError("frame " + std::to_string(idx) + ": size differs from its header");
     resized[static_cast<size_t>(idx)] = at_target(std::move(img), plan.target);

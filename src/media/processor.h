@@ -27,10 +27,13 @@ struct ImagePlan {
 // Throws MediaError (bad string or file, over max_pixels, aspect ratio above 200).
 ImagePlan plan_image(std::string_view text, const PixelBudget& budget, uint64_t max_pixels);
 // Appends the image's one resized frame (frame_bytes(plan.grid) bytes; it stands for both
-// temporal slices) to `frames`. Throws MediaError.
-void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<uint8_t>& frames);
+// temporal slices) to `frames`. Throws MediaError. `decode_threads`: the decode's thread budget
+// (decode_image; render_media gives each of its images threads_per_item).
+void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<uint8_t>& frames,
+                  unsigned decode_threads = 1);
 // The same frame written at `frame`, which holds exactly frame_bytes(plan.grid) bytes.
-void render_image_into(const ImagePlan& plan, uint64_t max_pixels, uint8_t* frame);
+void render_image_into(const ImagePlan& plan, uint64_t max_pixels, uint8_t* frame,
+                       unsigned decode_threads = 1);
 
 struct VideoPlan {
   std::vector<EncodedImage> frames;  // every frame of the request, in order (the frames form)
@@ -57,7 +60,8 @@ VideoPlan plan_video_file(std::string_view data, const Sampling& sampling,
 void render_video(const VideoPlan& plan, uint64_t max_pixels, std::vector<uint8_t>& frames);
 
 // Decode + resize only (what the fixtures keep as `case{N}_image{K}`): RGB HWC at plan.target.
-std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels);
+std::vector<uint8_t> resized_image(const ImagePlan& plan, uint64_t max_pixels,
+                                   unsigned decode_threads = 1);
 
 inline constexpr double kDefaultSourceFps = 24.0;
 
