@@ -24,7 +24,7 @@ if has tests; then
 fi
 if has wb_vision; then timeout 60 workbench_vision > "$L/workbench_vision.txt" 2>&1; summary+=("workbench_vision rc $?"); fi
 if has wb_attention; then
-  CLEF_ATTN_VARIANT=w4m2s1,wg64o timeout 90 workbench_attention > "$L/workbench_attention.txt" 2>&1
+  CLEF_ATTN_VARIANT=w4s1,w4m2s1,wg64,wg64o,wg64o4 timeout 120 workbench_attention > "$L/workbench_attention.txt" 2>&1
   summary+=("workbench_attention rc $?")
 fi
 if has wb_gdn; then timeout 90 workbench_gdn > "$L/workbench_gdn.txt" 2>&1; summary+=("workbench_gdn rc $?"); fi
@@ -44,6 +44,6 @@ fi
 print_summary
 [ -f "$L/profile.txt" ] && grep -E "^\| [0-9]|^media" "$L/profile.txt"
 [ -f "$L/workbench_vision.txt" ] && grep -iE "patchify|rope|FAIL" "$L/workbench_vision.txt" | head -12
-[ -f "$L/workbench_attention.txt" ] && grep -E "nc 1x4096|nc 4x1024|FAIL" "$L/workbench_attention.txt" | head -12
+[ -f "$L/workbench_attention.txt" ] && grep -E "nc 1x4096|nc 4x1024| 5661 |FAIL" "$L/workbench_attention.txt" | head -12
 [ -f "$L/workbench_gdn.txt" ] && grep -E "gated norm|prep|scan|output|FAIL" "$L/workbench_gdn.txt" | tail -16
 exit 0

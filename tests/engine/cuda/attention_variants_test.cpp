@@ -183,10 +183,10 @@ TEST(AttentionPick, PerDeviceAndStable) {
     int major = 0, minor = 0;
     CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
     CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d));
-    // The Hopper kernel on sm_90 (the overlapped variant at the tower's head dims, the plain one
-    // at the backbone's 256), else and under --kernels generic w4m2s1 / w4s1.
+    // The Hopper kernel on sm_90 (the overlapped four-warpgroup variant at the tower's head dims,
+    // the plain one at the backbone's 256), else and under --kernels generic w4m2s1 / w4s1.
     const bool hopper = major == 9 && minor == 0;
-    const std::string tower_pick = hopper ? "wg64o" : "w4m2s1";
+    const std::string tower_pick = hopper ? "wg64o4" : "w4m2s1";
     for (int round = 0; round < 2; ++round) {
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72)), tower_pick);
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(1024, 16, 80)), tower_pick);
@@ -194,7 +194,8 @@ TEST(AttentionPick, PerDeviceAndStable) {
                 hopper ? "wg64" : "w4s1");
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, true)), "w4m2s1");
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256, true)), "w4s1");
-      EXPECT_EQ(attention_rows_per_tile(true, 4096, 16, 72), 128);
+      EXPECT_EQ(attention_rows_per_tile(true, 4096, 16, 72), hopper ? 256 : 128);
+      EXPECT_EQ(attention_rows_per_tile(true, 4096, 16, 72, true), 128);
       EXPECT_EQ(attention_rows_per_tile(true, 5661, 16, 256), hopper ? 128 : 64);
       EXPECT_EQ(attention_rows_per_tile(true, 5661, 16, 256, true), 64);
       EXPECT_TRUE(attention_variant_supported(tower, 72));

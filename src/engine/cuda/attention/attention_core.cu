@@ -275,13 +275,17 @@ AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool gene
         !(generic && v.wgmma_key_tile))
       return v;
   // On sm_90 the Hopper kernel (flash_wgmma.cu), unless `generic` (--kernels generic) asks for the
-  // mma.sync kernels. H200 (perf-log v13a): at the tower's head dim 72, one 4096-row segment,
-  // wg64o 292.8 us against 339.8 for w4m2s1; at 256 (the backbone, causal 16:4) wg64 beats w4s1 at
-  // every length: 961 / 5661 / 16384 tokens 72.9 / 1212 / 8110 us against 77.7 / 1259 / 8841.
+  // mma.sync kernels. H200 (perf-log v13): at the tower's head dim 72, one 4096-row segment, wg64o4
+  // (four warpgroups) 254.8 us against 290.0 for wg64o and 339.8 for w4m2s1 (four 1024-row
+  // segments 78.6 / 85.5 / 97.2); at 256 (the backbone, causal 16:4) wg64 beats w4s1 at every
+  // length: 961 / 5661 / 16384 tokens 72.9 / 1212 / 8110 us against 77.7 / 1259 / 8841.
   if (!generic && (head_dim == 72 || head_dim == 80 || head_dim == 256)) {
     AttnVariant hopper;
     hopper.warps = 8, hopper.wgmma_key_tile = 64, hopper.wgmma_overlap = head_dim != 256;
     hopper.stages = hopper.wgmma_overlap ? 3 : 2;
+    AttnVariant wide = hopper;
+    wide.warps = 16;
+    if (hopper.wgmma_overlap && attention_variant_supported(wide, head_dim)) return wide;
     if (attention_variant_supported(hopper, head_dim)) return hopper;
   }
   // The tower's head dim on mma.sync (72, or padded to 80): 4 warps of 32 query rows each (two

@@ -67,8 +67,8 @@ AttnVariant attention_variant_from_name(const std::string& name);
 bool attention_variant_supported(const AttnVariant& v, int head_dim);
 
 // The variant attention_core_bf16 runs for this shape on the current device (its tile size is
-// attention_rows_per_tile's): on sm_90 the Hopper kernel at head dims 72 and 80 (wg64o, the vision
-// tower) and 256 (wg64, the backbone); elsewhere, or with `generic`, w4m2s1 at 72 and 80, else the
+// attention_rows_per_tile's): on sm_90 the Hopper kernel at head dims 72 and 80 (wg64o4, the
+// vision tower) and 256 (wg64, the backbone); elsewhere, or with `generic`, w4m2s1 at 72 and 80, else the
 // default shape of attention_core_bf16_pick_warps. CLEF_ATTN_PICK="80=w4s1,256=w8s2" overrides it
 // per head dim (a Hopper name is ignored with `generic`).
 AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool generic = false);
