@@ -200,21 +200,26 @@ int band_count(const Header& h, size_t bytes, unsigned threads) {
   return static_cast<int>(std::min<uint64_t>({static_cast<uint64_t>(n), threads, by_size}));
 }
 
-Image decode_in_bands(const uint8_t* data, size_t size, const Header& h, int bands) {
-  Image out;
-  out.width = h.width;
-  out.height = h.height;
-  out.rgb.resize(static_cast<size_t>(h.width) * static_cast<size_t>(h.height) * 3);
+// Into `rgb` (the caller's width x height x 3 bytes).
+void decode_in_bands(const uint8_t* data, size_t size, const Header& h, int bands, uint8_t* rgb) {
   const std::vector<int> ends = band_ends(h, std::max(1, bands), entropy_share(size, h));
   auto band = [&](size_t k) {
     char message[JMSG_LENGTH_MAX + 32];
     const int first = k == 0 ? 0 : ends[k - 1];
-    if (!run(data, size, out.rgb.data(), first, ends[k], nullptr, message, sizeof message))
+    if (!run(data, size, rgb, first, ends[k], nullptr, message, sizeof message))
       throw MediaError(message);
   };
   // The first failing band (by index) is the one whose message one pass would give: every band
   // repeats one pass's work up to its own end.
   parallel_items(ends.size(), band, static_cast<unsigned>(ends.size()));
+}
+
+Image decode_in_bands(const uint8_t* data, size_t size, const Header& h, int bands) {
+  Image out;
+  out.width = h.width;
+  out.height = h.height;
+  out.rgb.resize(static_cast<size_t>(h.width) * static_cast<size_t>(h.height) * 3);
+  decode_in_bands(data, size, h, bands, out.rgb.data());
   return out;
 }
 
@@ -230,6 +235,13 @@ Header checked_header(const uint8_t* data, size_t size, uint64_t max_pixels) {
 ImageInfo probe_jpeg(const uint8_t* data, size_t size) {
   const Header h = read_header(data, size);
   return {h.width, h.height};
+}
+
+void decode_jpeg_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint8_t* rgb,
+                      size_t bytes, unsigned threads) {
+  const Header h = checked_header(data, size, max_pixels);
+  check_rgb_bytes({h.width, h.height}, bytes);
+  decode_in_bands(data, size, h, band_count(h, size, threads), rgb);
 }
 
 Image decode_jpeg(const uint8_t* data, size_t size, uint64_t max_pixels, unsigned threads) {

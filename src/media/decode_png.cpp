@@ -92,19 +92,28 @@ ImageInfo probe_png(const uint8_t* data, size_t size) {
   return {static_cast<int>(w), static_cast<int>(h)};
 }
 
-Image decode_png(const uint8_t* data, size_t size, uint64_t max_pixels) {
+void decode_png_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint8_t* rgb,
+                     size_t bytes) {
   const ImageInfo info = probe_png(data, size);
   if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
     throw MediaError("PNG image over the pixel limit");
-  Image out;
-  out.width = info.width;
-  out.height = info.height;
-  out.rgb.resize(static_cast<size_t>(info.width) * static_cast<size_t>(info.height) * 3);
+  check_rgb_bytes(info, bytes);
   Source src{data, size, 0};
   ErrorSink sink;
   if (!read_rgb(&src, &sink, static_cast<uint32_t>(info.width), static_cast<uint32_t>(info.height),
-                out.rgb.data()))
+                rgb))
     throw MediaError(sink.message);
+}
+
+Image decode_png(const uint8_t* data, size_t size, uint64_t max_pixels) {
+  const ImageInfo info = probe_png(data, size);
+  Image out;
+  out.width = info.width;
+  out.height = info.height;
+  if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
+    throw MediaError("PNG image over the pixel limit");
+  out.rgb.resize(static_cast<size_t>(info.width) * static_cast<size_t>(info.height) * 3);
+  decode_png_into(data, size, max_pixels, out.rgb.data(), out.rgb.size());
   return out;
 }
 

@@ -69,6 +69,25 @@ ImageInfo probe_image(const EncodedImage& img, uint64_t max_pixels) {
   return info;
 }
 
+void check_rgb_bytes(const ImageInfo& info, size_t bytes) {
+  if (bytes != static_cast<size_t>(info.width) * static_cast<size_t>(info.height) * 3)
+    throw MediaError("image size differs from its header");
+}
+
+void decode_image_into(const EncodedImage& img, uint64_t max_pixels, uint8_t* rgb, size_t bytes,
+                       unsigned threads) {
+  check_rgb_bytes(probe_image(img, max_pixels), bytes);
+  switch (img.format) {
+    case ImageFormat::Png:
+      return decode_png_into(img.bytes.data(), img.bytes.size(), max_pixels, rgb, bytes);
+    case ImageFormat::Jpeg:
+      return decode_jpeg_into(img.bytes.data(), img.bytes.size(), max_pixels, rgb, bytes, threads);
+    case ImageFormat::Webp:
+      return decode_webp_into(img.bytes.data(), img.bytes.size(), max_pixels, rgb, bytes);
+  }
+  throw MediaError("unknown image format");
+}
+
 Image decode_image(const EncodedImage& img, uint64_t max_pixels, unsigned threads) {
   probe_image(img, max_pixels);
   switch (img.format) {

@@ -13,6 +13,17 @@ ImageInfo probe_webp(const uint8_t* data, size_t size) {
   return {f.width, f.height};
 }
 
+void decode_webp_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint8_t* rgb,
+                      size_t bytes) {
+  const ImageInfo info = probe_webp(data, size);
+  if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
+    throw MediaError("WebP image over the pixel limit");
+  check_rgb_bytes(info, bytes);
+  const size_t stride = static_cast<size_t>(info.width) * 3;
+  if (!WebPDecodeRGBInto(data, size, rgb, bytes, static_cast<int>(stride)))
+    throw MediaError("malformed WebP: decoding failed");
+}
+
 Image decode_webp(const uint8_t* data, size_t size, uint64_t max_pixels) {
   const ImageInfo info = probe_webp(data, size);
   if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
@@ -20,10 +31,8 @@ Image decode_webp(const uint8_t* data, size_t size, uint64_t max_pixels) {
   Image out;
   out.width = info.width;
   out.height = info.height;
-  const size_t stride = static_cast<size_t>(info.width) * 3;
-  out.rgb.resize(stride * static_cast<size_t>(info.height));
-  if (!WebPDecodeRGBInto(data, size, out.rgb.data(), out.rgb.size(), static_cast<int>(stride)))
-    throw MediaError("malformed WebP: decoding failed");
+  out.rgb.resize(static_cast<size_t>(info.width) * static_cast<size_t>(info.height) * 3);
+  decode_webp_into(data, size, max_pixels, out.rgb.data(), out.rgb.size());
   return out;
 }
 

@@ -57,12 +57,25 @@ ImageInfo probe_image(const EncodedImage& img, uint64_t max_pixels);
 // threads the decode may use (a large baseline JPEG is decoded in bands; the caller's budget, see
 // threads_per_item in media/parallel.h); the pixels never depend on it.
 Image decode_image(const EncodedImage& img, uint64_t max_pixels, unsigned threads = 1);
+// decode_image into the caller's buffer of exactly width x height x 3 bytes (the header's; else
+// MediaError): an image already at its target size goes straight into the request's frame,
+// without a buffer of its own (a zero-filled 3 MB at 1024^2) and a copy.
+void decode_image_into(const EncodedImage& img, uint64_t max_pixels, uint8_t* rgb, size_t bytes,
+                       unsigned threads = 1);
+// Throws MediaError unless bytes == width x height x 3 (the _into decoders' check).
+void check_rgb_bytes(const ImageInfo& info, size_t bytes);
 
 // Per-format decoders (decode_png.cpp, decode_jpeg.cpp, decode_webp.cpp).
 ImageInfo probe_png(const uint8_t* data, size_t size);
 ImageInfo probe_jpeg(const uint8_t* data, size_t size);
 ImageInfo probe_webp(const uint8_t* data, size_t size);
 Image decode_png(const uint8_t* data, size_t size, uint64_t max_pixels);
+void decode_png_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint8_t* rgb,
+                     size_t bytes);
+void decode_jpeg_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint8_t* rgb,
+                      size_t bytes, unsigned threads = 1);
+void decode_webp_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint8_t* rgb,
+                      size_t bytes);
 Image decode_jpeg(const uint8_t* data, size_t size, uint64_t max_pixels, unsigned threads = 1);
 // decode_jpeg with its rows split into `bands` bands (iMCU-row aligned; fewer when the image is
 // too short), decoded concurrently whatever the file's kind and size: byte-identical to one pass.

@@ -79,6 +79,12 @@ void render_image(const ImagePlan& plan, uint64_t max_pixels, std::vector<uint8_
 
 void render_image_into(const ImagePlan& plan, uint64_t max_pixels, uint8_t* frame,
                        unsigned decode_threads) {
+  if (plan.source.height == plan.target.height && plan.source.width == plan.target.width) {
+    // Already at the target size (a 1024 x 1024 photo): decoded straight into the frame.
+    decode_image_into(plan.file, max_pixels, frame, static_cast<size_t>(frame_bytes(plan.grid)),
+                      decode_threads);
+    return;
+  }
   const Image img = decoded(plan, max_pixels, decode_threads);
   // Resized straight into the request's frame (at the target size already: one copy).
   resize_bicubic_aa_into(img.rgb.data(), img.height, img.width, plan.target.height,

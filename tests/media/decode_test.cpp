@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "media/image.h"
 #include "support/lossless_round_trip.h"
@@ -60,6 +62,40 @@ TEST(MediaDecode, SeedsDecodeToTheirHeaderSize) {
 
 // A header claiming 100000 x 100000 (3e10 bytes of RGB) is refused from the header: decoding it
 // would throw std::bad_alloc or exhaust memory, not MediaError.
+// decode_image_into (what an image already at its target size is decoded with, straight into the
+// request's frame) writes exactly decode_image's pixels for each format, at odd sizes and with a
+// banded JPEG; a buffer of another size, or a corrupt file, is refused with MediaError.
+TEST(MediaDecode, IntoTheCallersBufferMatchesDecodeImage) {
+  for (const auto& [w, h] : {std::pair{33, 17}, std::pair{512, 384}, std::pair{1024, 1024}}) {
+    const media::Image src = media::synthetic_image(w, h, 7);
+    const std::vector<std::pair<media::ImageFormat, std::vector<uint8_t>>> files = {
+        {media::ImageFormat::Png, media::encode_png(src)},
+        {media::ImageFormat::Jpeg, media::encode_jpeg(src, 90)},
+        {media::ImageFormat::Webp, media::encode_webp(src, 80)}};
+    for (const auto& [fmt, bytes] : files) {
+      SCOPED_TRACE(std::string(media::format_name(fmt)) + " " + std::to_string(w) + "x" +
+                   std::to_string(h));
+      const media::EncodedImage file = media::identify_image(bytes);
+      ASSERT_EQ(file.format, fmt);
+      for (unsigned threads : {1u, 4u}) {
+        const media::Image want = media::decode_image(file, kLimit, threads);
+        std::vector<uint8_t> got(want.rgb.size(), 0xA5);  // poisoned: every byte must be written
+        media::decode_image_into(file, kLimit, got.data(), got.size(), threads);
+        EXPECT_EQ(got, want.rgb) << "threads " << threads;
+        EXPECT_THROW(media::decode_image_into(file, kLimit, got.data(), got.size() - 3, threads),
+                     media::MediaError);
+      }
+      EXPECT_THROW(media::decode_image_into(file, uint64_t(w) * h - 1, nullptr, size_t(w) * h * 3),
+                   media::MediaError);  // over the pixel limit: refused before a byte is written
+      std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + bytes.size() / 2);
+      std::vector<uint8_t> out(size_t(w) * h * 3);
+      EXPECT_THROW(
+          media::decode_image_into(media::identify_image(cut), kLimit, out.data(), out.size()),
+          media::MediaError);
+    }
+  }
+}
+
 TEST(MediaDecode, HugeDimensionsAreRefusedBeforeDecoding) {
   std::vector<uint8_t> png = seed("png_tiny.png");
   put_be32(png, 16, 100000);
