@@ -4,7 +4,11 @@
 
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "bench/report.h"
@@ -26,20 +30,38 @@ TEST(BenchFailures, ServerKilledMidRunGivesCountedFailures) {
       R"({"id": "short", "state": "a short state", "question": {"type": "noul", "instructions": "Late?"}})",
       "inline", {});
   const Target t = parse_target(url_of(port));
-  // Size the run from one request's latency so it lasts ~4 s; the server dies after ~1 s.
+  // Size the run from one request's latency so it lasts ~4 s. The server dies as soon as the run
+  // reports its first 5 % done without a failure (its progress lines, read from a pipe), not on a
+  // timer: under sanitizers and a loaded machine a fixed second could pass before any answer.
   auto cli = make_client(t, {});
   const RequestRecord probe = timed_request(*cli, t, {}, m.items[0]);
   ASSERT_EQ(probe.outcome, Outcome::Ok) << probe.error;
   RunOptions opts;
   opts.warmup = 0;
-  opts.traversals = static_cast<int>(4000.0 / std::max(1.0, probe.latency_ms)) + 10;
+  opts.traversals = static_cast<int>(4000.0 / std::max(1.0, probe.latency_ms)) + 40;
   opts.client.timeout_s = 5.0;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::FILE* progress = fdopen(fds[1], "w");
+  ASSERT_NE(progress, nullptr);
+  bool killed = false;
+  std::thread watcher([&] {
+    std::FILE* in = fdopen(fds[0], "r");
+    char line[512];
+    while (in && std::fgets(line, sizeof line, in))
+      if (!killed && std::strstr(line, "measured") && std::strstr(line, " done, 0 failed")) {
+        kill(server->pid(), SIGKILL);
+        killed = true;
+      }
+    if (in) std::fclose(in);
+  });
   CampaignResult result;
-  std::thread run([&] { result = run_campaign(m, t, opts, nullptr); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  kill(server->pid(), SIGKILL);
+  std::thread run([&] { result = run_campaign(m, t, opts, progress); });
   run.join();
+  std::fclose(progress);  // the watcher sees the end of the pipe
+  watcher.join();
   server->stop();
+  ASSERT_TRUE(killed) << "the run never reported progress without a failure";
 
   ASSERT_EQ(result.measured.size(), static_cast<size_t>(opts.traversals));
   size_t ok = 0, transport = 0;
