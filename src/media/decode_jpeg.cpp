@@ -214,19 +214,17 @@ void decode_in_bands(const uint8_t* data, size_t size, const Header& h, int band
   parallel_items(ends.size(), band, static_cast<unsigned>(ends.size()));
 }
 
-Image decode_in_bands(const uint8_t* data, size_t size, const Header& h, int bands) {
-  Image out;
-  out.width = h.width;
-  out.height = h.height;
-  out.rgb.resize(static_cast<size_t>(h.width) * static_cast<size_t>(h.height) * 3);
+// An Image of the header's size (the pixel limit checked first), decoded in `bands` bands.
+Image decode_in_bands(const uint8_t* data, size_t size, const Header& h, uint64_t max_pixels,
+                      int bands) {
+  Image out = sized_image({h.width, h.height}, max_pixels, "JPEG");
   decode_in_bands(data, size, h, bands, out.rgb.data());
   return out;
 }
 
 Header checked_header(const uint8_t* data, size_t size, uint64_t max_pixels) {
   const Header h = read_header(data, size);
-  if (static_cast<uint64_t>(h.width) * static_cast<uint64_t>(h.height) > max_pixels)
-    throw MediaError("JPEG image over the pixel limit");
+  check_pixel_limit({h.width, h.height}, max_pixels, "JPEG");
   return h;
 }
 
@@ -245,12 +243,12 @@ void decode_jpeg_into(const uint8_t* data, size_t size, uint64_t max_pixels, uin
 }
 
 Image decode_jpeg(const uint8_t* data, size_t size, uint64_t max_pixels, unsigned threads) {
-  const Header h = checked_header(data, size, max_pixels);
-  return decode_in_bands(data, size, h, band_count(h, size, threads));
+  const Header h = read_header(data, size);
+  return decode_in_bands(data, size, h, max_pixels, band_count(h, size, threads));
 }
 
 Image decode_jpeg_bands(const uint8_t* data, size_t size, uint64_t max_pixels, int bands) {
-  return decode_in_bands(data, size, checked_header(data, size, max_pixels), bands);
+  return decode_in_bands(data, size, read_header(data, size), max_pixels, bands);
 }
 
 }  // namespace clef::media

@@ -95,8 +95,7 @@ ImageInfo probe_png(const uint8_t* data, size_t size) {
 void decode_png_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint8_t* rgb,
                      size_t bytes) {
   const ImageInfo info = probe_png(data, size);
-  if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
-    throw MediaError("PNG image over the pixel limit");
+  check_pixel_limit(info, max_pixels, "PNG");
   check_rgb_bytes(info, bytes);
   Source src{data, size, 0};
   ErrorSink sink;
@@ -106,13 +105,7 @@ void decode_png_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint
 }
 
 Image decode_png(const uint8_t* data, size_t size, uint64_t max_pixels) {
-  const ImageInfo info = probe_png(data, size);
-  Image out;
-  out.width = info.width;
-  out.height = info.height;
-  if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
-    throw MediaError("PNG image over the pixel limit");
-  out.rgb.resize(static_cast<size_t>(info.width) * static_cast<size_t>(info.height) * 3);
+  Image out = sized_image(probe_png(data, size), max_pixels, "PNG");
   decode_png_into(data, size, max_pixels, out.rgb.data(), out.rgb.size());
   return out;
 }

@@ -1,5 +1,6 @@
 // Request strings -> compressed files -> pixels: the data URI / raw base64 forms, the format
 // sniffed from the magic bytes (as torchvision.io.decode_image does), and the per-format dispatch.
+#include <string>
 #include <utility>
 
 #include "media/data_uri.h"
@@ -72,6 +73,20 @@ ImageInfo probe_image(const EncodedImage& img, uint64_t max_pixels) {
 void check_rgb_bytes(const ImageInfo& info, size_t bytes) {
   if (bytes != static_cast<size_t>(info.width) * static_cast<size_t>(info.height) * 3)
     throw MediaError("image size differs from its header");
+}
+
+void check_pixel_limit(const ImageInfo& info, uint64_t max_pixels, const char* kind) {
+  if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
+    throw MediaError(std::string(kind) + " image over the pixel limit");
+}
+
+Image sized_image(const ImageInfo& info, uint64_t max_pixels, const char* kind) {
+  check_pixel_limit(info, max_pixels, kind);
+  Image out;
+  out.width = info.width;
+  out.height = info.height;
+  out.rgb.resize(static_cast<size_t>(info.width) * static_cast<size_t>(info.height) * 3);
+  return out;
 }
 
 void decode_image_into(const EncodedImage& img, uint64_t max_pixels, uint8_t* rgb, size_t bytes,

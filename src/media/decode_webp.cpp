@@ -16,8 +16,7 @@ ImageInfo probe_webp(const uint8_t* data, size_t size) {
 void decode_webp_into(const uint8_t* data, size_t size, uint64_t max_pixels, uint8_t* rgb,
                       size_t bytes) {
   const ImageInfo info = probe_webp(data, size);
-  if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
-    throw MediaError("WebP image over the pixel limit");
+  check_pixel_limit(info, max_pixels, "WebP");
   check_rgb_bytes(info, bytes);
   const size_t stride = static_cast<size_t>(info.width) * 3;
   if (!WebPDecodeRGBInto(data, size, rgb, bytes, static_cast<int>(stride)))
@@ -25,13 +24,7 @@ void decode_webp_into(const uint8_t* data, size_t size, uint64_t max_pixels, uin
 }
 
 Image decode_webp(const uint8_t* data, size_t size, uint64_t max_pixels) {
-  const ImageInfo info = probe_webp(data, size);
-  if (static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) > max_pixels)
-    throw MediaError("WebP image over the pixel limit");
-  Image out;
-  out.width = info.width;
-  out.height = info.height;
-  out.rgb.resize(static_cast<size_t>(info.width) * static_cast<size_t>(info.height) * 3);
+  Image out = sized_image(probe_webp(data, size), max_pixels, "WebP");
   decode_webp_into(data, size, max_pixels, out.rgb.data(), out.rgb.size());
   return out;
 }

@@ -64,6 +64,11 @@ void decode_image_into(const EncodedImage& img, uint64_t max_pixels, uint8_t* rg
                        unsigned threads = 1);
 // Throws MediaError unless bytes == width x height x 3 (the _into decoders' check).
 void check_rgb_bytes(const ImageInfo& info, size_t bytes);
+// Throws MediaError("<kind> image over the pixel limit") when width x height > max_pixels.
+void check_pixel_limit(const ImageInfo& info, uint64_t max_pixels, const char* kind);
+// The decoders' Image forms: an Image of the header's size (checked against the pixel limit before
+// anything is allocated) for their _into form to fill.
+Image sized_image(const ImageInfo& info, uint64_t max_pixels, const char* kind);
 
 // Per-format decoders (decode_png.cpp, decode_jpeg.cpp, decode_webp.cpp).
 ImageInfo probe_png(const uint8_t* data, size_t size);
