@@ -86,7 +86,7 @@ void render_image_into(const ImagePlan& plan, uint64_t max_pixels, uint8_t* fram
     return;
   }
   const Image img = decoded(plan, max_pixels, decode_threads);
-  // Resized straight into the request's frame (at the target size already: one copy).
+  // Resized straight into the request's frame.
   resize_bicubic_aa_into(img.rgb.data(), img.height, img.width, plan.target.height,
                          plan.target.width, frame);
 }
