@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/packing.h"
 #include "support/ref/attention_ref.h"
@@ -73,6 +74,17 @@ int kernel_rows_per_tile(const Kernel& kr, int T, int nh, int hd) {
   return attention_rows_per_tile(!kr.f32(), T, nh, hd);
 }
 
+// A key-tiled variant (wg64o4t) reads K and V in key tiles: tiled() makes them from the rows.
+bool key_tiled(const Kernel& kr) {
+  return kr.kind == Kernel::kVariant && kr.var.kv_tiled;
+}
+Buf tiled(const Buf& rows, int T, int nkv, int hd) {
+  Buf t(kv_tiled_elems(T, nkv, hd) * sizeof(bf16));
+  tile_kv_bf16(rows.get<bf16>(), t.get<bf16>(), T, nkv, hd, nullptr);
+  return t;
+}
+
+// k and vv as the kernel reads them (key tiles for key_tiled).
 void run(const Kernel& kr, const Buf& q, const Buf& k, const Buf& vv, Buf& out, int T, int nh,
          int nkv, int hd, const AttnSequences* seqs = nullptr) {
   if (kr.f32())
@@ -110,6 +122,7 @@ bool check_shape(const std::vector<Kernel>& kernels, std::mt19937_64& rng, int T
     Buf dq = f32 ? to_device<float>(x.q) : to_device<bf16>(x.q);
     Buf dk = f32 ? to_device<float>(x.k) : to_device<bf16>(x.k);
     Buf dv = f32 ? to_device<float>(x.v) : to_device<bf16>(x.v);
+    if (key_tiled(kr)) dk = tiled(dk, T, nkv, hd), dv = tiled(dv, T, nkv, hd);
     Buf out = f32 ? poisoned<float>(x.q.size()) : poisoned<bf16>(x.q.size());
     run(kr, dq, dk, dv, out, T, nh, nkv, hd);
     const auto got = f32 ? to_host<float>(out, x.q.size()) : to_host<bf16>(out, x.q.size());
@@ -172,6 +185,7 @@ bool check_segments(const std::vector<Kernel>& kernels, std::mt19937_64& rng,
     Buf dq = f32 ? to_device<float>(qp) : to_device<bf16>(qp);
     Buf dk = f32 ? to_device<float>(kp) : to_device<bf16>(kp);
     Buf dv = f32 ? to_device<float>(vp) : to_device<bf16>(vp);
+    if (key_tiled(kr)) dk = tiled(dk, T, kVisNh, hdp), dv = tiled(dv, T, kVisNh, hdp);
     Buf out = f32 ? poisoned<float>(qp.size()) : poisoned<bf16>(qp.size());
     const SegTable t = seg_table(kr, lengths, T, hdp);
     run(kr, dq, dk, dv, out, T, kVisNh, kVisNh, hdp, &t.seqs);
@@ -239,6 +253,7 @@ int main() {
     const auto qp = pad_heads(xs.q, hdp), kp = pad_heads(xs.k, hdp), vp = pad_heads(xs.v, hdp);
     const Buf sq16 = to_device<bf16>(qp), sk16 = to_device<bf16>(kp), sv16 = to_device<bf16>(vp);
     const Buf sq32 = to_device<float>(qp), sk32 = to_device<float>(kp), sv32 = to_device<float>(vp);
+    const Buf skt = tiled(sk16, T, kVisNh, hdp), svt = tiled(sv16, T, kVisNh, hdp);
     Buf sout = poisoned<float>(qp.size());  // big enough for either type
     for (const std::vector<int>& lengths : {std::vector<int>{4096}, std::vector<int>(4, 1024)}) {
       double flop = 0;
@@ -250,8 +265,15 @@ int main() {
         const bool f32 = kr.f32();
         const SegTable t = seg_table(kr, lengths, T, hdp);
         const double us = timer.median_us([&] {
-          run(kr, f32 ? sq32 : sq16, f32 ? sk32 : sk16, f32 ? sv32 : sv16, sout, T, kVisNh, kVisNh,
-              hdp, &t.seqs);
+          const bool kt = key_tiled(kr);
+          run(kr, f32 ? sq32 : sq16,
+              f32  ? sk32
+              : kt ? skt
+                   : sk16,
+              f32  ? sv32
+              : kt ? svt
+                   : sv16,
+              sout, T, kVisNh, kVisNh, hdp, &t.seqs);
         });
         print_row("attention", kernel_name(kr, T, kVisNh, hdp) + shape, T, us, flop,
                   f32 ? kFp32Simt : kMmaSync);

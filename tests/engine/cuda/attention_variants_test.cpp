@@ -7,7 +7,10 @@
 // GQA 1:1 and 4:1. The stage count, Q's place and the rescale skip (a multiplication by exactly 1
 // left out) change where operands wait (shared memory, registers, which buffer), never the
 // arithmetic or its order, so those variants must also equal the 1-stage kernel of their warps and
-// m-tiles bit for bit.
+// m-tiles bit for bit. The key-tiled Hopper variant (wg64o4t) reads K and V made by tile_kv_bf16
+// (checked against kv_tiled_index below) and must equal wg64o4 bit for bit wherever every sequence
+// starts on a 64-row block (the same key tiles); elsewhere its first tile also holds a neighbour's
+// keys, masked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/packing.h"
@@ -70,6 +74,13 @@ void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool ca
                              scale, causal, {}, want);
   const auto dq = to_device<bf16>(q), dk = to_device<bf16>(k), dv = to_device<bf16>(v);
   const size_t n = q.size();
+  const size_t tiled = kv_tiled_elems(T, s.nkv, s.hd);
+  engine::cuda::DeviceBuffer dkt(tiled * sizeof(bf16)), dvt(tiled * sizeof(bf16));
+  tile_kv_bf16(dk.get<bf16>(), dkt.get<bf16>(), T, s.nkv, s.hd, nullptr);
+  tile_kv_bf16(dv.get<bf16>(), dvt.get<bf16>(), T, s.nkv, s.hd, nullptr);
+  bool block_aligned = true;  // every sequence starts on a 64-row block
+  for (int i = 0, at = 0; i < S; at += lengths[i++]) block_aligned &= at % kKvTileRows == 0;
+  std::vector<float> wg64o4;
 
   // The 1-stage kernel's output (Q in shared memory, no rescale skip), by warps and m-tiles.
   std::vector<std::vector<float>> baseline(32);
@@ -96,8 +107,10 @@ void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool ca
     seqs.causal = causal;
     seqs.scale = default_scale ? 0.f : static_cast<float>(scale);
     auto out = poisoned<bf16>(n);
-    attention_core_bf16_variant(var, dq.get<bf16>(), dk.get<bf16>(), dv.get<bf16>(),
-                                out.get<bf16>(), T, s.nh, s.nkv, s.hd, nullptr, &seqs);
+    attention_core_bf16_variant(var, dq.get<bf16>(),
+                                var.kv_tiled ? dkt.get<bf16>() : dk.get<bf16>(),
+                                var.kv_tiled ? dvt.get<bf16>() : dv.get<bf16>(), out.get<bf16>(), T,
+                                s.nh, s.nkv, s.hd, nullptr, &seqs);
     const std::vector<float> got = to_host<bf16>(out, n);
     size_t non_finite = 0;
     double num = 0, den = 0, max_abs = 0;
@@ -118,6 +131,15 @@ void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool ca
     // attention_bf16_variants lists those 1-stage kernels before the variants of their shape.
     if (var.wgmma_key_tile) {
       // The Hopper kernel: other instructions, other summation order; the reference bounds only.
+      // The key-tiled one runs wg64o4's arithmetic on the same tiles where the blocks align.
+      if (attention_variant_name(var) == "wg64o4") wg64o4 = got;
+      if (var.kv_tiled && block_aligned) {
+        ASSERT_FALSE(wg64o4.empty()) << "wg64o4 runs wherever wg64o4t does";
+        size_t differ = 0;
+        for (size_t i = 0; i < n; ++i)
+          differ += std::memcmp(&wg64o4[i], &got[i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0u) << "wg64o4t differs from wg64o4 on block-aligned sequences";
+      }
       continue;
     }
     auto& base = baseline[var.warps * 3 + var.m_tiles];
@@ -140,8 +162,9 @@ TEST_P(AttentionVariants, MatchReferenceAndDefaultKernel) {
   const Shape s = GetParam();
   auto rng = fresh_rng();
   // Lengths around both tile sizes (64 and 128 rows), then long and short sequences mixed.
-  const std::vector<std::vector<int>> packings = {{1, 63, 64, 65, 127, 128, 129},
-                                                  {700, 3, 129, 1, 64}};
+  // {64, 128, 192, 1} starts every sequence on a 64-row block (wg64o4t's tiles equal wg64o4's).
+  const std::vector<std::vector<int>> packings = {
+      {1, 63, 64, 65, 127, 128, 129}, {700, 3, 129, 1, 64}, {64, 128, 192, 1}};
   for (bool causal : {true, false}) {
     SCOPED_TRACE(causal ? "causal" : "non-causal");
     for (int T : {1, 129, 300}) {
@@ -193,6 +216,13 @@ TEST(AttentionPick, PerDeviceAndStable) {
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256)),
                 hopper ? "wg64" : "w4s1");
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, true)), "w4m2s1");
+      // A caller that hands over key tiles (the tower) gets the key-tiled kernel on sm_90.
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, false, true)),
+                hopper ? "wg64o4t" : "w4m2s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, true, true)),
+                "w4m2s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256, false, true)),
+                hopper ? "wg64" : "w4s1");
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256, true)), "w4s1");
       EXPECT_EQ(attention_rows_per_tile(true, 4096, 16, 72), hopper ? 256 : 128);
       EXPECT_EQ(attention_rows_per_tile(true, 4096, 16, 72, true), 128);
@@ -222,8 +252,44 @@ TEST(AttentionVariantNames, RoundTripAndRefuseUnknown) {
   EXPECT_EQ(attention_variant_name({4, 2, false, 2}), "w4m2s2");
   EXPECT_EQ(attention_variant_rows_per_tile({4, 1, false, 2}), 128);
   EXPECT_EQ(attention_variant_name({4, 1, false, 2, true}), "w4m2s1r");
+  AttnVariant tiled{16, 3, false, 1, false, 64, true, true};
+  EXPECT_EQ(attention_variant_name(tiled), "wg64o4t");
+  EXPECT_EQ(attention_variant_rows_per_tile(tiled), 256);
   EXPECT_THROW(attention_variant_from_name("w16s2"), std::invalid_argument);
   EXPECT_THROW(attention_variant_from_name(""), std::invalid_argument);
+}
+
+// tile_kv_bf16 against kv_tiled_index computed here: every element where it belongs, zeros in the
+// padding columns (72 -> 80) and in the last block's rows past T (a poisoned destination).
+TEST(KvTiles, TileKvMatchesTheIndex) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  EXPECT_EQ(kv_tile_cols(72), 80);
+  EXPECT_EQ(kv_tile_cols(64), 64);
+  EXPECT_EQ(kv_tiled_index(0, 0, 0, 130, 72), 0u);
+  EXPECT_EQ(kv_tiled_index(1, 0, 0, 130, 72), 8u);      // row 1 of the first core matrix
+  EXPECT_EQ(kv_tiled_index(0, 0, 8, 130, 72), 64u);     // the next 8 columns: the next matrix
+  EXPECT_EQ(kv_tiled_index(8, 0, 0, 130, 72), 640u);    // rows 8..15 after one row of 10 matrices
+  EXPECT_EQ(kv_tiled_index(64, 0, 0, 130, 72), 5120u);  // the second block
+  EXPECT_EQ(kv_tiled_index(0, 1, 0, 130, 72), 3u * 5120u);  // head 1 after three blocks
+  for (const int hd : {64, 72, 80})
+    for (const int nkv : {1, 4})
+      for (const int T : {1, 63, 64, 65, 200}) {
+        SCOPED_TRACE(testing::Message() << "T " << T << " heads " << nkv << " hd " << hd);
+        std::vector<float> x = randn(rng, size_t(T) * nkv * hd);
+        round_all_bf16(x);
+        const size_t n = kv_tiled_elems(T, nkv, hd);
+        std::vector<float> want(n, 0.0f);
+        for (int r = 0; r < T; ++r)
+          for (int h = 0; h < nkv; ++h)
+            for (int c = 0; c < hd; ++c)
+              want[kv_tiled_index(r, h, c, T, hd)] = x[(size_t(r) * nkv + h) * hd + c];
+        const auto src = to_device<bf16>(x);
+        auto dst = poisoned<bf16>(n);
+        tile_kv_bf16(src.get<bf16>(), dst.get<bf16>(), T, nkv, hd, nullptr);
+        EXPECT_EQ(to_host<bf16>(dst, n), want);
+      }
+  EXPECT_THROW(tile_kv_bf16(nullptr, nullptr, 4, 1, 68, nullptr), std::invalid_argument);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "engine/cpu/gated_attention.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/vision_tower.h"
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/kernel_path.h"
 #include "engine/cuda/kernels/attn_prep.h"
@@ -418,6 +419,56 @@ TYPED_TEST(VisionKernels, RopeSplitVariantsAgree) {
     EXPECT_EQ(diff, 0u) << "tensor "
                         << "qkv"[t] << ": vec8 and generic differ";
   }
+}
+
+// K and V in key tiles (attention/kv_tiles.h, for the Hopper kernel's wg64o4t): the vec8 kernel's
+// tiled k and v are its row-layout k and v placed by kv_tiled_index, with zeros in every padding
+// column and in the last block's rows past the end (poisoned buffers); q is the row layout's.
+TYPED_TEST(VisionKernels, RopeSplitKeyTilesAreTheRowLayoutTiled) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const int heads = 16, hd = 72;
+  auto dinv = to_device<float>(vision_rope_inv_freq(hd, 10000.0));
+  for (const int hdp : {72, 80})
+    for (const int rows : {1, 63, 64, 65, 4097}) {
+      SCOPED_TRACE(::testing::Message() << "rows " << rows << " hdp " << hdp);
+      const auto qkv = rand_e<E>(rng, size_t(rows) * 3 * heads * hd, 2.0f);
+      std::vector<int32_t> rc(size_t(rows) * 2);
+      std::uniform_int_distribution<int> pos(0, 200);
+      for (auto& x : rc) x = pos(rng);
+      auto dqkv = to_device<E>(qkv);
+      auto drc = ints_to_device(rc);
+      VisionRopeArgs a{rows, heads, hd, hdp, drc.get<int32_t>(), dinv.get<float>()};
+      const size_t n = size_t(rows) * heads * hdp, nt = kv_tiled_elems(rows, heads, hdp);
+      auto q = poisoned<E>(n), k = poisoned<E>(n), v = poisoned<E>(n);
+      vision_rope_split<E>(dqkv.template get<E>(), q.template get<E>(), k.template get<E>(),
+                           v.template get<E>(), a, KernelPath::Auto, 0);
+      a.kv_tiled = true;
+      EXPECT_TRUE(vision_rope_split_tiles_kv(a, KernelPath::Auto));
+      EXPECT_FALSE(vision_rope_split_tiles_kv(a, KernelPath::Generic));
+      EXPECT_STREQ(vision_rope_split_variant(a, KernelPath::Auto),
+                   "vision_rope_split_vec8_kv_tiles");
+      auto tq = poisoned<E>(n), tk = poisoned<E>(nt), tv = poisoned<E>(nt);
+      vision_rope_split<E>(dqkv.template get<E>(), tq.template get<E>(), tk.template get<E>(),
+                           tv.template get<E>(), a, KernelPath::Auto, 0);
+      EXPECT_THROW(
+          vision_rope_split<E>(dqkv.template get<E>(), tq.template get<E>(), tk.template get<E>(),
+                               tv.template get<E>(), a, KernelPath::Generic, 0),
+          std::invalid_argument);
+      const std::vector<float> hk = to_host<E>(k, n), hv = to_host<E>(v, n);
+      std::vector<float> want_k(nt, 0.0f), want_v(nt, 0.0f);
+      for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < heads; ++j)
+          for (int i = 0; i < hdp; ++i) {
+            const size_t from = (size_t(r) * heads + j) * hdp + i;
+            want_k[kv_tiled_index(r, j, i, rows, hdp)] = hk[from];
+            want_v[kv_tiled_index(r, j, i, rows, hdp)] = hv[from];
+          }
+      EXPECT_EQ(to_host<E>(tq, n), to_host<E>(q, n)) << "q";
+      EXPECT_EQ(to_host<E>(tk, nt), want_k) << "k";
+      EXPECT_EQ(to_host<E>(tv, nt), want_v) << "v";
+    }
 }
 
 // Rows scattered into a wider residual stream: the listed rows' first D columns replaced, every

@@ -265,14 +265,15 @@ const std::vector<std::pair<int, AttnVariant>>& pick_override() {
 
 }  // namespace
 
-AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool generic) {
+AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool generic,
+                                     bool kv_tiled_ok) {
   // A pick must stay a variant attention_variant_supported accepts on every device it can meet (or
   // fall back to a default shape), as attention_rows_per_tile follows it. It runs on every launch
   // and every attention_rows_per_tile: a scan of a constant table and the shared-memory limit
   // cached per device (flash::device_smem_optin), no device query.
   for (const auto& [hd, v] : pick_override())
     if (hd == head_dim && attention_variant_supported(v, head_dim) &&
-        !(generic && v.wgmma_key_tile))
+        !(generic && v.wgmma_key_tile) && (kv_tiled_ok || !v.kv_tiled))
       return v;
   // On sm_90 the Hopper kernel (flash_wgmma.cu), unless `generic` (--kernels generic) asks for the
   // mma.sync kernels. H200 (perf-log v13): at the tower's head dim 72, one 4096-row segment, wg64o4
@@ -285,6 +286,10 @@ AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool gene
     hopper.stages = hopper.wgmma_overlap ? 3 : 2;
     AttnVariant wide = hopper;
     wide.warps = 16;
+    AttnVariant tiled = wide;
+    tiled.kv_tiled = true;
+    if (kv_tiled_ok && hopper.wgmma_overlap && attention_variant_supported(tiled, head_dim))
+      return tiled;
     if (hopper.wgmma_overlap && attention_variant_supported(wide, head_dim)) return wide;
     if (attention_variant_supported(hopper, head_dim)) return hopper;
   }

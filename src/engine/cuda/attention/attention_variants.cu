@@ -24,7 +24,7 @@ namespace {
 using namespace flash;
 
 // Every built variant (attention_bf16_variants), the default shapes first.
-constexpr std::array<AttnVariant, 16> kVariants = {{{4, 1, false, 1},
+constexpr std::array<AttnVariant, 17> kVariants = {{{4, 1, false, 1},
                                                     {8, 1, false, 1},
                                                     {4, 1, true, 1},
                                                     {8, 1, true, 1},
@@ -39,7 +39,8 @@ constexpr std::array<AttnVariant, 16> kVariants = {{{4, 1, false, 1},
                                                     {8, 2, false, 1, true},
                                                     {8, 2, false, 1, false, 64},
                                                     {8, 3, false, 1, false, 64, true},
-                                                    {16, 3, false, 1, false, 64, true}}};
+                                                    {16, 3, false, 1, false, 64, true},
+                                                    {16, 3, false, 1, false, 64, true, true}}};
 
 constexpr AttnVariant kTowerPick{4, 1, false, 2, false};  // w4m2s1, the only variant built at 72
 
@@ -131,7 +132,7 @@ int attention_variant_rows_per_tile(const AttnVariant& v) {
 std::string attention_variant_name(const AttnVariant& v) {
   if (v.wgmma_key_tile)
     return "wg" + std::to_string(v.wgmma_key_tile) + (v.wgmma_overlap ? "o" : "") +
-           (v.warps == 16 ? "4" : "");
+           (v.warps == 16 ? "4" : "") + (v.kv_tiled ? "t" : "");
   return "w" + std::to_string(v.warps) + (v.m_tiles > 1 ? "m" + std::to_string(v.m_tiles) : "") +
          "s" + std::to_string(v.stages) + (v.q_in_regs ? "q" : "") + (v.skip_rescale ? "r" : "");
 }
@@ -149,7 +150,8 @@ bool attention_variant_supported(const AttnVariant& v, int head_dim) {
   bool built = false;
   for (const AttnVariant& b : kVariants) built |= b == v;
   if (!built) return false;
-  if (v.wgmma_key_tile) return wgmma_attention_supported(head_dim, v.wgmma_overlap, v.warps / 4);
+  if (v.wgmma_key_tile)
+    return wgmma_attention_supported(head_dim, v.wgmma_overlap, v.warps / 4, v.kv_tiled);
   if (is_default(v)) return true;  // every head dim; 1 stage fits sm_80+
   if (!variant_head_dim(v, head_dim)) return false;
   return bf16_smem_bytes(head_dim, attention_variant_rows_per_tile(v), v.stages) <=
@@ -160,6 +162,9 @@ void attention_core_bf16_variant(const AttnVariant& variant, const __nv_bfloat16
                                  const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* out,
                                  int T, int n_heads, int n_kv_heads, int head_dim,
                                  cudaStream_t stream, const AttnSequences* seqs) {
+  if (variant.kv_tiled)
+    return attention_core_bf16_wgmma_kv_tiled(q, k, v, out, T, n_heads, n_kv_heads, head_dim,
+                                              stream, seqs);
   if (variant.wgmma_key_tile)
     return attention_core_bf16_wgmma(variant.wgmma_overlap, variant.warps / 4, q, k, v, out, T,
                                      n_heads, n_kv_heads, head_dim, stream, seqs);

@@ -22,6 +22,7 @@
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/attention/flash_bf16.cuh"
 #include "engine/cuda/attention/flash_wgmma.h"
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/attention/wgmma_ops.cuh"
 #include "engine/cuda/cuda_check.h"
 
@@ -44,9 +45,13 @@ constexpr int threads(int wg) {
 constexpr int padded_k(int hd) {
   return (hd + 15) / 16 * 16;
 }
-constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap, int wg) {
+// kv_tiled: K and V arrive by bulk copies, whose completion three mbarriers ahead of the tiles
+// count (kBarBytes).
+constexpr size_t kBarBytes = 128;
+constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap, int wg, bool kv_tiled = false) {
   const int stages = overlap ? 3 : 2;
-  return static_cast<size_t>(br(wg) + 2 * stages * bc) * padded_k(hd) * 2;
+  return static_cast<size_t>(br(wg) + 2 * stages * bc) * padded_k(hd) * 2 +
+         (kv_tiled ? kBarBytes : 0);
 }
 constexpr size_t kSlack = 32 * 1024;
 // Two CTAs of two warpgroups an SM where the accumulators leave 128 registers a thread and the
@@ -77,6 +82,40 @@ template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// mbarriers and bulk copies (kv_tiled): one thread announces a stage's bytes and issues its two
+// copies; every thread waits for the phase the copies complete.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@p bra.uni DONE;\n"
+      "bra.uni WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes,
+                                              uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 }
 
 // A shared-memory matrix descriptor (no swizzle): start address, the byte stride between core
@@ -200,25 +239,27 @@ CLEF_RS_OP(256)
 #undef CLEF_RS_OP
 
 // Online softmax of one key tile for this thread's two rows (g and g + 8 of its warp's 16):
-// masks keys past each row's limit when `diagonal`, updates the running max (log2 domain) and row
-// sums, leaves exp2(s - m) in s and returns the factors O must be rescaled by. The running max is
-// lazy: it moves only when a row's scores pass it by more than kLazyMax (log2), so after the first
-// tiles alpha is 1 and O's rescale is skipped (rescale_if_needed). O and l share the stale max,
-// so the quotient is unchanged; p stays below 2^kLazyMax, which bf16 and fp32 hold exactly as well.
+// masks keys before `lo` and past each row's limit when `diagonal`, updates the running max (log2
+// domain) and row sums, leaves exp2(s - m) in s and returns the factors O must be rescaled by. The
+// running max is lazy: it moves only when a row's scores pass it by more than kLazyMax (log2), so
+// after the first tiles alpha is 1 and O's rescale is skipped (rescale_if_needed). O and l share
+// the stale max, so the quotient is unchanged; p stays below 2^kLazyMax, which bf16 and fp32 hold
+// exactly as well.
 constexpr float kLazyMax = 8.f;
 template <int BC>
 __device__ __forceinline__ void tile_softmax(float (&s)[BC / 2], bool diagonal, int key0, int tig,
-                                             int lim_a, int lim_b, float scale_log2,
+                                             int lo, int lim_a, int lim_b, float scale_log2,
                                              float (&m_run)[2], float (&l_run)[2],
                                              float (&alpha)[2]) {
   if (diagonal) {
 #pragma unroll
     for (int nt = 0; nt < BC / 8; ++nt) {
       const int key = key0 + nt * 8 + tig * 2;
-      if (key > lim_a) s[4 * nt + 0] = -INFINITY;
-      if (key + 1 > lim_a) s[4 * nt + 1] = -INFINITY;
-      if (key > lim_b) s[4 * nt + 2] = -INFINITY;
-      if (key + 1 > lim_b) s[4 * nt + 3] = -INFINITY;
+      const bool below0 = key < lo, below1 = key + 1 < lo;  // a neighbour's keys (kv_tiled)
+      if (below0 || key > lim_a) s[4 * nt + 0] = -INFINITY;
+      if (below1 || key + 1 > lim_a) s[4 * nt + 1] = -INFINITY;
+      if (below0 || key > lim_b) s[4 * nt + 2] = -INFINITY;
+      if (below1 || key + 1 > lim_b) s[4 * nt + 3] = -INFINITY;
     }
   }
   float mx[2] = {-INFINITY, -INFINITY};
@@ -284,8 +325,11 @@ __device__ __forceinline__ void rescale(float (&o)[HD / 2], const float (&alpha)
 // multiple of 16, wgmma's k-step), V rows as they are (PV's N is HD). OVERLAP (three K/V stages):
 // each warpgroup issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then computes tile
 // j + 1's softmax while the tensor cores run P_j V_j; without it (two stages) the products and the
-// softmax of a tile run one after the other.
-template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG>
+// softmax of a tile run one after the other. KVT: k and v in key tiles (kv_tiles.h), each stage
+// filled by two bulk copies that thread 0 issues (whole lines from the L2 instead of a request per
+// 16 bytes), key tiles aligned to the global 64-row blocks (a sequence starting inside one masks
+// the keys before it).
+template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG, bool KVT>
 __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP, WG))
     flash_wgmma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                        const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out, int T,
@@ -294,8 +338,12 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
 #ifdef CLEF_WGMMA_AVAILABLE
   constexpr int HDK = padded_k(HD), kStages = OVERLAP ? 3 : 2, kBr = br(WG), kThreads = threads(WG);
   static_assert(HD % 8 == 0 && BC % 16 == 0, "n8 tiles, k16 steps");
+  static_assert(!KVT || (OVERLAP && BC == kKvTileRows && HDK == kv_tile_cols(HD)),
+                "key tiles are the overlapped kernel's stages");
+  constexpr uint32_t kStageBytes = BC * HDK * 2;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  const uint32_t bars = smem_addr(smem_raw);  // kStages mbarriers (KVT)
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw + (KVT ? kBarBytes : 0));
   __nv_bfloat16* sK = sQ + kBr * HDK;           // [kStages][BC * HDK]
   __nv_bfloat16* sV = sK + kStages * BC * HDK;  // [kStages][BC * HDK]
 
@@ -304,28 +352,53 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   const int h = blockIdx.y, kvh = h / group, n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
   const __nv_bfloat16* qh = q + static_cast<size_t>(h) * HD;
-  const __nv_bfloat16* kh = k + static_cast<size_t>(kvh) * HD;
-  const __nv_bfloat16* vh = v + static_cast<size_t>(kvh) * HD;
+  // Row layout: the head's first column; key tiles: the head's first block.
+  const size_t kv_head = KVT ? kv_tiled_index(0, kvh, 0, T, HD) : static_cast<size_t>(kvh) * HD;
+  const __nv_bfloat16* kh = k + kv_head;
+  const __nv_bfloat16* vh = v + kv_head;
 
   const int wg = threadIdx.x / 128, wl = threadIdx.x % 128;
   const int warp = wl / 32, lane = wl % 32, g = lane / 4, tig = lane % 4;
 
   const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
-  const int n_tiles = (last_key - s0) / BC + 1;
+  const int key_base = KVT ? s0 / BC * BC : s0;  // tile j holds keys key_base + j BC ..
+  const int n_tiles = (last_key - key_base) / BC + 1;
+  const uint32_t sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
   using Plan = TilePlan<HD, HDK, BC, kThreads>;
   // K and V heads start at the same offset in their rows: one shift for both.
   const Plan plan(kv_stride,
                   (HD / 8) % 2 ? static_cast<int>((reinterpret_cast<uintptr_t>(kh) >> 4) & 1) : 0);
-  Plan::zero_padding(sK, 2 * kStages);  // sV follows sK: both tensors' stages
-  const uint32_t sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
   auto load_kv = [&](int tile) {
-    constexpr uint32_t kStageBytes = BC * HDK * 2;
     const uint32_t st = static_cast<uint32_t>(tile % kStages) * kStageBytes;
-    plan.load(sK_addr + st, kh, s0 + tile * BC, s1, kv_stride);
-    plan.load(sV_addr + st, vh, s0 + tile * BC, s1, kv_stride);
+    if constexpr (KVT) {  // thread 0 only
+      const uint32_t bar = bars + static_cast<uint32_t>(tile % kStages) * 8;
+      const size_t at = static_cast<size_t>(key_base / BC + tile) * BC * HDK;
+      mbar_expect_tx(bar, 2 * kStageBytes);
+      bulk_copy_g2s(sK_addr + st, kh + at, kStageBytes, bar);
+      bulk_copy_g2s(sV_addr + st, vh + at, kStageBytes, bar);
+    } else {
+      plan.load(sK_addr + st, kh, s0 + tile * BC, s1, kv_stride);
+      plan.load(sV_addr + st, vh, s0 + tile * BC, s1, kv_stride);
+    }
   };
+  // Waits until tile j's K and V have landed (KVT: the copies' phase of its stage's barrier).
+  auto wait_kv = [&](int tile) {
+    if constexpr (KVT)
+      mbar_wait(bars + static_cast<uint32_t>(tile % kStages) * 8,
+                static_cast<uint32_t>(tile / kStages) & 1);
+  };
+  if constexpr (KVT) {
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < kStages; ++i) mbar_init(bars + 8 * i, 1);
+      mbar_init_fence();
+      load_kv(0);
+      if (n_tiles > 1) load_kv(1);
+    }
+  } else {
+    Plan::zero_padding(sK, 2 * kStages);  // sV follows sK: both tensors' stages
+  }
   load_canonical<HD, HDK, kBr, kThreads>(sQ, qh, q0, s1, q_stride);
-  load_kv(0);
+  if constexpr (!KVT) load_kv(0);
   cp_async_commit();
 
   // Descriptor strides (bytes): along the contiguous dimension one core matrix (128), across 8-row
@@ -359,9 +432,14 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     for (int kk = 0; kk < BC / 16; ++kk)
       RsOp<HD>::run(o, p[kk], make_desc(cV + kk * 16 * HDK, v_lbo, v_sbo), 1);
   };
-  // Keys of tile j visible to some row of this warpgroup / past some row's limit (uniform).
-  auto visible = [&](int tile) { return s0 + tile * BC <= lim_hi; };
-  auto diagonal = [&](int tile) { return s0 + tile * BC + BC - 1 > lim_lo; };
+  auto key0 = [&](int tile) { return key_base + tile * BC; };
+  // Keys of tile j visible to some row of this warpgroup / masked for some row (uniform).
+  auto visible = [&](int tile) { return key0(tile) <= lim_hi; };
+  auto diagonal = [&](int tile) { return key0(tile) + BC - 1 > lim_lo || key0(tile) < s0; };
+  auto softmax = [&](float(&s)[BC / 2], int tile) {
+    tile_softmax<BC>(s, diagonal(tile), key0(tile), tig, s0, lim_a, lim_b, scale_log2, m_run, l_run,
+                     alpha);
+  };
 
   float s[BC / 2];
 #pragma unroll
@@ -381,8 +459,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(s);
-      tile_softmax<BC>(s, diagonal(j), s0 + j * BC, tig, lim_a, lim_b, scale_log2, m_run, l_run,
-                       alpha);
+      softmax(s, j);
       pack_p<BC>(s, p);
       rescale<HD>(o, alpha);
       wgmma_fence();
@@ -396,26 +473,36 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     // tile j + 2 (its stage last held tile j - 1, whose product every warpgroup has finished),
     // issue S_{j+1} and P_j V_j, softmax of tile j + 1 while P_j V_j runs, then rescale O. Tiles
     // past the warpgroup's rows (causal) run masked: all their p are 0 and alpha 1.
-    cp_async_wait<0>();
+    cp_async_wait<0>();  // Q (and without KVT K/V_0)
     fence_proxy_async();
-    __syncthreads();
-    if (n_tiles > 1) load_kv(1);
-    cp_async_commit();
+    __syncthreads();  // (KVT: also the barriers' initialisation)
+    if constexpr (KVT) {
+      wait_kv(0);
+    } else {
+      if (n_tiles > 1) load_kv(1);
+      cp_async_commit();
+    }
     wgmma_fence();
     issue_s(s, 0);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
-    tile_softmax<BC>(s, diagonal(0), s0, tig, lim_a, lim_b, scale_log2, m_run, l_run, alpha);
+    softmax(s, 0);
     pack_p<BC>(s, p);
     // (The last tile's P V is peeled off the loop: a branch-free body lets ptxas keep the
     // products of one iteration in flight together instead of serialising them.)
     for (int j = 0; j + 1 < n_tiles; ++j) {
-      cp_async_wait<0>();  // K_{j+1}, V_{j+1}
-      fence_proxy_async();
-      __syncthreads();
-      if (j + 2 < n_tiles) load_kv(j + 2);
-      cp_async_commit();
+      if constexpr (KVT) {
+        __syncthreads();  // every warpgroup is done with tile j - 1: its stage takes tile j + 2
+        if (threadIdx.x == 0 && j + 2 < n_tiles) load_kv(j + 2);
+        wait_kv(j + 1);
+      } else {
+        cp_async_wait<0>();  // K_{j+1}, V_{j+1}
+        fence_proxy_async();
+        __syncthreads();
+        if (j + 2 < n_tiles) load_kv(j + 2);
+        cp_async_commit();
+      }
       wgmma_fence();
       issue_s(s, j + 1);
       wgmma_commit();
@@ -423,8 +510,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
       wgmma_commit();
       wgmma_wait<1>();  // S_{j+1} (committed first); P_j V_j may still run
       fence_regs(s);
-      tile_softmax<BC>(s, diagonal(j + 1), s0 + (j + 1) * BC, tig, lim_a, lim_b, scale_log2, m_run,
-                       l_run, alpha);
+      softmax(s, j + 1);
       wgmma_wait<0>();
       fence_regs(o);
       rescale<HD>(o, alpha);
@@ -463,7 +549,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
 #endif
 }
 
-template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG>
+template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG, bool KVT>
 void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                    __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
                    float scale_log2, const int4* tiles, int layout, cudaStream_t stream) {
@@ -471,8 +557,8 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
   // the tiles' bytes although its results are right with slack (session 11: the probe at hd 64
   // with 32 KiB of slack matched the reference): the asynchronous proxy appears to read past the
   // last V tile. kSlack keeps every read inside the CTA (a probe's wrong convention's too).
-  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP, WG) + kSlack;
-  auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL, OVERLAP, WG>;
+  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP, WG, KVT) + kSlack;
+  auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL, OVERLAP, WG, KVT>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess)
@@ -483,7 +569,7 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-template <int HD, bool OVERLAP, int WG>
+template <int HD, bool OVERLAP, int WG, bool KVT = false>
 void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
                int layout, cudaStream_t stream) {
@@ -492,11 +578,11 @@ void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat
   const int grid_x = tl ? seqs->tile_slots : (T + br(WG) - 1) / br(WG);
   const float sl2 = log2_score_scale(seqs, HD);  // the mma.sync kernel's, bit for bit
   if (is_causal(seqs))
-    launch_kernel<HD, BC, true, OVERLAP, WG>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
-                                             layout, stream);
+    launch_kernel<HD, BC, true, OVERLAP, WG, KVT>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2,
+                                                  tl, layout, stream);
   else
-    launch_kernel<HD, BC, false, OVERLAP, WG>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2, tl,
-                                              layout, stream);
+    launch_kernel<HD, BC, false, OVERLAP, WG, KVT>(q, k, v, out, T, n_heads, n_kv_heads, grid_x,
+                                                   sl2, tl, layout, stream);
 }
 
 // sm_90 exactly: the binary's sm_90a code (wgmma is not in the sm_90 PTX it also carries).
@@ -506,17 +592,19 @@ bool device_is_sm90() {
 
 }  // namespace
 
-bool wgmma_attention_built(int head_dim, bool overlap, int warpgroups) {
+bool wgmma_attention_built(int head_dim, bool overlap, int warpgroups, bool kv_tiled) {
+  if (kv_tiled) return warpgroups == 4 && overlap && (head_dim == 72 || head_dim == 80);
   if (warpgroups == 4) return overlap && (head_dim == 64 || head_dim == 72 || head_dim == 80);
   if (warpgroups != 2) return false;
   if (overlap) return head_dim == 64 || head_dim == 72 || head_dim == 80 || head_dim == 128;
   return head_dim == 64 || head_dim == 72 || head_dim == 80 || head_dim == 128 || head_dim == 256;
 }
 
-bool wgmma_attention_supported(int head_dim, bool overlap, int warpgroups) {
-  if (!wgmma_attention_built(head_dim, overlap, warpgroups)) return false;
+bool wgmma_attention_supported(int head_dim, bool overlap, int warpgroups, bool kv_tiled) {
+  if (!wgmma_attention_built(head_dim, overlap, warpgroups, kv_tiled)) return false;
   return device_is_sm90() &&
-         wgmma_smem_bytes(head_dim, 64, overlap, warpgroups) + kSlack <= device_smem_optin();
+         wgmma_smem_bytes(head_dim, 64, overlap, warpgroups, kv_tiled) + kSlack <=
+             device_smem_optin();
 }
 
 int wgmma_attention_rows_per_tile(int warpgroups) {
@@ -542,6 +630,25 @@ void attention_core_bf16_wgmma(bool overlap, int warpgroups, const __nv_bfloat16
   if (head_dim == 72)
     return launch_hd<72, true, 4>(q, k, v, out, T, n_heads, n_kv_heads, seqs, kWgmmaLayout, stream);
   return launch_hd<80, true, 4>(q, k, v, out, T, n_heads, n_kv_heads, seqs, kWgmmaLayout, stream);
+}
+
+void attention_core_bf16_wgmma_kv_tiled(const __nv_bfloat16* q, const __nv_bfloat16* k_tiles,
+                                        const __nv_bfloat16* v_tiles, __nv_bfloat16* out, int T,
+                                        int n_heads, int n_kv_heads, int head_dim,
+                                        cudaStream_t stream, const AttnSequences* seqs) {
+  check_shape(T, n_heads, n_kv_heads, head_dim);
+  check_sequences(seqs);
+  if (!wgmma_attention_supported(head_dim, true, 4, true))
+    throw std::invalid_argument("attention_core_bf16: no key-tiled wgmma kernel for head_dim " +
+                                std::to_string(head_dim) + " on this device");
+  if ((reinterpret_cast<uintptr_t>(k_tiles) | reinterpret_cast<uintptr_t>(v_tiles)) % 16 != 0)
+    throw std::invalid_argument("attention_core_bf16: key tiles must be 16-byte aligned");
+  if (T == 0) return;
+  if (head_dim == 72)
+    return launch_hd<72, true, 4, true>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs,
+                                        kWgmmaLayout, stream);
+  return launch_hd<80, true, 4, true>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs,
+                                      kWgmmaLayout, stream);
 }
 
 void attention_wgmma_probe(bool overlap, int layout, const __nv_bfloat16* q, const __nv_bfloat16* k,

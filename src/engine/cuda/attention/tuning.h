@@ -31,7 +31,8 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim);
 // query rows a tile, K/V tiles of 64 keys; sm_90 only; named "wg64", or "wg64o" with
 // wgmma_overlap: the softmax of the next key tile overlapping the current P V; its other fields
 // read 8 warps, 2 (3 overlapped) stages, 1 m-tile; "wg64o4": 16 warps, four warpgroups, 256 query
-// rows a tile).
+// rows a tile); kv_tiled ("wg64o4t", head dims 72 and 80): wg64o4 reading K and V in key tiles
+// (kv_tiles.h), each stage one pair of bulk copies -- the caller passes k and v in that layout.
 struct AttnVariant {
   int warps = 4;
   int stages = 1;
@@ -40,10 +41,12 @@ struct AttnVariant {
   bool skip_rescale = false;
   int wgmma_key_tile = 0;
   bool wgmma_overlap = false;
+  bool kv_tiled = false;
   bool operator==(const AttnVariant& o) const {  // (tuning.h is also compiled as CUDA C++17)
     return warps == o.warps && stages == o.stages && q_in_regs == o.q_in_regs &&
            m_tiles == o.m_tiles && skip_rescale == o.skip_rescale &&
-           wgmma_key_tile == o.wgmma_key_tile && wgmma_overlap == o.wgmma_overlap;
+           wgmma_key_tile == o.wgmma_key_tile && wgmma_overlap == o.wgmma_overlap &&
+           kv_tiled == o.kv_tiled;
   }
 };
 
@@ -68,14 +71,17 @@ bool attention_variant_supported(const AttnVariant& v, int head_dim);
 
 // The variant attention_core_bf16 runs for this shape on the current device (its tile size is
 // attention_rows_per_tile's): on sm_90 the Hopper kernel at head dims 72 and 80 (wg64o4, the
-// vision tower) and 256 (wg64, the backbone); elsewhere, or with `generic`, w4m2s1 at 72 and 80, else the
-// default shape of attention_core_bf16_pick_warps. CLEF_ATTN_PICK="80=w4s1,256=w8s2" overrides it
-// per head dim (a Hopper name is ignored with `generic`).
-AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool generic = false);
+// vision tower) and 256 (wg64, the backbone); elsewhere, or with `generic`, w4m2s1 at 72 and 80,
+// else the default shape of attention_core_bf16_pick_warps. CLEF_ATTN_PICK="80=w4s1,256=w8s2"
+// overrides it per head dim (a Hopper name is ignored with `generic`). kv_tiled_ok: the caller can
+// hand over K and V in key tiles (the vision tower): on sm_90 wg64o4t then replaces wg64o4; without
+// it a kv_tiled variant is never picked (a CLEF_ATTN_PICK naming one is ignored).
+AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool generic = false,
+                                     bool kv_tiled_ok = false);
 
 // attention_core_bf16 with the given variant (its tile table, if any, built for
-// attention_variant_rows_per_tile rows per tile). Throws std::invalid_argument for a variant not
-// built or not supported here.
+// attention_variant_rows_per_tile rows per tile; k and v in key tiles for a kv_tiled variant).
+// Throws std::invalid_argument for a variant not built or not supported here.
 void attention_core_bf16_variant(const AttnVariant& variant, const __nv_bfloat16* q,
                                  const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* out,
                                  int T, int n_heads, int n_kv_heads, int head_dim,

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/common.cuh"
 
@@ -330,8 +331,10 @@ __device__ __forceinline__ void unpack4(const Vec4<float>& v, float* f) {
 // Block (heads * hdp / 8, rows per block): thread (x, y) is chunk c of head j of row
 // blockIdx.x * blockDim.y + y and writes that chunk of q, k and v (5 loads in flight: q and k's
 // chunk and their partners' two 4-element groups, v's chunk). The row's cos/sin in shared memory
-// as the generic kernel computes them; the same rounded products and sums.
-template <typename E>
+// as the generic kernel computes them; the same rounded products and sums. TILED (a.kv_tiled): k
+// and v into key tiles (attention/kv_tiles.h), the block kv_tile_cols(hdp) / 8 chunks a head wide
+// and the grid over every row of the last tile, so that the padding columns and rows get zeros.
+template <typename E, bool TILED>
 __global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __restrict__ q,
                                               E* __restrict__ k, E* __restrict__ v,
                                               VisionRopeArgs a) {
@@ -342,15 +345,23 @@ __global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __re
   float* cs = cs_all + threadIdx.y * a.hd;
   if (live) vision_rope_table(cs, a, row, threadIdx.x, blockDim.x);
   __syncthreads();
-  const int cph = a.hdp / 8;
-  if (!live || static_cast<int>(threadIdx.x) >= a.heads * cph) return;
+  const int cph = TILED ? kv_tile_cols(a.hdp) / 8 : a.hdp / 8;
+  if (static_cast<int>(threadIdx.x) >= a.heads * cph) return;
   const int j = threadIdx.x / cph, c = threadIdx.x - j * cph, i0 = 8 * c;
   const size_t width = static_cast<size_t>(a.heads) * a.hd;
   const size_t out = (row * a.heads + j) * a.hdp + i0;
+  const size_t kv_out = TILED ? kv_tiled_index(static_cast<int>(row), j, i0, a.rows, a.hdp) : out;
+  if (!live) {  // past the rows: the last key tile's padding rows
+    if (TILED && row < static_cast<size_t>(kv_tile_blocks(a.rows)) * kKvTileRows) {
+      st8(k + kv_out, Vec8<E>{});
+      st8(v + kv_out, Vec8<E>{});
+    }
+    return;
+  }
   if (i0 >= a.hd) {  // a padding chunk (hd is a multiple of 8: never partly padding)
-    st8(q + out, Vec8<E>{});
-    st8(k + out, Vec8<E>{});
-    st8(v + out, Vec8<E>{});
+    if (i0 < a.hdp) st8(q + out, Vec8<E>{});
+    st8(k + kv_out, Vec8<E>{});
+    st8(v + kv_out, Vec8<E>{});
     return;
   }
   const E* hq = qkv + row * 3 * width + static_cast<size_t>(j) * a.hd;
@@ -361,7 +372,7 @@ __global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __re
   const int p1 = i0 + 4 < half ? i0 + 4 + half : i0 + 4 - half;
   const Vec8<E> qs = ld8(hq + i0), ks = ld8(hk + i0), vs = ld8(hk + width + i0);
   const Vec4<E> qp0 = ld4(hq + p0), qp1 = ld4(hq + p1), kp0 = ld4(hk + p0), kp1 = ld4(hk + p1);
-  st8(v + out, vs);
+  st8(v + kv_out, vs);
   float cv[8], sv[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
@@ -381,7 +392,7 @@ __global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __re
     st8(dst, pack8<E>(o));
   };
   rotate(qs, qp0, qp1, q + out);
-  rotate(ks, kp0, kp1, k + out);
+  rotate(ks, kp0, kp1, k + kv_out);
 }
 
 template <typename E>
@@ -432,7 +443,7 @@ bool pos_embed_add_vec8_shape(int W) {
 // Rows per block of the vec8 RoPE split, 0 when the shape is the generic kernel's.
 int rope_vec8_rows_per_block(const VisionRopeArgs& a) {
   if (a.hd % 8 != 0 || a.hdp % 8 != 0) return 0;
-  const int per_row = a.heads * (a.hdp / 8);
+  const int per_row = a.heads * ((a.kv_tiled ? kv_tile_cols(a.hdp) : a.hdp) / 8);
   if (per_row > 1024) return 0;
   return std::max(1, kRopeThreads / per_row);
 }
@@ -454,8 +465,14 @@ const char* vision_pos_embed_add_variant(int W, KernelPath path) {
                                                                  : "vision_pos_embed_add_generic";
 }
 const char* vision_rope_split_variant(const VisionRopeArgs& a, KernelPath path) {
-  return path == KernelPath::Auto && rope_vec8_rows_per_block(a) > 0 ? "vision_rope_split_vec8"
-                                                                     : "vision_rope_split_generic";
+  if (path == KernelPath::Auto && rope_vec8_rows_per_block(a) > 0)
+    return a.kv_tiled ? "vision_rope_split_vec8_kv_tiles" : "vision_rope_split_vec8";
+  return "vision_rope_split_generic";
+}
+bool vision_rope_split_tiles_kv(const VisionRopeArgs& a, KernelPath path) {
+  VisionRopeArgs t = a;
+  t.kv_tiled = true;
+  return path == KernelPath::Auto && rope_vec8_rows_per_block(t) > 0;
 }
 const char* scatter_rows_variant(int D, int ld, bool bf16, KernelPath path) {
   return path == KernelPath::Auto && scatter_rows_vec_shape(D, ld, bf16 ? 2 : 4)
@@ -533,9 +550,23 @@ void vision_rope_split(const E* qkv, E* q, E* k, E* v, const VisionRopeArgs& a, 
                                 " (a positive multiple of 4 needed), padded " +
                                 std::to_string(a.hdp) + ", heads " + std::to_string(a.heads));
   const int rpb = path == KernelPath::Auto ? rope_vec8_rows_per_block(a) : 0;
-  if (rpb > 0 && aligned16(qkv) && aligned16(q) && aligned16(k) && aligned16(v)) {
+  const bool vec8 = rpb > 0 && aligned16(qkv) && aligned16(q) && aligned16(k) && aligned16(v);
+  if (a.kv_tiled) {
+    if (!vec8)
+      throw std::invalid_argument(
+          "vision_rope_split: key tiles need the vec8 kernel (vision_rope_split_tiles_kv, "
+          "16-byte aligned buffers)");
+    const int rows = kv_tile_blocks(a.rows) * kKvTileRows;
+    const dim3 block(a.heads * (kv_tile_cols(a.hdp) / 8), rpb);
+    vision_rope_split_vec8_kernel<E, true>
+        <<<(rows + rpb - 1) / rpb, block, static_cast<size_t>(rpb) * a.hd * sizeof(float), s>>>(
+            qkv, q, k, v, a);
+    CLEF_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  if (vec8) {
     const dim3 block(a.heads * (a.hdp / 8), rpb);
-    vision_rope_split_vec8_kernel<E>
+    vision_rope_split_vec8_kernel<E, false>
         <<<(a.rows + rpb - 1) / rpb, block, static_cast<size_t>(rpb) * a.hd * sizeof(float), s>>>(
             qkv, q, k, v, a);
     CLEF_CUDA_LAUNCH_CHECK();
@@ -565,7 +596,6 @@ void scatter_rows(E* dst, int ld, const E* src, const int32_t* dst_rows, int n, 
   }
   CLEF_CUDA_LAUNCH_CHECK();
 }
-
 
 std::vector<float> vision_rope_inv_freq(int head_dim, double theta) {
   const int half = head_dim / 2, quarter = head_dim / 4;

@@ -50,10 +50,14 @@ const char* vision_pos_embed_add_variant(int W, KernelPath path);
 // (i < hd/4 ? r * inv_freq[i] : c * inv_freq[i - hd/4]), fp32 product, accurate cosf/sinf;
 // applied in fp32 then rounded to E (what the CPU tower computes). v copied.
 // rc: device [rows][2] = (r, c) of each row's patch; inv_freq: device [hd/4].
+// kv_tiled: k and v written in key tiles (attention/kv_tiles.h, for attention head dim hdp and
+// these rows; zeros in its padding columns and rows) for the Hopper kernel's wg64o4t, q as above;
+// only the vec8 kernel writes them (vision_rope_split_tiles_kv), std::invalid_argument otherwise.
 struct VisionRopeArgs {
   int rows, heads, hd, hdp;
   const int32_t* rc;
   const float* inv_freq;
+  bool kv_tiled = false;
 };
 // vec8 (hd and hdp multiples of 8): a thread per 8-column chunk of a head writes that chunk of q, k
 // and v; the rotate-half partners (hd / 2 away, a multiple of 4 but not always of 8: at hd 72 the
@@ -62,6 +66,7 @@ template <typename E>
 void vision_rope_split(const E* qkv, E* q, E* k, E* v, const VisionRopeArgs& a, KernelPath path,
                        cudaStream_t s);
 const char* vision_rope_split_variant(const VisionRopeArgs& a, KernelPath path);
+bool vision_rope_split_tiles_kv(const VisionRopeArgs& a, KernelPath path);
 
 // dst[dst_rows[i] * ld + j] = src[i * D + j] for i < n, j < D (the tower's rows replace the pad
 // embeddings in the backbone's residual stream).

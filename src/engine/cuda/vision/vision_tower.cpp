@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/kernels/patchify.h"
 #include "engine/cuda/kernels/vision.h"
@@ -141,18 +142,23 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
 }
 
 namespace {
-// The tower's bf16 attention kernel: the pick (mma.sync only under --kernels generic).
-AttnVariant tower_attention(int R, int heads, int hd, KernelPath path) {
-  return attention_core_bf16_pick(R, heads, hd, path == KernelPath::Generic);
+// The tower's bf16 attention kernel: the pick (mma.sync only under --kernels generic), with K and
+// V in key tiles where the RoPE split can write them so (wg64o4t on sm_90).
+AttnVariant tower_attention(int R, int heads, int hd, int hdp, KernelPath path) {
+  const VisionRopeArgs ra{R, heads, hd, hdp, nullptr, nullptr};
+  return attention_core_bf16_pick(R, heads, hdp, path == KernelPath::Generic,
+                                  vision_rope_split_tiles_kv(ra, path));
 }
 }  // namespace
 
 std::string CudaVisionTower::attention_kernel(int R) const {
-  return attention_variant_name(tower_attention(R, heads_, hdp_, path_));
+  return attention_variant_name(tower_attention(R, heads_, hd_, hdp_, path_));
 }
 
 std::map<std::string, std::string> CudaVisionTower::kernel_variants() const {
-  const VisionRopeArgs ra{1, heads_, hd_, hdp_, nullptr, nullptr};
+  const bool kv_tiles =
+      act_ == DataType::BF16 && tower_attention(1, heads_, hd_, hdp_, path_).kv_tiled;
+  const VisionRopeArgs ra{1, heads_, hd_, hdp_, nullptr, nullptr, kv_tiles};
   return {{"vision_layer_norm", layer_norm_variant(W_, path_)},
           {"vision_mlp_gelu", fused_gelu_ ? "fc1_gemm_gelu_bias_epilogue" : gelu_variant(path_)},
           {"vision_merger_gelu", gelu_variant(path_)},
@@ -169,18 +175,19 @@ void CudaVisionTower::check(const media::VisualInput& visual) {
   if (rows == 0) throw tower_error("no images or videos");
 }
 
-CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, size_t frame_bytes,
-                                                  int tile_slots) {
+CudaVisionTower::Buffers CudaVisionTower::reserve(int64_t rows, size_t frame_bytes, int tile_slots,
+                                                  bool kv_tiles) {
   const size_t es = data_type_bytes(act_), R = static_cast<size_t>(rows);
   const size_t padded = R * heads_ * hdp_ * es;
+  const size_t kv = kv_tiles ? kv_tiled_elems(static_cast<int>(rows), heads_, hdp_) * es : padded;
   const size_t sizes[] = {R * media::kPatchValues * es,  // pixels
                           frame_bytes,                   // frames
                           R * W_ * es,                   // x
                           R * W_ * es,                   // u
                           R * 3 * W_ * es,               // qkv
                           padded,                        // q
-                          padded,                        // k
-                          padded,                        // v
+                          kv,                            // k
+                          kv,                            // v
                           padded,                        // attn
                           R * std::max(I_, W_) * es,     // mid (MLP; merger fc1 [R/4, 4W])
                           R / 4 * M_ * es,               // merged (merger fc1 output)
@@ -264,7 +271,8 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   }
   const int R = static_cast<int>(rows);
   const bool is_bf16 = act_ == DataType::BF16;
-  const AttnVariant attn = tower_attention(R, heads_, hdp_, path_);
+  const AttnVariant attn = tower_attention(R, heads_, hd_, hdp_, path_);
+  const bool kv_tiles = is_bf16 && attn.kv_tiled;  // (the float32 tower runs attention_core_f32)
   const int rpt = is_bf16 ? attention_variant_rows_per_tile(attn)
                           : attention_rows_per_tile(false, R, heads_, hdp_);
   const std::vector<int32_t> tiles = segment_tiles(segments, rpt);
@@ -272,7 +280,7 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   // One workspace and one staging area: whatever ran before (an earlier request's backbone still
   // reading these rows, its uploads) is done before they are reused or moved.
   CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
-  const Buffers b = reserve(rows, visual.frames.size(), tile_slots);
+  const Buffers b = reserve(rows, visual.frames.size(), tile_slots, kv_tiles);
   tokens_ = rows / 4;
   out_ptr_ = b.out;
 
@@ -324,7 +332,7 @@ void CudaVisionTower::enqueue_as(const media::VisualInput& visual, cudaStream_t 
   seqs.tile_slots = tile_slots;
   seqs.causal = false;
   seqs.scale = 1.0f / std::sqrt(static_cast<float>(hd_));
-  const VisionRopeArgs ra{R, heads_, hd_, hdp_, b.rc, inv_freq_};
+  const VisionRopeArgs ra{R, heads_, hd_, hdp_, b.rc, inv_freq_, kv_tiles};
   for (const Block& blk : blocks_) {
     if (!gemms_only) {
       layer_norm<E>(x, blk.norm1_w, blk.norm1_b, u, R, W_, kEps, path_, s);

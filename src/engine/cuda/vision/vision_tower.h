@@ -76,7 +76,7 @@ class CudaVisionTower {
     void *pixels, *frames, *x, *u, *qkv, *q, *k, *v, *attn, *mid, *merged, *out;
     int32_t *rc, *tiles;
   };
-  Buffers reserve(int64_t rows, size_t frame_bytes, int tile_slots);
+  Buffers reserve(int64_t rows, size_t frame_bytes, int tile_slots, bool kv_tiles);
   void gemm(const Linear& l, const void* x, int rows, void* y, bool accumulate, cudaStream_t s,
             bool gelu = false);
   template <typename E>
