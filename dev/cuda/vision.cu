@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "common.h"
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/kernels/patchify.h"
 #include "engine/cuda/kernels/vision.h"
 #include "media/patchify.h"
@@ -135,6 +136,21 @@ void time_tower_shape(std::mt19937_64& rng, Timer& timer, int rows) {
                 std::string(vision_rope_split_variant(ra, path)) + " hdp " + std::to_string(hdp),
                 rows, us, 3.0 * nx * e + 3.0 * nw * e + rc.size() * 4.0, kHbm);
     }
+  {
+    // K and V written in key tiles (the tower's layout for wg64o4t, padded to 80 columns), q as
+    // rows.
+    VisionRopeArgs ra{rows, kHeads, kHd, kHd, drc.get<int32_t>(), inv.get<float>()};
+    ra.kv_tiled = true;
+    const size_t nt = kv_tiled_elems(rows, kHeads, kHd);
+    Buf kt(nt * e), vt(nt * e);
+    const double us = timer.median_us([&] {
+      vision_rope_split<bf16>(qkv.get<bf16>(), q.get<bf16>(), kt.get<bf16>(), vt.get<bf16>(), ra,
+                              KernelPath::Auto, 0);
+    });
+    print_row(
+        "vision", std::string(vision_rope_split_variant(ra, KernelPath::Auto)) + " hdp 72", rows,
+        us, 3.0 * nx * e + double(rows) * kHeads * kHd * e + 2.0 * nt * e + rc.size() * 4.0, kHbm);
+  }
   {
     // The tower's input rows from the image's uint8 frame (what the host now uploads): the frame
     // read (nominally once; each of the two temporal slices reads it) and the bf16 rows written.

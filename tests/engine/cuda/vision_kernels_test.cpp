@@ -447,8 +447,7 @@ TYPED_TEST(VisionKernels, RopeSplitKeyTilesAreTheRowLayoutTiled) {
       a.kv_tiled = true;
       EXPECT_TRUE(vision_rope_split_tiles_kv(a, KernelPath::Auto));
       EXPECT_FALSE(vision_rope_split_tiles_kv(a, KernelPath::Generic));
-      EXPECT_STREQ(vision_rope_split_variant(a, KernelPath::Auto),
-                   "vision_rope_split_vec8_kv_tiles");
+      EXPECT_STREQ(vision_rope_split_variant(a, KernelPath::Auto), "vision_rope_split_kv_tiles");
       auto tq = poisoned<E>(n), tk = poisoned<E>(nt), tv = poisoned<E>(nt);
       vision_rope_split<E>(dqkv.template get<E>(), tq.template get<E>(), tk.template get<E>(),
                            tv.template get<E>(), a, KernelPath::Auto, 0);

@@ -328,42 +328,22 @@ __device__ __forceinline__ void unpack4(const Vec4<float>& v, float* f) {
   f[0] = v.a.x, f[1] = v.a.y, f[2] = v.a.z, f[3] = v.a.w;
 }
 
-// Block (heads * hdp / 8, rows per block): thread (x, y) is chunk c of head j of row
-// blockIdx.x * blockDim.y + y and writes that chunk of q, k and v (5 loads in flight: q and k's
-// chunk and their partners' two 4-element groups, v's chunk). The row's cos/sin in shared memory
-// as the generic kernel computes them; the same rounded products and sums. TILED (a.kv_tiled): k
-// and v into key tiles (attention/kv_tiles.h), the block kv_tile_cols(hdp) / 8 chunks a head wide
-// and the grid over every row of the last tile, so that the padding columns and rows get zeros.
-template <typename E, bool TILED>
-__global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __restrict__ q,
-                                              E* __restrict__ k, E* __restrict__ v,
-                                              VisionRopeArgs a) {
-  extern __shared__ float cs_all[];  // per row of the block: cos [hd/2] | sin [hd/2]
+// Chunk i0 .. i0 + 7 of head j of a live row: q and k rotated, v copied (5 loads in flight: q and
+// k's chunk and their partners' two 4-element groups, v's chunk); zeros where i0 is padding (q only
+// within its hdp columns). cs: the row's cos/sin as the generic kernel computes them; the same
+// rounded products and sums.
+template <typename E>
+__device__ __forceinline__ void rope_split_chunk(const E* __restrict__ qkv, const float* cs,
+                                                 const VisionRopeArgs& a, size_t row, int j, int i0,
+                                                 E* qd, E* kd, E* vd) {
   const int half = a.hd / 2;
-  const size_t row = static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  const bool live = row < static_cast<size_t>(a.rows);
-  float* cs = cs_all + threadIdx.y * a.hd;
-  if (live) vision_rope_table(cs, a, row, threadIdx.x, blockDim.x);
-  __syncthreads();
-  const int cph = TILED ? kv_tile_cols(a.hdp) / 8 : a.hdp / 8;
-  if (static_cast<int>(threadIdx.x) >= a.heads * cph) return;
-  const int j = threadIdx.x / cph, c = threadIdx.x - j * cph, i0 = 8 * c;
-  const size_t width = static_cast<size_t>(a.heads) * a.hd;
-  const size_t out = (row * a.heads + j) * a.hdp + i0;
-  const size_t kv_out = TILED ? kv_tiled_index(static_cast<int>(row), j, i0, a.rows, a.hdp) : out;
-  if (!live) {  // past the rows: the last key tile's padding rows
-    if (TILED && row < static_cast<size_t>(kv_tile_blocks(a.rows)) * kKvTileRows) {
-      st8(k + kv_out, Vec8<E>{});
-      st8(v + kv_out, Vec8<E>{});
-    }
-    return;
-  }
   if (i0 >= a.hd) {  // a padding chunk (hd is a multiple of 8: never partly padding)
-    if (i0 < a.hdp) st8(q + out, Vec8<E>{});
-    st8(k + kv_out, Vec8<E>{});
-    st8(v + kv_out, Vec8<E>{});
+    if (i0 < a.hdp) st8(qd, Vec8<E>{});
+    st8(kd, Vec8<E>{});
+    st8(vd, Vec8<E>{});
     return;
   }
+  const size_t width = static_cast<size_t>(a.heads) * a.hd;
   const E* hq = qkv + row * 3 * width + static_cast<size_t>(j) * a.hd;
   const E* hk = hq + width;
   // Partners of the 4-element groups at i0 and i0 + 4 (half is a multiple of 4: a group never
@@ -372,7 +352,7 @@ __global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __re
   const int p1 = i0 + 4 < half ? i0 + 4 + half : i0 + 4 - half;
   const Vec8<E> qs = ld8(hq + i0), ks = ld8(hk + i0), vs = ld8(hk + width + i0);
   const Vec4<E> qp0 = ld4(hq + p0), qp1 = ld4(hq + p1), kp0 = ld4(hk + p0), kp1 = ld4(hk + p1);
-  st8(v + kv_out, vs);
+  st8(vd, vs);
   float cv[8], sv[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
@@ -391,8 +371,57 @@ __global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __re
                            : __fadd_rn(__fmul_rn(self[e], cv[e]), __fmul_rn(partner[e], sv[e]));
     st8(dst, pack8<E>(o));
   };
-  rotate(qs, qp0, qp1, q + out);
-  rotate(ks, kp0, kp1, k + kv_out);
+  rotate(qs, qp0, qp1, qd);
+  rotate(ks, kp0, kp1, kd);
+}
+
+// Block (heads * hdp / 8, rows per block): thread (x, y) is chunk c of head j of row
+// blockIdx.x * blockDim.y + y and writes that chunk of q, k and v. The row's cos/sin in shared
+// memory.
+template <typename E>
+__global__ void vision_rope_split_vec8_kernel(const E* __restrict__ qkv, E* __restrict__ q,
+                                              E* __restrict__ k, E* __restrict__ v,
+                                              VisionRopeArgs a) {
+  extern __shared__ float cs_all[];  // per row of the block: cos [hd/2] | sin [hd/2]
+  const size_t row = static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool live = row < static_cast<size_t>(a.rows);
+  float* cs = cs_all + threadIdx.y * a.hd;
+  if (live) vision_rope_table(cs, a, row, threadIdx.x, blockDim.x);
+  __syncthreads();
+  const int cph = a.hdp / 8;
+  if (!live || static_cast<int>(threadIdx.x) >= a.heads * cph) return;
+  const int j = threadIdx.x / cph, c = threadIdx.x - j * cph;
+  const size_t out = (row * a.heads + j) * a.hdp + 8 * c;
+  rope_split_chunk(qkv, cs, a, row, j, 8 * c, q + out, k + out, v + out);
+}
+
+// K and V into key tiles (attention/kv_tiles.h), q as above. Block: 8 rows x kRopeTileHeads heads
+// x kv_tile_cols(hdp) / 8 chunks, thread t is row t % 8 of chunk t / 8, so that a warp writes four
+// whole 128-byte core-matrix columns of the tiles (8 rows of one chunk are contiguous there) and
+// reads 64 contiguous bytes of 8 rows. Grid: (every row of the last 64-row tile) / 8 x heads /
+// kRopeTileHeads; rows past the end write zeros, as do the padding columns.
+template <typename E>
+__global__ void vision_rope_split_tiles_kernel(const E* __restrict__ qkv, E* __restrict__ q,
+                                               E* __restrict__ k, E* __restrict__ v,
+                                               VisionRopeArgs a, int heads_per_block) {
+  extern __shared__ float cs_all[];  // 8 rows: cos [hd/2] | sin [hd/2]
+  const size_t row0 = static_cast<size_t>(blockIdx.x) * 8;
+  for (int i = 0; i < 8; ++i)
+    if (row0 + i < static_cast<size_t>(a.rows))
+      vision_rope_table(cs_all + i * a.hd, a, row0 + i, threadIdx.x, blockDim.x);
+  __syncthreads();
+  const int cph = kv_tile_cols(a.hdp) / 8, r8 = threadIdx.x % 8, cl = threadIdx.x / 8;
+  if (cl >= heads_per_block * cph) return;
+  const size_t row = row0 + r8;
+  const int j = blockIdx.y * heads_per_block + cl / cph, i0 = 8 * (cl % cph);
+  const size_t kv_out = kv_tiled_index(static_cast<int>(row), j, i0, a.rows, a.hdp);
+  if (row >= static_cast<size_t>(a.rows)) {  // the last tile's padding rows
+    st8(k + kv_out, Vec8<E>{});
+    st8(v + kv_out, Vec8<E>{});
+    return;
+  }
+  const size_t out = (row * a.heads + j) * a.hdp + i0;
+  rope_split_chunk(qkv, cs_all + r8 * a.hd, a, row, j, i0, q + out, k + kv_out, v + kv_out);
 }
 
 template <typename E>
@@ -440,10 +469,19 @@ bool layer_norm_vec8_shape(int D) {
 bool pos_embed_add_vec8_shape(int W) {
   return W % 8 == 0;
 }
+// Heads per block of the key-tiled RoPE split (8 rows x heads x chunks threads, at most
+// kRopeThreads), 0 when there is none (then no key tiles).
+int rope_tile_heads_per_block(const VisionRopeArgs& a) {
+  if (a.hd % 8 != 0 || a.hdp % 8 != 0) return 0;
+  const int per_head = 8 * (kv_tile_cols(a.hdp) / 8);
+  for (int h = std::min(a.heads, kRopeThreads / per_head); h >= 1; --h)
+    if (a.heads % h == 0) return h;
+  return 0;
+}
 // Rows per block of the vec8 RoPE split, 0 when the shape is the generic kernel's.
 int rope_vec8_rows_per_block(const VisionRopeArgs& a) {
   if (a.hd % 8 != 0 || a.hdp % 8 != 0) return 0;
-  const int per_row = a.heads * ((a.kv_tiled ? kv_tile_cols(a.hdp) : a.hdp) / 8);
+  const int per_row = a.heads * (a.hdp / 8);
   if (per_row > 1024) return 0;
   return std::max(1, kRopeThreads / per_row);
 }
@@ -465,14 +503,12 @@ const char* vision_pos_embed_add_variant(int W, KernelPath path) {
                                                                  : "vision_pos_embed_add_generic";
 }
 const char* vision_rope_split_variant(const VisionRopeArgs& a, KernelPath path) {
-  if (path == KernelPath::Auto && rope_vec8_rows_per_block(a) > 0)
-    return a.kv_tiled ? "vision_rope_split_vec8_kv_tiles" : "vision_rope_split_vec8";
+  if (a.kv_tiled && vision_rope_split_tiles_kv(a, path)) return "vision_rope_split_kv_tiles";
+  if (path == KernelPath::Auto && rope_vec8_rows_per_block(a) > 0) return "vision_rope_split_vec8";
   return "vision_rope_split_generic";
 }
 bool vision_rope_split_tiles_kv(const VisionRopeArgs& a, KernelPath path) {
-  VisionRopeArgs t = a;
-  t.kv_tiled = true;
-  return path == KernelPath::Auto && rope_vec8_rows_per_block(t) > 0;
+  return path == KernelPath::Auto && rope_tile_heads_per_block(a) > 0;
 }
 const char* scatter_rows_variant(int D, int ld, bool bf16, KernelPath path) {
   return path == KernelPath::Auto && scatter_rows_vec_shape(D, ld, bf16 ? 2 : 4)
@@ -552,21 +588,21 @@ void vision_rope_split(const E* qkv, E* q, E* k, E* v, const VisionRopeArgs& a, 
   const int rpb = path == KernelPath::Auto ? rope_vec8_rows_per_block(a) : 0;
   const bool vec8 = rpb > 0 && aligned16(qkv) && aligned16(q) && aligned16(k) && aligned16(v);
   if (a.kv_tiled) {
-    if (!vec8)
+    const int hpb = vision_rope_split_tiles_kv(a, path) ? rope_tile_heads_per_block(a) : 0;
+    if (hpb == 0 || !aligned16(qkv) || !aligned16(q) || !aligned16(k) || !aligned16(v))
       throw std::invalid_argument(
-          "vision_rope_split: key tiles need the vec8 kernel (vision_rope_split_tiles_kv, "
-          "16-byte aligned buffers)");
-    const int rows = kv_tile_blocks(a.rows) * kKvTileRows;
-    const dim3 block(a.heads * (kv_tile_cols(a.hdp) / 8), rpb);
-    vision_rope_split_vec8_kernel<E, true>
-        <<<(rows + rpb - 1) / rpb, block, static_cast<size_t>(rpb) * a.hd * sizeof(float), s>>>(
-            qkv, q, k, v, a);
+          "vision_rope_split: no key-tiled kernel for this shape or path "
+          "(vision_rope_split_tiles_kv), or buffers not 16-byte aligned");
+    const dim3 grid(kv_tile_blocks(a.rows) * (kKvTileRows / 8), a.heads / hpb);
+    vision_rope_split_tiles_kernel<E>
+        <<<grid, 8 * hpb*(kv_tile_cols(a.hdp) / 8), static_cast<size_t>(8) * a.hd * sizeof(float),
+           s>>>(qkv, q, k, v, a, hpb);
     CLEF_CUDA_LAUNCH_CHECK();
     return;
   }
   if (vec8) {
     const dim3 block(a.heads * (a.hdp / 8), rpb);
-    vision_rope_split_vec8_kernel<E, false>
+    vision_rope_split_vec8_kernel<E>
         <<<(a.rows + rpb - 1) / rpb, block, static_cast<size_t>(rpb) * a.hd * sizeof(float), s>>>(
             qkv, q, k, v, a);
     CLEF_CUDA_LAUNCH_CHECK();
