@@ -24,7 +24,7 @@ if has tests; then
 fi
 if has wb_vision; then timeout 60 workbench_vision > "$L/workbench_vision.txt" 2>&1; summary+=("workbench_vision rc $?"); fi
 if has wb_attention; then
-  CLEF_ATTN_VARIANT=w4s1,w4m2s1,wg64,wg64o,wg64o4,wg64o4t timeout 120 workbench_attention > "$L/workbench_attention.txt" 2>&1
+  CLEF_ATTN_VARIANT=w4s1,w4m2s1,wg64,wg64o,wg64o4,wg64o4t,wg64o4te timeout 120 workbench_attention > "$L/workbench_attention.txt" 2>&1
   summary+=("workbench_attention rc $?")
 fi
 if has wb_gdn; then timeout 90 workbench_gdn > "$L/workbench_gdn.txt" 2>&1; summary+=("workbench_gdn rc $?"); fi

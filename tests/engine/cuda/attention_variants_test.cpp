@@ -255,6 +255,8 @@ TEST(AttentionVariantNames, RoundTripAndRefuseUnknown) {
   AttnVariant tiled{16, 3, false, 1, false, 64, true, true};
   EXPECT_EQ(attention_variant_name(tiled), "wg64o4t");
   EXPECT_EQ(attention_variant_rows_per_tile(tiled), 256);
+  tiled.release_barriers = true;
+  EXPECT_EQ(attention_variant_name(tiled), "wg64o4te");
   EXPECT_THROW(attention_variant_from_name("w16s2"), std::invalid_argument);
   EXPECT_THROW(attention_variant_from_name(""), std::invalid_argument);
 }

@@ -24,23 +24,25 @@ namespace {
 using namespace flash;
 
 // Every built variant (attention_bf16_variants), the default shapes first.
-constexpr std::array<AttnVariant, 17> kVariants = {{{4, 1, false, 1},
-                                                    {8, 1, false, 1},
-                                                    {4, 1, true, 1},
-                                                    {8, 1, true, 1},
-                                                    {4, 2, false, 1},
-                                                    {8, 2, false, 1},
-                                                    {4, 2, true, 1},
-                                                    {8, 2, true, 1},
-                                                    {4, 1, false, 2},
-                                                    {4, 2, false, 2},
-                                                    {8, 2, false, 2},
-                                                    {4, 1, false, 2, true},
-                                                    {8, 2, false, 1, true},
-                                                    {8, 2, false, 1, false, 64},
-                                                    {8, 3, false, 1, false, 64, true},
-                                                    {16, 3, false, 1, false, 64, true},
-                                                    {16, 3, false, 1, false, 64, true, true}}};
+constexpr std::array<AttnVariant, 18> kVariants = {
+    {{4, 1, false, 1},
+     {8, 1, false, 1},
+     {4, 1, true, 1},
+     {8, 1, true, 1},
+     {4, 2, false, 1},
+     {8, 2, false, 1},
+     {4, 2, true, 1},
+     {8, 2, true, 1},
+     {4, 1, false, 2},
+     {4, 2, false, 2},
+     {8, 2, false, 2},
+     {4, 1, false, 2, true},
+     {8, 2, false, 1, true},
+     {8, 2, false, 1, false, 64},
+     {8, 3, false, 1, false, 64, true},
+     {16, 3, false, 1, false, 64, true},
+     {16, 3, false, 1, false, 64, true, true},
+     {16, 3, false, 1, false, 64, true, true, true}}};
 
 constexpr AttnVariant kTowerPick{4, 1, false, 2, false};  // w4m2s1, the only variant built at 72
 
@@ -132,7 +134,7 @@ int attention_variant_rows_per_tile(const AttnVariant& v) {
 std::string attention_variant_name(const AttnVariant& v) {
   if (v.wgmma_key_tile)
     return "wg" + std::to_string(v.wgmma_key_tile) + (v.wgmma_overlap ? "o" : "") +
-           (v.warps == 16 ? "4" : "") + (v.kv_tiled ? "t" : "");
+           (v.warps == 16 ? "4" : "") + (v.kv_tiled ? "t" : "") + (v.release_barriers ? "e" : "");
   return "w" + std::to_string(v.warps) + (v.m_tiles > 1 ? "m" + std::to_string(v.m_tiles) : "") +
          "s" + std::to_string(v.stages) + (v.q_in_regs ? "q" : "") + (v.skip_rescale ? "r" : "");
 }
@@ -164,7 +166,7 @@ void attention_core_bf16_variant(const AttnVariant& variant, const __nv_bfloat16
                                  cudaStream_t stream, const AttnSequences* seqs) {
   if (variant.kv_tiled)
     return attention_core_bf16_wgmma_kv_tiled(q, k, v, out, T, n_heads, n_kv_heads, head_dim,
-                                              stream, seqs);
+                                              stream, seqs, variant.release_barriers);
   if (variant.wgmma_key_tile)
     return attention_core_bf16_wgmma(variant.wgmma_overlap, variant.warps / 4, q, k, v, out, T,
                                      n_heads, n_kv_heads, head_dim, stream, seqs);

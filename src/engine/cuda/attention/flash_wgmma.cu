@@ -96,6 +96,9 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
 }
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n"
@@ -325,11 +328,14 @@ __device__ __forceinline__ void rescale(float (&o)[HD / 2], const float (&alpha)
 // multiple of 16, wgmma's k-step), V rows as they are (PV's N is HD). OVERLAP (three K/V stages):
 // each warpgroup issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then computes tile
 // j + 1's softmax while the tensor cores run P_j V_j; without it (two stages) the products and the
-// softmax of a tile run one after the other. KVT: k and v in key tiles (kv_tiles.h), each stage
+// softmax of a tile run one after the other. KV 1: k and v in key tiles (kv_tiles.h), each stage
 // filled by two bulk copies that thread 0 issues (whole lines from the L2 instead of a request per
 // 16 bytes), key tiles aligned to the global 64-row blocks (a sequence starting inside one masks
-// the keys before it).
-template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG, bool KVT>
+// the keys before it), a CTA barrier per tile before a stage is refilled. KV 2: no CTA barrier;
+// each warp arrives on its stage's "empty" mbarrier once done with the stage, and thread 0 waits
+// for that before refilling it, so only warpgroup 0 waits for the slowest one. (A producer warp
+// past the 16 would give one SM sub-partition five warps: 96 registers a thread, and spills.)
+template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG, int KV>
 __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP, WG))
     flash_wgmma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                        const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out, int T,
@@ -338,11 +344,13 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
 #ifdef CLEF_WGMMA_AVAILABLE
   constexpr int HDK = padded_k(HD), kStages = OVERLAP ? 3 : 2, kBr = br(WG), kThreads = threads(WG);
   static_assert(HD % 8 == 0 && BC % 16 == 0, "n8 tiles, k16 steps");
+  constexpr bool KVT = KV != 0, RELEASE = KV == 2;
   static_assert(!KVT || (OVERLAP && BC == kKvTileRows && HDK == kv_tile_cols(HD)),
                 "key tiles are the overlapped kernel's stages");
   constexpr uint32_t kStageBytes = BC * HDK * 2;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint32_t bars = smem_addr(smem_raw);  // kStages mbarriers (KVT)
+  const uint32_t bars = smem_addr(smem_raw);  // kStages "full" mbarriers (KVT)
+  const uint32_t empties = bars + 64;         // kStages "empty" mbarriers (KV 2)
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw + (KVT ? kBarBytes : 0));
   __nv_bfloat16* sK = sQ + kBr * HDK;           // [kStages][BC * HDK]
   __nv_bfloat16* sV = sK + kStages * BC * HDK;  // [kStages][BC * HDK]
@@ -389,7 +397,10 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   };
   if constexpr (KVT) {
     if (threadIdx.x == 0) {
-      for (int i = 0; i < kStages; ++i) mbar_init(bars + 8 * i, 1);
+      for (int i = 0; i < kStages; ++i) {
+        mbar_init(bars + 8 * i, 1);
+        if (RELEASE) mbar_init(empties + 8 * i, kThreads / 32);
+      }
       mbar_init_fence();
       load_kv(0);
       if (n_tiles > 1) load_kv(1);
@@ -492,7 +503,17 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     // (The last tile's P V is peeled off the loop: a branch-free body lets ptxas keep the
     // products of one iteration in flight together instead of serialising them.)
     for (int j = 0; j + 1 < n_tiles; ++j) {
-      if constexpr (KVT) {
+      if constexpr (RELEASE) {
+        // Tile j + 2 takes the stage of tile j - 1 once every warp has released it: the
+        // ((j + 2) / 3 - 1)-th phase of its empty barrier.
+        if (threadIdx.x == 0 && j + 2 < n_tiles) {
+          if (j >= 1)
+            mbar_wait(empties + static_cast<uint32_t>((j + 2) % kStages) * 8,
+                      static_cast<uint32_t>((j + 2) / kStages - 1) & 1);
+          load_kv(j + 2);
+        }
+        wait_kv(j + 1);
+      } else if constexpr (KVT) {
         __syncthreads();  // every warpgroup is done with tile j - 1: its stage takes tile j + 2
         if (threadIdx.x == 0 && j + 2 < n_tiles) load_kv(j + 2);
         wait_kv(j + 1);
@@ -513,6 +534,8 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
       softmax(s, j + 1);
       wgmma_wait<0>();
       fence_regs(o);
+      if constexpr (RELEASE)  // this warp is done with K_j and V_j (S_j waited for last iteration)
+        if (lane == 0) mbar_arrive(empties + static_cast<uint32_t>(j % kStages) * 8);
       rescale<HD>(o, alpha);
       pack_p<BC>(s, p);  // p is free: P_j V_j has read it
     }
@@ -549,7 +572,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
 #endif
 }
 
-template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG, bool KVT>
+template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG, int KV>
 void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                    __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
                    float scale_log2, const int4* tiles, int layout, cudaStream_t stream) {
@@ -557,8 +580,8 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
   // the tiles' bytes although its results are right with slack (session 11: the probe at hd 64
   // with 32 KiB of slack matched the reference): the asynchronous proxy appears to read past the
   // last V tile. kSlack keeps every read inside the CTA (a probe's wrong convention's too).
-  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP, WG, KVT) + kSlack;
-  auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL, OVERLAP, WG, KVT>;
+  const size_t smem = wgmma_smem_bytes(HD, BC, OVERLAP, WG, KV != 0) + kSlack;
+  auto* kernel = flash_wgmma_kernel<HD, BC, CAUSAL, OVERLAP, WG, KV>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess)
@@ -569,7 +592,7 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-template <int HD, bool OVERLAP, int WG, bool KVT = false>
+template <int HD, bool OVERLAP, int WG, int KV = 0>
 void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, const AttnSequences* seqs,
                int layout, cudaStream_t stream) {
@@ -578,11 +601,11 @@ void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat
   const int grid_x = tl ? seqs->tile_slots : (T + br(WG) - 1) / br(WG);
   const float sl2 = log2_score_scale(seqs, HD);  // the mma.sync kernel's, bit for bit
   if (is_causal(seqs))
-    launch_kernel<HD, BC, true, OVERLAP, WG, KVT>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2,
-                                                  tl, layout, stream);
+    launch_kernel<HD, BC, true, OVERLAP, WG, KV>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2,
+                                                 tl, layout, stream);
   else
-    launch_kernel<HD, BC, false, OVERLAP, WG, KVT>(q, k, v, out, T, n_heads, n_kv_heads, grid_x,
-                                                   sl2, tl, layout, stream);
+    launch_kernel<HD, BC, false, OVERLAP, WG, KV>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2,
+                                                  tl, layout, stream);
 }
 
 // sm_90 exactly: the binary's sm_90a code (wgmma is not in the sm_90 PTX it also carries).
@@ -635,7 +658,8 @@ void attention_core_bf16_wgmma(bool overlap, int warpgroups, const __nv_bfloat16
 void attention_core_bf16_wgmma_kv_tiled(const __nv_bfloat16* q, const __nv_bfloat16* k_tiles,
                                         const __nv_bfloat16* v_tiles, __nv_bfloat16* out, int T,
                                         int n_heads, int n_kv_heads, int head_dim,
-                                        cudaStream_t stream, const AttnSequences* seqs) {
+                                        cudaStream_t stream, const AttnSequences* seqs,
+                                        bool release_barriers) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   check_sequences(seqs);
   if (!wgmma_attention_supported(head_dim, true, 4, true))
@@ -644,11 +668,17 @@ void attention_core_bf16_wgmma_kv_tiled(const __nv_bfloat16* q, const __nv_bfloa
   if ((reinterpret_cast<uintptr_t>(k_tiles) | reinterpret_cast<uintptr_t>(v_tiles)) % 16 != 0)
     throw std::invalid_argument("attention_core_bf16: key tiles must be 16-byte aligned");
   if (T == 0) return;
-  if (head_dim == 72)
-    return launch_hd<72, true, 4, true>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs,
-                                        kWgmmaLayout, stream);
-  return launch_hd<80, true, 4, true>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs,
+#define CLEF_TILED(HD, KV)                                                                    \
+  if (head_dim == HD && (KV == 2) == release_barriers)                                        \
+    return launch_hd<HD, true, 4, KV>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs, \
                                       kWgmmaLayout, stream);
+  CLEF_TILED(72, 1)
+  CLEF_TILED(72, 2)
+  CLEF_TILED(80, 1)
+  CLEF_TILED(80, 2)
+#undef CLEF_TILED
+  throw std::invalid_argument("attention_core_bf16: no key-tiled wgmma kernel for head_dim " +
+                              std::to_string(head_dim));
 }
 
 void attention_wgmma_probe(bool overlap, int layout, const __nv_bfloat16* q, const __nv_bfloat16* k,

@@ -37,11 +37,13 @@ void attention_core_bf16_wgmma(bool overlap, int warpgroups, const __nv_bfloat16
 
 // The four-warpgroup overlapped kernel reading K and V in key tiles (kv_tiles.h: k_tiles and
 // v_tiles hold kv_tiled_elems(T, n_kv_heads, head_dim) elements, made for this T), each stage one
-// pair of bulk copies. q, out and seqs as attention_core.h.
+// pair of bulk copies. q, out and seqs as attention_core.h. release_barriers: each stage refilled
+// once every warp has released it on an mbarrier, instead of after a CTA barrier per key tile.
 void attention_core_bf16_wgmma_kv_tiled(const __nv_bfloat16* q, const __nv_bfloat16* k_tiles,
                                         const __nv_bfloat16* v_tiles, __nv_bfloat16* out, int T,
                                         int n_heads, int n_kv_heads, int head_dim,
-                                        cudaStream_t stream, const AttnSequences* seqs = nullptr);
+                                        cudaStream_t stream, const AttnSequences* seqs = nullptr,
+                                        bool release_barriers = false);
 
 // The kernel with another descriptor convention (the probe test; the kernel's shared-memory slack
 // past its tiles lets a wrong convention read garbage rather than fault).

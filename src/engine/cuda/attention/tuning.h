@@ -32,7 +32,9 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim);
 // wgmma_overlap: the softmax of the next key tile overlapping the current P V; its other fields
 // read 8 warps, 2 (3 overlapped) stages, 1 m-tile; "wg64o4": 16 warps, four warpgroups, 256 query
 // rows a tile); kv_tiled ("wg64o4t", head dims 72 and 80): wg64o4 reading K and V in key tiles
-// (kv_tiles.h), each stage one pair of bulk copies -- the caller passes k and v in that layout.
+// (kv_tiles.h), each stage one pair of bulk copies -- the caller passes k and v in that layout;
+// with release_barriers ("wg64o4te") a stage is refilled once every warp has released it on an
+// mbarrier instead of after a CTA barrier per key tile.
 struct AttnVariant {
   int warps = 4;
   int stages = 1;
@@ -42,11 +44,12 @@ struct AttnVariant {
   int wgmma_key_tile = 0;
   bool wgmma_overlap = false;
   bool kv_tiled = false;
+  bool release_barriers = false;
   bool operator==(const AttnVariant& o) const {  // (tuning.h is also compiled as CUDA C++17)
     return warps == o.warps && stages == o.stages && q_in_regs == o.q_in_regs &&
            m_tiles == o.m_tiles && skip_rescale == o.skip_rescale &&
            wgmma_key_tile == o.wgmma_key_tile && wgmma_overlap == o.wgmma_overlap &&
-           kv_tiled == o.kv_tiled;
+           kv_tiled == o.kv_tiled && release_barriers == o.release_barriers;
   }
 };
 
