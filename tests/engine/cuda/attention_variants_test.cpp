@@ -7,10 +7,10 @@
 // GQA 1:1 and 4:1. The stage count, Q's place and the rescale skip (a multiplication by exactly 1
 // left out) change where operands wait (shared memory, registers, which buffer), never the
 // arithmetic or its order, so those variants must also equal the 1-stage kernel of their warps and
-// m-tiles bit for bit. The key-tiled Hopper variant (wg64o4t) reads K and V made by tile_kv_bf16
-// (checked against kv_tiled_index below) and must equal wg64o4 bit for bit wherever every sequence
-// starts on a 64-row block (the same key tiles); elsewhere its first tile also holds a neighbour's
-// keys, masked.
+// m-tiles bit for bit. The key-tiled Hopper variants (wg64o4t, wg64o4te) read K and V made by
+// tile_kv_bf16 (checked against kv_tiled_index below) and must equal wg64o4 bit for bit wherever
+// every sequence starts on a 64-row block (the same key tiles); elsewhere its first tile also holds
+// a neighbour's keys, masked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -134,11 +134,11 @@ void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool ca
       // The key-tiled one runs wg64o4's arithmetic on the same tiles where the blocks align.
       if (attention_variant_name(var) == "wg64o4") wg64o4 = got;
       if (var.kv_tiled && block_aligned) {
-        ASSERT_FALSE(wg64o4.empty()) << "wg64o4 runs wherever wg64o4t does";
+        ASSERT_FALSE(wg64o4.empty()) << "wg64o4 runs wherever the key-tiled ones do";
         size_t differ = 0;
         for (size_t i = 0; i < n; ++i)
           differ += std::memcmp(&wg64o4[i], &got[i], sizeof(float)) != 0;
-        EXPECT_EQ(differ, 0u) << "wg64o4t differs from wg64o4 on block-aligned sequences";
+        EXPECT_EQ(differ, 0u) << "key-tiled kernel differs from wg64o4 on block-aligned sequences";
       }
       continue;
     }
@@ -218,7 +218,7 @@ TEST(AttentionPick, PerDeviceAndStable) {
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, true)), "w4m2s1");
       // A caller that hands over key tiles (the tower) gets the key-tiled kernel on sm_90.
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, false, true)),
-                hopper ? "wg64o4t" : "w4m2s1");
+                hopper ? "wg64o4te" : "w4m2s1");
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, true, true)),
                 "w4m2s1");
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256, false, true)),

@@ -77,8 +77,8 @@ bool attention_variant_supported(const AttnVariant& v, int head_dim);
 // vision tower) and 256 (wg64, the backbone); elsewhere, or with `generic`, w4m2s1 at 72 and 80,
 // else the default shape of attention_core_bf16_pick_warps. CLEF_ATTN_PICK="80=w4s1,256=w8s2"
 // overrides it per head dim (a Hopper name is ignored with `generic`). kv_tiled_ok: the caller can
-// hand over K and V in key tiles (the vision tower): on sm_90 wg64o4t then replaces wg64o4; without
-// it a kv_tiled variant is never picked (a CLEF_ATTN_PICK naming one is ignored).
+// hand over K and V in key tiles (the vision tower): on sm_90 wg64o4te then replaces wg64o4;
+// without it a kv_tiled variant is never picked (a CLEF_ATTN_PICK naming one is ignored).
 AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool generic = false,
                                      bool kv_tiled_ok = false);
 

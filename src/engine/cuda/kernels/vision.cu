@@ -254,16 +254,19 @@ __global__ void pos_embed_add_vec8_kernel(E* __restrict__ x, int row0, const E* 
 
 // The row's 2-D RoPE table, cos [hd/2] | sin [hd/2] (the first quarter of the frequencies from the
 // patch row, the second from its column), filled by threads tid = 0, step, 2 * step, ...
+// Slot i < hd / 2 of a row's cos/sin table: cs[i] = cos, cs[hd / 2 + i] = sin of its angle.
+__device__ __forceinline__ void vision_rope_slot(float* cs, const VisionRopeArgs& a, size_t row,
+                                                 int i) {
+  const int half = a.hd / 2, quarter = a.hd / 4;
+  const float ang = i < quarter
+                        ? __fmul_rn(static_cast<float>(a.rc[2 * row]), a.inv_freq[i])
+                        : __fmul_rn(static_cast<float>(a.rc[2 * row + 1]), a.inv_freq[i - quarter]);
+  cs[i] = cosf(ang);
+  cs[half + i] = sinf(ang);
+}
 __device__ __forceinline__ void vision_rope_table(float* cs, const VisionRopeArgs& a, size_t row,
                                                   int tid, int step) {
-  const int half = a.hd / 2, quarter = a.hd / 4;
-  const float pr = static_cast<float>(a.rc[2 * row]), pc = static_cast<float>(a.rc[2 * row + 1]);
-  for (int i = tid; i < half; i += step) {
-    const float ang =
-        i < quarter ? __fmul_rn(pr, a.inv_freq[i]) : __fmul_rn(pc, a.inv_freq[i - quarter]);
-    cs[i] = cosf(ang);
-    cs[half + i] = sinf(ang);
-  }
+  for (int i = tid; i < a.hd / 2; i += step) vision_rope_slot(cs, a, row, i);
 }
 
 // One block per row: the row's hd/2 cos/sin values in shared memory, then every element of its
@@ -404,11 +407,17 @@ template <typename E>
 __global__ void vision_rope_split_tiles_kernel(const E* __restrict__ qkv, E* __restrict__ q,
                                                E* __restrict__ k, E* __restrict__ v,
                                                VisionRopeArgs a, int heads_per_block) {
-  extern __shared__ float cs_all[];  // 8 rows: cos [hd/2] | sin [hd/2]
+  // The 8 rows' tables sit hd + 1 floats apart: a warp's 8 rows x 4 chunks then read 32 distinct
+  // banks (hd = 72 apart they hit 4 banks: 8-way conflicts); every thread computes table slots,
+  // in one pass.
+  extern __shared__ float cs_all[];  // 8 rows, hd + 1 apart: cos [hd/2] | sin [hd/2]
   const size_t row0 = static_cast<size_t>(blockIdx.x) * 8;
-  for (int i = 0; i < 8; ++i)
+  const int half = a.hd / 2, ld = a.hd + 1;
+  for (int e = threadIdx.x; e < 8 * half; e += blockDim.x) {
+    const int i = e / half;
     if (row0 + i < static_cast<size_t>(a.rows))
-      vision_rope_table(cs_all + i * a.hd, a, row0 + i, threadIdx.x, blockDim.x);
+      vision_rope_slot(cs_all + i * ld, a, row0 + i, e - i * half);
+  }
   __syncthreads();
   const int cph = kv_tile_cols(a.hdp) / 8, r8 = threadIdx.x % 8, cl = threadIdx.x / 8;
   if (cl >= heads_per_block * cph) return;
@@ -421,7 +430,7 @@ __global__ void vision_rope_split_tiles_kernel(const E* __restrict__ qkv, E* __r
     return;
   }
   const size_t out = (row * a.heads + j) * a.hdp + i0;
-  rope_split_chunk(qkv, cs_all + r8 * a.hd, a, row, j, i0, q + out, k + kv_out, v + kv_out);
+  rope_split_chunk(qkv, cs_all + r8 * ld, a, row, j, i0, q + out, k + kv_out, v + kv_out);
 }
 
 template <typename E>
@@ -595,8 +604,8 @@ void vision_rope_split(const E* qkv, E* q, E* k, E* v, const VisionRopeArgs& a, 
           "(vision_rope_split_tiles_kv), or buffers not 16-byte aligned");
     const dim3 grid(kv_tile_blocks(a.rows) * (kKvTileRows / 8), a.heads / hpb);
     vision_rope_split_tiles_kernel<E>
-        <<<grid, 8 * hpb*(kv_tile_cols(a.hdp) / 8), static_cast<size_t>(8) * a.hd * sizeof(float),
-           s>>>(qkv, q, k, v, a, hpb);
+        <<<grid, 8 * hpb*(kv_tile_cols(a.hdp) / 8),
+           static_cast<size_t>(8) * (a.hd + 1) * sizeof(float), s>>>(qkv, q, k, v, a, hpb);
     CLEF_CUDA_LAUNCH_CHECK();
     return;
   }

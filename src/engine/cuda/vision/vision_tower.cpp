@@ -143,7 +143,7 @@ CudaVisionTower::CudaVisionTower(const model::Release& release, DataType act, Ge
 
 namespace {
 // The tower's bf16 attention kernel: the pick (mma.sync only under --kernels generic), with K and
-// V in key tiles where the RoPE split can write them so (wg64o4t on sm_90).
+// V in key tiles where the RoPE split can write them so (wg64o4te on sm_90).
 AttnVariant tower_attention(int R, int heads, int hd, int hdp, KernelPath path) {
   const VisionRopeArgs ra{R, heads, hd, hdp, nullptr, nullptr};
   return attention_core_bf16_pick(R, heads, hdp, path == KernelPath::Generic,
