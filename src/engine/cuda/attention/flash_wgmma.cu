@@ -45,8 +45,8 @@ constexpr int threads(int wg) {
 constexpr int padded_k(int hd) {
   return (hd + 15) / 16 * 16;
 }
-// kv_tiled: K and V arrive by bulk copies, whose completion three mbarriers ahead of the tiles
-// count (kBarBytes).
+// kv_tiled: K and V arrive by bulk copies, counted by one "full" mbarrier a stage (and one
+// "empty" one where warps release stages) ahead of the tiles (kBarBytes).
 constexpr size_t kBarBytes = 128;
 constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap, int wg, bool kv_tiled = false) {
   const int stages = overlap ? 3 : 2;
@@ -638,11 +638,11 @@ void attention_core_bf16_wgmma(bool overlap, int warpgroups, const __nv_bfloat16
                                const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* out,
                                int T, int n_heads, int n_kv_heads, int head_dim,
                                cudaStream_t stream, const AttnSequences* seqs) {
-  check_shape(T, n_heads, n_kv_heads, head_dim);
-  check_sequences(seqs);
-  if (warpgroups == 2)
+  if (warpgroups == 2)  // (the probe checks the arguments)
     return attention_wgmma_probe(overlap, kWgmmaLayout, q, k, v, out, T, n_heads, n_kv_heads,
                                  head_dim, stream, seqs);
+  check_shape(T, n_heads, n_kv_heads, head_dim);
+  check_sequences(seqs);
   if (!wgmma_attention_supported(head_dim, overlap, warpgroups))
     throw std::invalid_argument("attention_core_bf16: no wgmma kernel of " +
                                 std::to_string(warpgroups) + " warpgroups for head_dim " +
