@@ -47,6 +47,14 @@ std::vector<float> rand_e(std::mt19937_64& rng, size_t n, float scale = 1.0f, fl
   return v;
 }
 
+// Each row's patch (r, c), in [0, 200] (the RoPE tests' angles).
+std::vector<int32_t> random_rc(std::mt19937_64& rng, int rows) {
+  std::vector<int32_t> rc(size_t(rows) * 2);
+  std::uniform_int_distribution<int> pos(0, 200);
+  for (auto& x : rc) x = pos(rng);
+  return rc;
+}
+
 float round_e(float x, bool to_bf16) {
   return to_bf16 ? model::round_to_bf16(x) : x;
 }
@@ -398,9 +406,7 @@ TYPED_TEST(VisionKernels, RopeSplitVariantsAgree) {
   auto rng = fresh_rng();
   const int rows = 4097, heads = 16, hd = 72, hdp = 80;
   const auto qkv = rand_e<E>(rng, size_t(rows) * 3 * heads * hd, 2.0f);
-  std::vector<int32_t> rc(size_t(rows) * 2);
-  std::uniform_int_distribution<int> pos(0, 200);
-  for (auto& x : rc) x = pos(rng);
+  const std::vector<int32_t> rc = random_rc(rng, rows);
   auto dqkv = to_device<E>(qkv);
   auto drc = ints_to_device(rc);
   auto dinv = to_device<float>(vision_rope_inv_freq(hd, 10000.0));
@@ -434,9 +440,7 @@ TYPED_TEST(VisionKernels, RopeSplitKeyTilesAreTheRowLayoutTiled) {
     for (const int rows : {1, 63, 64, 65, 4097}) {
       SCOPED_TRACE(::testing::Message() << "rows " << rows << " hdp " << hdp);
       const auto qkv = rand_e<E>(rng, size_t(rows) * 3 * heads * hd, 2.0f);
-      std::vector<int32_t> rc(size_t(rows) * 2);
-      std::uniform_int_distribution<int> pos(0, 200);
-      for (auto& x : rc) x = pos(rng);
+      const std::vector<int32_t> rc = random_rc(rng, rows);
       auto dqkv = to_device<E>(qkv);
       auto drc = ints_to_device(rc);
       VisionRopeArgs a{rows, heads, hd, hdp, drc.get<int32_t>(), dinv.get<float>()};
