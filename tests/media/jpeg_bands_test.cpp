@@ -241,6 +241,17 @@ struct Layout {
 // 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1 and grey (decode_jpeg's tested_sampling).
 constexpr Layout kLayouts[] = {{3, 1, 1}, {3, 2, 1}, {3, 2, 2}, {3, 1, 2}, {3, 4, 1}, {1, 1, 1}};
 
+// A width x height file of this sampling layout; the other fields at their defaults.
+Spec sized(int width, int height, const Layout& layout) {
+  Spec s;
+  s.width = width;
+  s.height = height;
+  s.components = layout.components;
+  s.h = layout.h;
+  s.v = layout.v;
+  return s;
+}
+
 TEST(JpegBands, EveryBandCountMatchesOnePass) {
   const std::pair<int, int> sizes[] = {{1, 1},      {17, 333}, {333, 17}, {64, 48},
                                        {1023, 769}, {4000, 7}, {7, 1100}, {1024, 1024}};
@@ -250,12 +261,7 @@ TEST(JpegBands, EveryBandCountMatchesOnePass) {
     for (const Layout& layout : kLayouts)
       for (const int restart : {0, 1})
         for (const bool noisy : {true, false}) {
-          Spec s;
-          s.width = w;
-          s.height = h;
-          s.components = layout.components;
-          s.h = layout.h;
-          s.v = layout.v;
+          Spec s = sized(w, h, layout);
           s.restart_rows = restart;
           s.noisy = noisy;
           s.quality = kQualities[quality_turn++ % 3];
@@ -267,12 +273,7 @@ TEST(JpegBands, EveryBandCountMatchesOnePass) {
 TEST(JpegBands, EveryQualityAtOneLargeSize) {
   for (const int quality : {50, 90, 100})
     for (const Layout& layout : {kLayouts[2], kLayouts[3]}) {
-      Spec s;
-      s.width = 1001;
-      s.height = 1003;
-      s.components = layout.components;
-      s.h = layout.h;
-      s.v = layout.v;
+      Spec s = sized(1001, 1003, layout);
       s.quality = quality;
       expect_bands_exact(s);
       if (HasFatalFailure()) return;
@@ -283,12 +284,7 @@ TEST(JpegBands, EveryQualityAtOneLargeSize) {
 TEST(JpegBands, ProgressiveScanPerComponentAndArithmeticFiles) {
   for (const int which : {0, 1, 2})
     for (const Layout& layout : {kLayouts[2], kLayouts[3], kLayouts[5]}) {
-      Spec s;
-      s.width = 555;
-      s.height = 421;
-      s.components = layout.components;
-      s.h = layout.h;
-      s.v = layout.v;
+      Spec s = sized(555, 421, layout);
       s.progressive = which == 0;
       s.one_scan_per_component = which == 1;
       s.arithmetic = which == 2;
