@@ -58,16 +58,41 @@ bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path);
 // SIMT: W [Hv, Tc, dk], U [Hv, Tc, dv], P [Hv, Tc, 64], gamma [Hv, Tc], Tc = 64 x chunk slots.
 size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv, int sequences = 1);
 
-// q, k: [T, Hk, dk] fp32 (q l2-normalised and scaled, k l2-normalised); v: [T, Hv, dv]; g, beta:
-// [T, Hv]. o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128.
-// `between` and `after_scan` (optional, profiling) are recorded on s after the parallel prep kernel
-// and after the sequential scan. `seqs` (optional): the packed sequences of the T rows. `norm`
-// (optional, only where gdn_fuses_gated_norm): o receives the gated norm's y instead.
+// The chunked rule's inputs in one of two forms (gdn_takes_bf16_inputs says which):
+//  * fp32 (SIMT path): q, k [T, Hk, dk] (q l2-normalised and scaled, k l2-normalised), v [T, Hv,
+//  dv];
+//  * bf16 (tensor-core path): the conv + SiLU outputs xq, xk [T, Hk, dk], xv [T, Hv, dv] exactly
+//    as the bf16 reference materialises them, with the per (token, key head) fp32 factors rq, rk
+//    [T, Hk] such that q = xq rq and k = xk rk (gdn_conv_prep_bf16x). Products of bf16 values are
+//    exact in fp32, so K K^T, Q K^T, Tm K and Tm V run on bf16 tensor cores at fp32 accuracy, and
+//    the kernels read half the bytes.
+//  g (log decay), beta: [T, Hv] fp32 in both forms.
+struct GdnInputs {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const __nv_bfloat16* xq = nullptr;
+  const __nv_bfloat16* xk = nullptr;
+  const __nv_bfloat16* xv = nullptr;
+  const float* rq = nullptr;
+  const float* rk = nullptr;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+};
+
+// Whether gdn_chunked wants the bf16 form of GdnInputs for these head dims (the tensor-core path
+// runs) or the fp32 form.
+bool gdn_takes_bf16_inputs(int dk, int dv, bool bf16, KernelPath path);
+
+// o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128. `between` and
+// `after_scan` (optional, profiling) are recorded on s after the parallel prep kernel and after
+// the sequential scan. `seqs` (optional): the packed sequences of the T rows. `norm` (optional,
+// only where gdn_fuses_gated_norm): o receives the gated norm's y instead.
 template <typename E>
-void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                 int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, KernelPath path,
-                 cudaStream_t s, cudaEvent_t between = nullptr, cudaEvent_t after_scan = nullptr,
-                 const GdnSequences* seqs = nullptr, const GdnGatedNorm* norm = nullptr);
+void gdn_chunked(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace,
+                 KernelPath path, cudaStream_t s, cudaEvent_t between = nullptr,
+                 cudaEvent_t after_scan = nullptr, const GdnSequences* seqs = nullptr,
+                 const GdnGatedNorm* norm = nullptr);
 
 // The path gdn_chunked runs for these head dims on the current device: "gdn_tensor_core" (bf16,
 // KernelPath::Auto, gdn::tc_supported) or "gdn_simt".

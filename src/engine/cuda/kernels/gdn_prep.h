@@ -27,6 +27,22 @@ template <typename E>
 void gdn_conv_prep(const E* proj, const E* conv_w, const float* A_log, const float* dt_bias,
                    const GdnPrepArgs& a, float* q, float* k, float* v, float* g, float* beta,
                    KernelPath path, cudaStream_t s);
+// The same preparation with the q, k, v outputs in the bf16 form of gdn/gdn.h GdnInputs (the
+// tensor-core GDN path): xq, xk [T, Hk, dk] and xv [T, Hv, dv] are the conv + SiLU values (bf16,
+// the values the fp32 form normalises), rq = rsqrt(sum xq^2 + 1e-6) / sqrt(dk) and
+// rk = rsqrt(sum xk^2 + 1e-6) per (token, key head) in fp32 [T, Hk]; g and beta as above.
+struct GdnPrepBf16Out {
+  __nv_bfloat16* xq = nullptr;
+  __nv_bfloat16* xk = nullptr;
+  __nv_bfloat16* xv = nullptr;
+  float* rq = nullptr;
+  float* rk = nullptr;
+  float* g = nullptr;
+  float* beta = nullptr;
+};
+void gdn_conv_prep_bf16x(const __nv_bfloat16* proj, const __nv_bfloat16* conv_w, const float* A_log,
+                         const float* dt_bias, const GdnPrepArgs& a, const GdnPrepBf16Out& out,
+                         KernelPath path, cudaStream_t s);
 // "gdn_conv_prep_vec8" or "gdn_conv_prep_generic" for these shapes (16-byte aligned pointers).
 const char* gdn_conv_prep_variant(const GdnPrepArgs& a, KernelPath path);
 
