@@ -34,17 +34,21 @@ bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path);
 }
 
+bool gdn_takes_bf16_inputs(int dk, int dv, bool bf16, KernelPath path) {
+  return use_tc(dk, dv, bf16, path);
+}
+
 const char* gdn_chunked_variant(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path) ? "gdn_tensor_core" : "gdn_simt";
 }
 
 template <typename E>
-void gdn_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                 int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace, KernelPath path,
-                 cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
+void gdn_chunked(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace,
+                 KernelPath path, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
                  const GdnSequences* seqs, const GdnGatedNorm* norm) {
+  const bool tc = use_tc(dk, dv, std::is_same_v<E, __nv_bfloat16>, path);
   if (norm) {
-    if (!use_tc(dk, dv, std::is_same_v<E, __nv_bfloat16>, path))
+    if (!tc)
       throw std::invalid_argument(
           "gdn_chunked: the gated norm epilogue needs the tensor-core path");
     // the epilogue moves z and y as bf16 pairs and w as float pairs
@@ -53,6 +57,14 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
         reinterpret_cast<uintptr_t>(norm->w) % 8 != 0)
       throw std::invalid_argument("gdn_chunked: bad gated norm operands");
   }
+  if (tc ? !in.xq || !in.xk || !in.xv || !in.rq || !in.rk : !in.q || !in.k || !in.v)
+    throw std::invalid_argument(tc ? "gdn_chunked: the tensor-core path takes the bf16 form of "
+                                     "GdnInputs"
+                                   : "gdn_chunked: the SIMT path takes the fp32 form of GdnInputs");
+  if (!in.g || !in.beta) throw std::invalid_argument("gdn_chunked: g and beta are required");
+  auto misaligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 != 0; };
+  if (tc && (misaligned(in.xq) || misaligned(in.xk) || misaligned(in.xv)))
+    throw std::invalid_argument("gdn_chunked: the bf16 inputs must be 16-byte aligned");
   if (T <= 0) return;
   if (seqs &&
       (!seqs->chunk_row0 || !seqs->chunk_valid || !seqs->seq_chunk0 || seqs->seq_slots < 1 ||
@@ -66,21 +78,19 @@ void gdn_chunked(const float* q, const float* k, const float* v, const float* g,
     throw std::invalid_argument("gdn_chunked: Hv must be a multiple of Hk");
   float* ws = static_cast<float*>(workspace);
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-    if (use_tc(dk, dv, true, path)) {
-      gdn::chunked_tc(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs,
-                      norm);
+    if (tc) {
+      gdn::chunked_tc(in, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs, norm);
       return;
     }
   }
-  gdn::chunked_simt<E>(q, k, v, g, beta, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs);
+  gdn::chunked_simt<E>(in.q, in.k, in.v, in.g, in.beta, T, Hk, Hv, dk, dv, o, ws, s, between,
+                       after_scan, seqs);
 }
 
-template void gdn_chunked<float>(const float*, const float*, const float*, const float*,
-                                 const float*, int, int, int, int, int, float*, void*, KernelPath,
-                                 cudaStream_t, cudaEvent_t, cudaEvent_t, const GdnSequences*,
-                                 const GdnGatedNorm*);
-template void gdn_chunked<__nv_bfloat16>(const float*, const float*, const float*, const float*,
-                                         const float*, int, int, int, int, int, __nv_bfloat16*,
+template void gdn_chunked<float>(const GdnInputs&, int, int, int, int, int, float*, void*,
+                                 KernelPath, cudaStream_t, cudaEvent_t, cudaEvent_t,
+                                 const GdnSequences*, const GdnGatedNorm*);
+template void gdn_chunked<__nv_bfloat16>(const GdnInputs&, int, int, int, int, int, __nv_bfloat16*,
                                          void*, KernelPath, cudaStream_t, cudaEvent_t, cudaEvent_t,
                                          const GdnSequences*, const GdnGatedNorm*);
 

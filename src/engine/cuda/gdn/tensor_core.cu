@@ -12,6 +12,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_math.cuh"
+#include "engine/cuda/gdn/bf16_split.cuh"
 #include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/gdn/tf32x3.cuh"
 #include "engine/cuda/gdn/tiles.cuh"
@@ -25,6 +26,11 @@ constexpr int kThreads = kTileThreads;  // prep kernel
 static_assert(kThreads == 256, "prep: one thread per element of a 16x16 block");
 constexpr int kOutThreads = 256;   // output kernel
 constexpr int kScanThreads = 256;  // 4 value warps + 4 state warps
+using bf16 = __nv_bfloat16;
+// bf16 row strides of the prep and output kernels' shared tiles: an odd number of 16-byte chunks,
+// so the 8 rows one ldmatrix 8x8 matrix reads start in 8 different 4-bank groups.
+constexpr int kLdx = kMaxHeadDim + 8;  // X tiles (q, k, v rows)
+constexpr int kLdp = C + 8;            // the P terms
 // The scan CTA takes NT n8 tiles of value columns (8 NT columns); its shared rows are 8 NT + 2
 // words apart, which keeps the B-fragment reads conflict-free for any NT.
 template <int NT>
@@ -96,6 +102,36 @@ __device__ __forceinline__ float2 ldg2(const float* p) {
   return __ldg(reinterpret_cast<const float2*>(p));
 }
 
+// Two 64-row bf16 tiles by a block of THREADS threads, every load in flight at once: row i of tile
+// X (colsX bf16, colsX % 8 == 0, 16-byte aligned) is at srcX + i * strideX and lands at dstX + i *
+// kLdx; rows at or past `valid` read as zero (the padded tail of the last chunk stays inert).
+template <int THREADS>
+__device__ __forceinline__ void load_x_tiles(bf16* __restrict__ dstA, const bf16* __restrict__ srcA,
+                                             size_t strideA, int colsA, bf16* __restrict__ dstB,
+                                             const bf16* __restrict__ srcB, size_t strideB,
+                                             int colsB, int valid) {
+  constexpr int kVec = C * kMaxHeadDim / 8 / THREADS;  // 16-byte pieces per thread per tile
+  const int a8 = colsA / 8, b8 = colsB / 8;
+  uint4 va[kVec], vb[kVec];
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int r = 0; r < kVec; ++r) {
+    const int e = threadIdx.x + r * THREADS, ia = e / a8, ib = e / b8;
+    va[r] = e < C * a8 && ia < valid
+                ? __ldg(reinterpret_cast<const uint4*>(srcA + ia * strideA + (e % a8) * 8))
+                : zero;
+    vb[r] = e < C * b8 && ib < valid
+                ? __ldg(reinterpret_cast<const uint4*>(srcB + ib * strideB + (e % b8) * 8))
+                : zero;
+  }
+#pragma unroll
+  for (int r = 0; r < kVec; ++r) {
+    const int e = threadIdx.x + r * THREADS;
+    if (e < C * a8) *reinterpret_cast<uint4*>(dstA + (e / a8) * kLdx + (e % a8) * 8) = va[r];
+    if (e < C * b8) *reinterpret_cast<uint4*>(dstB + (e / b8) * kLdx + (e % b8) * 8) = vb[r];
+  }
+}
+
 // The 20 m16n8 tiles of a 64 x 64 lower triangle (row tile tm >= column tile n / 2), spread over 8
 // warps as 3,3,3,3,2,2,2,2 (one warp per column would give the first two warps 4 tiles each and
 // make them the critical path): slot s of `warp` is tile (tm, n), or false when unused.
@@ -113,139 +149,138 @@ __device__ __forceinline__ bool xkt_slot(int warp, int s, int& tm, int& n) {
   return true;
 }
 
-// x k^T (3xTF32) for the lower-triangle tiles of `warp` (xkt_slot), handed out element by element
-// as emit(i, j, (x k^T)_ij). X, K: 64 rows of d floats at stride ld (8 mod 32), read as pairs
-// (permuted k: t <-> 2t, t + 4 <-> 2t + 1). Shared by prep (K K^T) and output (Q K^T). Tiles left
-// out (above the diagonal blocks) are not emitted, and the callers never read them.
+// (X Y^T)_ij on bf16 tensor cores (exact products, fp32 sums) for the lower-triangle tiles of
+// `warp` (xkt_slot), handed out element by element as emit(i, j, (X Y^T)_ij). X, Y: 64 rows of d
+// bf16 (d % 16 == 0) kLdx apart. Shared by prep (Xk Xk^T) and output (Xq Xk^T); tiles above the
+// diagonal blocks are not emitted, and the callers never read them.
 template <typename Emit>
-__device__ __forceinline__ void lower_xkt(const float* X, const float* K, int ld, int d, int warp,
-                                          int g, int t, Emit&& emit) {
-  float acc[3][4], pc[3][4] = {};
+__device__ __forceinline__ void lower_xyt(const bf16* X, const bf16* Y, int d, int warp, int lane,
+                                          Emit&& emit) {
+  float acc[3][4] = {};
   int tms[3], ns[3];
   bool on[3];
 #pragma unroll
-  for (int s = 0; s < 3; ++s) {
-    on[s] = xkt_slot(warp, s, tms[s], ns[s]);
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[s][c] = 0.0f;
-  }
-  for (int k0 = 0; k0 < d; k0 += 8) {
-    uint32_t bh[2], bl[2];
-    int nb = -1;
+  for (int s = 0; s < 3; ++s) on[s] = xkt_slot(warp, s, tms[s], ns[s]);
+  for (int k0 = 0; k0 < d; k0 += 16) {
 #pragma unroll
     for (int s = 0; s < 3; ++s) {
       if (!on[s]) continue;
-      if (ns[s] != nb) {  // slots of one column share its B fragment
-        nb = ns[s];
-        const float2 kb = *reinterpret_cast<const float2*>(K + (8 * nb + g) * ld + k0 + 2 * t);
-        const float bf[2] = {kb.x, kb.y};
-        split(bf, bh, bl);
-      }
-      const float* r = X + (16 * tms[s] + g) * ld + k0 + 2 * t;
-      const float2 x = *reinterpret_cast<const float2*>(r);
-      const float2 y = *reinterpret_cast<const float2*>(r + 8 * ld);
-      const float af[4] = {x.x, y.x, x.y, y.y};
-      uint32_t ah[4], al[4];
-      split(af, ah, al);
-      mma3(acc[s], pc[s], pc[s], ah, al, bh, bl);
+      uint32_t a[4], b[2];
+      ldmatrix_x4(a, X + (16 * tms[s] + lane % 16) * kLdx + k0 + 8 * (lane / 16));
+      ldmatrix_x2(b, Y + (8 * ns[s] + lane % 8) * kLdx + k0 + 8 * ((lane / 8) % 2));
+      mma_bf16(acc[s], a, b[0], b[1]);
     }
   }
+  const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int s = 0; s < 3; ++s) {
     if (!on[s]) continue;
 #pragma unroll
     for (int c = 0; c < 4; ++c)
-      emit(16 * tms[s] + g + 8 * (c / 2), 8 * ns[s] + 2 * t + c % 2, acc[s][c] + pc[s][c]);
+      emit(16 * tms[s] + g + 8 * (c / 2), 8 * ns[s] + 2 * t + c % 2, acc[s][c]);
   }
 }
 
-// out[64 x n] = L R for a lower-triangular L (64 x 64, row stride 4 mod 32) and R (64 x n, row
-// stride 8 mod 32), raw m16n8k8 3xTF32 in the standard fragment layout. Warp w takes the n8
-// column tiles w and w + 8 for all four row tiles (k stops at each row tile's diagonal); out is
-// global memory.
-__device__ __forceinline__ void lower_times(const float* L, int ldl, const float* R, int ldr, int n,
-                                            float* out, int ldo, int warp, int lane) {
-  const int fg = lane / 4, ft = lane % 4;
-  bool on[2];
+// out[64 x d] = (L diag(f)) X for the lower-triangular L (64 x 64 fp32, row stride lda) and X (64 x
+// d bf16, rows kLdx apart, d % 16 == 0): L diag(f) split into three bf16 terms (fp32 accuracy), X
+// exact. Warp w takes row tiles {0, 3} (w < 4) or {1, 2} (five k16 steps either way) and columns
+// 32 (w % 4) .. +31; out is global memory (fp32, row stride ldo).
+__device__ __forceinline__ void lower_times(const float* L, int lda, const float* f, const bf16* X,
+                                            int d, float* out, int ldo, int warp, int lane) {
+  const int c0 = 32 * (warp % 4), g = lane / 4, t = lane % 4;
+  if (c0 >= d) return;
+  const bool on1 = c0 + 16 < d;  // the second 16-column half
 #pragma unroll
-  for (int r = 0; r < 2; ++r) on[r] = 8 * (warp + 8 * r) < n;
-  if (!on[0]) return;
-  float hh[2][4][4] = {}, cc[2][4][4] = {};
-  for (int k0 = 0; k0 < C; k0 += 8) {
-    uint32_t bh[2][2], bl[2][2];
+  for (int s = 0; s < 2; ++s) {
+    const int tm = warp < 4 ? 3 * s : 1 + s;
+    float acc[4][4] = {};
+    for (int kk = 0; kk <= tm; ++kk) {
+      const float* l = L + (16 * tm + g) * lda + 16 * kk + 2 * t;
+      const float2 f0 = *reinterpret_cast<const float2*>(f + 16 * kk + 2 * t);
+      const float2 f1 = *reinterpret_cast<const float2*>(f + 16 * kk + 2 * t + 8);
+      const float2 x0 = *reinterpret_cast<const float2*>(l);
+      const float2 x1 = *reinterpret_cast<const float2*>(l + 8 * lda);
+      const float2 x2 = *reinterpret_cast<const float2*>(l + 8);
+      const float2 x3 = *reinterpret_cast<const float2*>(l + 8 * lda + 8);
+      uint32_t p0[3], p1[3], p2[3], p3[3];
+      split_pair(x0.x * f0.x, x0.y * f0.y, p0);
+      split_pair(x1.x * f0.x, x1.y * f0.y, p1);
+      split_pair(x2.x * f1.x, x2.y * f1.y, p2);
+      split_pair(x3.x * f1.x, x3.y * f1.y, p3);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (!on[r]) continue;
-      const int col = 8 * (warp + 8 * r) + fg;
-      const float b[2] = {R[(k0 + ft) * ldr + col], R[(k0 + ft + 4) * ldr + col]};
-      split(b, bh[r], bl[r]);
+      for (int np = 0; np < 2; ++np) {
+        if (np == 1 && !on1) break;
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, X + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kLdx + c0 + 16 * np +
+                                 8 * (lane / 16));
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+          const uint32_t a[4] = {p0[p], p1[p], p2[p], p3[p]};
+          mma_bf16(acc[2 * np], a, b[0], b[1]);
+          mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+        }
+      }
     }
 #pragma unroll
-    for (int tm = 0; tm < 4; ++tm) {
-      if (k0 >= 16 * (tm + 1)) continue;
-      const float* l = L + (16 * tm + fg) * ldl + k0 + ft;
-      const float a[4] = {l[0], l[8 * ldl], l[4], l[8 * ldl + 4]};
-      uint32_t ah[4], al[4];
-      split(a, ah, al);
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (on[r]) mma3(hh[r][tm], cc[r][tm], cc[r][tm], ah, al, bh[r], bl[r]);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!on[r]) continue;
-#pragma unroll
-    for (int tm = 0; tm < 4; ++tm) {
-      float* p = out + (16 * tm + fg) * ldo + 8 * (warp + 8 * r) + 2 * ft;
-      *reinterpret_cast<float2*>(p) =
-          make_float2(hh[r][tm][0] + cc[r][tm][0], hh[r][tm][1] + cc[r][tm][1]);
-      *reinterpret_cast<float2*>(p + 8 * ldo) =
-          make_float2(hh[r][tm][2] + cc[r][tm][2], hh[r][tm][3] + cc[r][tm][3]);
+    for (int n = 0; n < 4; ++n) {
+      if (n >= 2 && !on1) break;
+      float* p = out + (16 * tm + g) * ldo + c0 + 8 * n + 2 * t;
+      *reinterpret_cast<float2*>(p) = make_float2(acc[n][0], acc[n][1]);
+      *reinterpret_cast<float2*>(p + 8 * ldo) = make_float2(acc[n][2], acc[n][3]);
     }
   }
 }
 
-// ---- prep: grid (nC, Hv). Shared: Ks [C][dk+8], Vs [C][dv+8], Am, Tm [C][C+4], X [3][16][16],
-// gam, bet, dec, eg [C]. Row strides: 8 mod 32 for tiles read as B fragments or as pairs (K in
-// K K^T), 4 mod 32 for tiles read as A fragments (conflict-free fragment loads).
-__global__ void __launch_bounds__(kThreads, 2)
-    prep_kernel(const float* __restrict__ k, const float* __restrict__ v,
-                const float* __restrict__ g, const float* __restrict__ beta, ChunkMap map, int Tc,
-                int Hk, int Hv, int dk, int dv, Ws ws) {
+// ---- prep: grid (nC, Hv). Shared: Am, Tm [C][C+4] fp32 (row stride 4 mod 32: conflict-free pair
+// loads of the A fragments), X [3][16][16], gam, bet, dec, rks, cw [C], then Xk, Xv [C][kLdx] bf16.
+__global__ void __launch_bounds__(kThreads, 3)
+    prep_kernel(const bf16* __restrict__ xk, const bf16* __restrict__ xv,
+                const float* __restrict__ rk, const float* __restrict__ g,
+                const float* __restrict__ beta, ChunkMap map, int Tc, int Hk, int Hv, int dk,
+                int dv, Ws ws) {
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
   int t0, valid;  // the chunk's first input row and rows
   map.chunk(chunk, t0, valid);
   if (valid <= 0) return;  // an unused slot of a packed batch
-  const int ldk = dk + 8, ldv = dv + 8, lda = C + 4;
-  float* Ks = smem;
-  float* Vs = Ks + C * ldk;
-  float* Am = Vs + C * ldv;
+  const int lda = C + 4;
+  float* Am = smem;
   float* Tm = Am + C * lda;
   float* X = Tm + C * lda;
   float* gam = X + 3 * 256;
   float* bet = gam + C;
   float* dec = bet + C;  // e^{gamma_C - gamma_j}
-  float* eg = dec + C;   // e^{gamma_j}
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, fg = lane / 4, ft = lane % 4;
+  float* rks = dec + C;  // k = xk rk
+  float* cw = rks + C;   // W's column factors beta_j e^{gamma_j} rk_j
+  bf16* Xk = reinterpret_cast<bf16*>(cw + C);
+  bf16* Xv = Xk + C * kLdx;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   CLEF_PHASE_CLOCK(0, 0, 1, 0);
 
-  load_prep_inputs(Ks, ldk, Vs, ldv, gam, bet, k, v, g, beta, t0, valid, h, kh, Hk, Hv, dk, dv);
+  load_x_tiles<kThreads>(
+      Xk, xk + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, Xv,
+      xv + (static_cast<size_t>(t0) * Hv + h) * dv, static_cast<size_t>(Hv) * dv, dv, valid);
+  if (tid < C) {
+    const bool in = tid < valid;
+    gam[tid] = in ? g[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
+    bet[tid] = in ? beta[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
+    rks[tid] = in ? rk[static_cast<size_t>(t0 + tid) * Hk + kh] : 0.0f;
+  }
   for (int e = tid; e < C * C; e += kThreads) Tm[(e / C) * lda + e % C] = 0.0f;
   __syncthreads();
   CLEF_PHASE(0);    // loads
   if (warp == 0) {  // gamma and its decay vectors
     chunk_cumsum(gam);
     __syncwarp();
-    for (int j = lane; j < C; j += 32) dec[j] = __expf(gam[C - 1] - gam[j]), eg[j] = __expf(gam[j]);
+    for (int j = lane; j < C; j += 32)
+      dec[j] = __expf(gam[C - 1] - gam[j]), cw[j] = bet[j] * __expf(gam[j]) * rks[j];
   }
   __syncthreads();
   CLEF_PHASE(1);                                                // gamma
   const size_t row0 = static_cast<size_t>(h) * Tc + chunk * C;  // the slot's scratch rows
-  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j), lower-triangle tiles as in xkt_slot.
-  lower_xkt(Ks, Ks, ldk, dk, warp, fg, ft, [&](int i, int j, float kk) {
-    Am[i * lda + j] = i > j ? bet[i] * kk * __expf(gam[i] - gam[j]) : 0.0f;
+  // A = beta_i (K K^T)_ij e^{gamma_i - gamma_j} (i > j), K K^T = diag(rk) Xk Xk^T diag(rk).
+  lower_xyt(Xk, Xk, dk, warp, lane, [&](int i, int j, float xx) {
+    Am[i * lda + j] = i > j ? bet[i] * (xx * rks[i] * rks[j]) * __expf(gam[i] - gam[j]) : 0.0f;
   });
   __syncthreads();
   CLEF_PHASE(2);  // K K^T
@@ -269,12 +304,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int i = 0; i < 16; ++i) Tm[(o + i) * lda + o + j] = col[i];
   } else {
-    // a warp covers 4 rows j x 8 columns d (conflict-free reads of Ks)
+    // k_j e^{gamma_C - gamma_j}, the same fp32 value as (xk rk) e^{gamma_C - gamma_j}
     float* kt = ws.KT + (static_cast<size_t>(h) * nC + chunk) * dk * C;
     for (int e = tid - 64; e < dk * C; e += kThreads - 64) {
       const int blk = e / 32, l = e % 32, j = 4 * (blk % (C / 4)) + l % 4,
                 d = 8 * (blk / (C / 4)) + l / 4;
-      kt[d * C + j] = Ks[j * ldk + d] * dec[j];
+      kt[d * C + j] = (__bfloat162float(Xk[j * kLdx + d]) * rks[j]) * dec[j];
     }
     if (tid - 64 < C) ws.G[row0 + tid - 64] = gam[tid - 64];
   }
@@ -306,19 +341,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncthreads();
   }
-  // Am <- Tm diag(beta e^gamma), Tm <- Tm diag(beta) (e^gamma <= 1).
-  for (int e = tid; e < C * C; e += kThreads) {
-    const int i = e / C, j = e % C;
-    const float t = j <= i ? Tm[i * lda + j] : 0.0f;
-    Am[i * lda + j] = t * bet[j] * eg[j];
-    Tm[i * lda + j] = t * bet[j];
-  }
-  __syncthreads();
-  CLEF_PHASE(4);  // off-diagonal blocks + scaling
-  lower_times(Am, lda, Ks, ldk, dk, ws.W + row0 * dk, dk, warp, lane);  // W = Am K
-  CLEF_PHASE(5);                                                        // W (warp 0)
-  lower_times(Tm, lda, Vs, ldv, dv, ws.U + row0 * dv, dv, warp, lane);  // U = Tm V
-  CLEF_PHASE(6);                                                        // U (warp 0)
+  CLEF_PHASE(4);  // off-diagonal blocks
+  // W = Tm diag(beta e^gamma rk) Xk, U = Tm diag(beta) Xv.
+  lower_times(Tm, lda, cw, Xk, dk, ws.W + row0 * dk, dk, warp, lane);
+  CLEF_PHASE(5);  // W (warp 0)
+  lower_times(Tm, lda, bet, Xv, dv, ws.U + row0 * dv, dv, warp, lane);
+  CLEF_PHASE(6);  // U (warp 0)
 }
 
 // ---- scan: grid (dv / (8 NT), Hv), sequential over chunks, warp-specialised so that each warp
@@ -549,153 +577,108 @@ __global__ void __launch_bounds__(kScanThreads, NT <= 2 ? 2 : 1)
     scan_states<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, first, nC, kgs, Hh, Hl, Vh, Vl);
 }
 
-// ---- output: grid (nC, Hv), kOutThreads (8 warps, two CTAs per SM so that one CTA's loads overlap
-// the other's products), raw m16n8k8. Fragments use the k permutation "logical k = t <-> column
-// k0 + 2t, k = t + 4 <-> k0 + 2t + 1" so that each A row pair is one 8-byte shared load. Shared
-// (row strides 8 mod 32: conflict-free pair loads):
-//   Qs [C][dk+8]  Q (fp32), then e^gamma Q as TF32 hi bits;  Ks [C][dk+8]  K, then the lo bits;
-//   Ph, Pl [C][C+8]  P = (Q K^T) o Gamma split;  gam [C].
+// ---- output: grid (nC, Hv), kOutThreads (8 warps, three CTAs per SM so that one CTA's loads
+// overlap the others' products), bf16 m16n8k16. Shared: gam, sc (e^gamma rq), rqs, rks [C] fp32;
+// Xq, Xk [C][kLdx] bf16; Ph, Pl [C][kLdp] bf16, the two terms of P = (Q K^T) o Gamma.
 // Warp w owns O columns 16w .. 16w+15 for all 64 rows; its B fragments (S, Vn) come straight from
-// global memory (each element is read by one warp only). The two products that form O take B
-// rounded to TF32 and keep A exact as hi + lo ("2xTF32", relative error ~2^-12 per product, well
-// under the bf16 rounding of O): O feeds nothing sequential, while every product on the recurrence
-// (prep, scan) stays 3xTF32.
-__device__ __forceinline__ void lds_a(const uint32_t* base, int ld, int row0, int k0, int g, int t,
-                                      uint32_t (&a)[4]) {
-  const uint2 x = *reinterpret_cast<const uint2*>(base + (row0 + g) * ld + k0 + 2 * t);
-  const uint2 y = *reinterpret_cast<const uint2*>(base + (row0 + g + 8) * ld + k0 + 2 * t);
-  a[0] = x.x, a[1] = y.x, a[2] = x.y, a[3] = y.y;
-}
+// global memory (each element is read by one warp only), split into two bf16 terms:
+//   O = diag(e^gamma rq) (Xq S) + P Vn,
+// Xq exact, P and B to ~2^-17 (the lo x lo term of P Vn left out): O feeds nothing sequential and
+// is rounded to bf16, while every product on the recurrence (prep, scan) keeps fp32 accuracy.
 
-// acc[r][tm] += A[rows 16 tm..][k] B[k][cols of tile r] for k in [0, K) (and k < 16 (tm + 1) when
-// lower), A split in shared memory (ah/al planes, stride lda), B rows in global memory (stride
-// ldb), kBatch k8 steps per batch of loads.
-template <bool kLower, int kBatch = 2>
-__device__ __forceinline__ void times_global_b(float (&hh)[2][4][4], float (&lo)[2][4][4],
-                                               const uint32_t* ah_s, const uint32_t* al_s, int lda,
-                                               const float* B, int ldb, int K, int col0, bool on1,
-                                               int g, int t) {
-  for (int kb = 0; kb < K; kb += 8 * kBatch) {
-    float bv[kBatch][2][2];
+// acc[r][tm] += A[16 tm.., k] B[k][col0 + 8 r ..] for k in [0, K) (and k < 16 (tm + 1) when
+// kLower): A as PA bf16 terms in shared memory (row stride lda, A2 unused when PA == 1), B fp32
+// rows in global memory (b = B + col0 + g, row stride ldb) split into two terms; the next k16
+// step's B is in flight while this one's products run.
+template <bool kLower, int PA>
+__device__ __forceinline__ void times_global_b(float (&acc)[2][4][4], const bf16* A1,
+                                               const bf16* A2, int lda, const float* b, int ldb,
+                                               int K, int lane) {
+  const int t = lane % 4;
+  float bv[8], nv[8];
+  auto load = [&](int kb, float(&v)[8]) {
 #pragma unroll
-    for (int s = 0; s < kBatch; ++s)
+    for (int i = 0; i < 8; ++i) {  // rows k0 + 2t + {0, 1, 8, 9}, column tiles r = i / 4
+      const int row = kb + 2 * t + (i % 2) + 8 * ((i / 2) % 2);
+      v[i] = kb < K ? __ldg(b + static_cast<size_t>(row) * ldb + 8 * (i / 4)) : 0.0f;
+    }
+  };
+  load(0, bv);
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    load(k0 + 16, nv);
+    uint32_t bb[2][2][2];  // [r][b0 / b1][term]
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) split_pair(bv[4 * r + 2 * j], bv[4 * r + 2 * j + 1], bb[r][j]);
+#pragma unroll
+    for (int tm = 0; tm < 4; ++tm) {
+      if (kLower && k0 >= 16 * (tm + 1)) continue;
+      uint32_t a1[4], a2[4];
+      const int off = (16 * tm + lane % 16) * lda + k0 + 8 * (lane / 16);
+      ldmatrix_x4(a1, A1 + off);
+      if (PA == 2) ldmatrix_x4(a2, A2 + off);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int k0 = kb + 8 * s, c = col0 + 8 * r + g;
-        const bool ok = k0 < K && (r == 0 || on1);
-        bv[s][r][0] = ok ? __ldg(B + static_cast<size_t>(k0 + 2 * t) * ldb + c) : 0.0f;
-        bv[s][r][1] = ok ? __ldg(B + static_cast<size_t>(k0 + 2 * t + 1) * ldb + c) : 0.0f;
-      }
-#pragma unroll
-    for (int s = 0; s < kBatch; ++s) {
-      const int k0 = kb + 8 * s;
-      if (k0 >= K) break;
-      uint32_t b[2][2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) b[r][0] = to_tf32(bv[s][r][0]), b[r][1] = to_tf32(bv[s][r][1]);
-#pragma unroll
-      for (int tm = 0; tm < 4; ++tm) {
-        if (kLower && k0 >= 16 * (tm + 1)) continue;
-        uint32_t ah[4], al[4];
-        lds_a(ah_s, lda, 16 * tm, k0, g, t, ah);
-        lds_a(al_s, lda, 16 * tm, k0, g, t, al);
-        mma2(hh[0][tm], lo[0][tm], ah, al, b[0]);
-        if (on1) mma2(hh[1][tm], lo[1][tm], ah, al, b[1]);
+        mma_bf16(acc[r][tm], a1, bb[r][0][0], bb[r][1][0]);
+        mma_bf16(acc[r][tm], a1, bb[r][0][1], bb[r][1][1]);
+        if (PA == 2) mma_bf16(acc[r][tm], a2, bb[r][0][0], bb[r][1][0]);
       }
     }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) bv[i] = nv[i];
   }
 }
 
-// The gated RMSNorm epilogue (kNorm, GdnGatedNorm): warp w holds O columns col0 = 16 w .. +15 of
-// the chunk's 64 rows as acc[r][tm][c] = O[16 tm + g + 8 (c / 2)][col0 + 8 r + 2 t + c % 2], so
-// a row's dv values sit in the four lanes t of group g of every warp: its sum of squares is
-// reduced over t by shuffles, then over the warps through `part` ([8][C] floats of shared memory
-// no longer read). y is written to o, with gated_rms_norm's element-wise rounding points.
-__device__ __forceinline__ void gated_norm_epilogue(const float (&oh)[2][4][4],
-                                                    const float (&oc)[2][4][4], bool on0, bool on1,
-                                                    const GdnGatedNorm& nrm, float* part, int t0,
-                                                    int valid, int h, int Hv, int dv, int col0,
-                                                    int warp, int g, int t,
-                                                    __nv_bfloat16* __restrict__ o) {
-  using bf16 = __nv_bfloat16;
-  const bool on[2] = {on0, on1};
-  // o rounded to bf16 where the reference materialises it; this thread's part of each row's sum
-  float ov[2][4][4], ss[4][2] = {};
+// The gated RMSNorm epilogue (kNorm, GdnGatedNorm), after every warp has stored its O columns,
+// rounded to bf16 where the reference materialises o, into Os ([C][kLdx] bf16): warp w normalises
+// rows w, w + 8, ... (the sum of squares by shuffles over the row's dv values) and writes y to o
+// with gated_rms_norm's element-wise rounding points, a row's pairs contiguous.
+__device__ __forceinline__ void gated_norm_rows(const bf16* Os, const GdnGatedNorm& nrm, int t0,
+                                                int valid, int h, int Hv, int dv, int warp,
+                                                int lane, __nv_bfloat16* __restrict__ o) {
+  constexpr int kPairs = kMaxHeadDim / 64;  // bf16 pairs per lane
+  float2 w[kPairs];
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int tm = 0; tm < 4; ++tm)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        ov[r][tm][c] = on[r] ? rnd<bf16>(oh[r][tm][c] + oc[r][tm][c]) : 0.0f;
-        ss[tm][c / 2] += ov[r][tm][c] * ov[r][tm][c];
-      }
-  // z of the rows this thread writes, issued before the reduction so that it hides their latency
-  uint32_t zp[2][4][2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int tm = 0; tm < 4; ++tm)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int i = 16 * tm + g + 8 * hr;
-        zp[r][tm][hr] = on[r] && i < valid ? __ldg(reinterpret_cast<const unsigned int*>(
-                                                 nrm.z + static_cast<size_t>(t0 + i) * nrm.ldz +
-                                                 h * dv + col0 + 8 * r + 2 * t))
-                                           : 0u;
-      }
-#pragma unroll
-  for (int tm = 0; tm < 4; ++tm)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      ss[tm][hr] += __shfl_xor_sync(0xffffffffu, ss[tm][hr], 1);
-      ss[tm][hr] += __shfl_xor_sync(0xffffffffu, ss[tm][hr], 2);
-    }
-  __syncthreads();  // every warp is done reading the P planes that `part` overlays
-  if (t == 0)
-#pragma unroll
-    for (int tm = 0; tm < 4; ++tm)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) part[warp * C + 16 * tm + g + 8 * hr] = ss[tm][hr];
-  __syncthreads();
-  if (!on0) return;
-  float wv[2][2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float2 w2 = on[r] ? ldg2(nrm.w + col0 + 8 * r + 2 * t) : make_float2(0.0f, 0.0f);
-    wv[r][0] = w2.x, wv[r][1] = w2.y;
+  for (int p = 0; p < kPairs; ++p) {
+    const int c = 2 * (lane + 32 * p);
+    w[p] = c < dv ? ldg2(nrm.w + c) : make_float2(0.0f, 0.0f);
   }
+  for (int i = warp; i < valid; i += kOutThreads / 32) {
+    const size_t row = static_cast<size_t>(t0 + i);
+    float2 x[kPairs];
+    uint32_t z[kPairs];
+    float ss = 0.0f;
 #pragma unroll
-  for (int tm = 0; tm < 4; ++tm)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int i = 16 * tm + g + 8 * hr;
-      if (i >= valid) continue;
-      float sum = 0.0f;  // warps past dv added zeros
-#pragma unroll
-      for (int w = 0; w < kOutThreads / 32; ++w) sum += part[w * C + i];
-      const float rs = rsqrtf(sum / static_cast<float>(dv) + nrm.eps);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (!on[r]) continue;
-        const uint32_t zz = zp[r][tm][hr];
-        float y[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float n = rnd<bf16>(ov[r][tm][2 * hr + e] * rs);
-          const float zw = rnd<bf16>(wv[r][e] * n);
-          const float zf = __uint_as_float(e == 0 ? zz << 16 : zz & 0xffff0000u);  // exact widening
-          y[e] = zw * silu_f(zf);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 +
-                                           8 * r + 2 * t) = __floats2bfloat162_rn(y[0], y[1]);
-      }
+    for (int p = 0; p < kPairs; ++p) {
+      const int c = 2 * (lane + 32 * p);
+      const bool in = c < dv;
+      x[p] = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Os + i * kLdx + c))
+                : make_float2(0.0f, 0.0f);
+      z[p] = in ? __ldg(reinterpret_cast<const unsigned int*>(nrm.z + row * nrm.ldz + h * dv + c))
+                : 0u;
+      ss += x[p].x * x[p].x + x[p].y * x[p].y;
     }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    const float rs = rsqrtf(ss / static_cast<float>(dv) + nrm.eps);
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) {
+      const int c = 2 * (lane + 32 * p);
+      if (c >= dv) continue;
+      const float n0 = rnd<bf16>(x[p].x * rs), n1 = rnd<bf16>(x[p].y * rs);
+      const float zw0 = rnd<bf16>(w[p].x * n0), zw1 = rnd<bf16>(w[p].y * n1);
+      const float z0 = __uint_as_float(z[p] << 16), z1 = __uint_as_float(z[p] & 0xffff0000u);
+      *reinterpret_cast<__nv_bfloat162*>(o + (row * Hv + h) * dv + c) =
+          __floats2bfloat162_rn(zw0 * silu_f(z0), zw1 * silu_f(z1));
+    }
+  }
 }
 
 template <typename E, bool kNorm>
-__global__ void __launch_bounds__(kOutThreads, 2)
-    output_kernel(const float* __restrict__ q, const float* __restrict__ k, ChunkMap map, int Tc,
+__global__ void __launch_bounds__(kOutThreads, 3)
+    output_kernel(const bf16* __restrict__ xq, const bf16* __restrict__ xk,
+                  const float* __restrict__ rq, const float* __restrict__ rk, ChunkMap map, int Tc,
                   int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
@@ -703,70 +686,79 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   int t0, valid;  // the chunk's first input row and rows
   map.chunk(chunk, t0, valid);
   if (valid <= 0) return;
-  const int ldq = dk + 8, ldp = C + 8;
-  float* Qs = smem;
-  float* Ks = Qs + C * ldq;
-  uint32_t* Ph = reinterpret_cast<uint32_t*>(Ks + C * ldq);
-  uint32_t* Pl = Ph + C * ldp;
-  float* gam = reinterpret_cast<float*>(Pl + C * ldp);
+  float* gam = smem;
+  float* sc = gam + C;
+  float* rqs = sc + C;
+  float* rks = rqs + C;
+  bf16* Xq = reinterpret_cast<bf16*>(rks + C);
+  bf16* Xk = Xq + C * kLdx;
+  bf16* Ph = Xk + C * kLdx;
+  bf16* Pl = Ph + C * kLdp;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const size_t row0 = static_cast<size_t>(h) * Tc + chunk * C;  // the slot's scratch rows
   CLEF_PHASE_CLOCK(8, 1, 1, 0);
 
-  load_tiles<kOutThreads>(
-      Qs, ldq, q + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, Ks,
-      ldq, k + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, valid);
-  if (tid < C) gam[tid] = ws.G[row0 + tid];
-  __syncthreads();
-  CLEF_PHASE(0);  // loads
-
-  // P = (Q K^T) o Gamma_incl, lower-triangle tiles as in xkt_slot (the product reads no tile above
-  // the diagonal blocks).
-  static_assert(NW == 8, "xkt_slot spreads the tiles over 8 warps");
-  lower_xkt(Qs, Ks, ldq, dk, warp, g, t, [&](int i, int j, float qk) {
-    const float p = i >= j ? qk * __expf(gam[i] - gam[j]) : 0.0f;
-    const uint32_t hi = to_tf32(p);
-    Ph[i * ldp + j] = hi;
-    Pl[i * ldp + j] = to_tf32(p - __uint_as_float(hi));
-  });
-  __syncthreads();
-  CLEF_PHASE(1);  // P = Q K^T o Gamma
-  // e^gamma Q as TF32 halves: hi over Qs, lo over Ks (K is no longer needed).
-  uint32_t* Qh = reinterpret_cast<uint32_t*>(Qs);
-  uint32_t* Ql = reinterpret_cast<uint32_t*>(Ks);
-  for (int i = warp; i < C; i += NW) {
-    const float sc = __expf(gam[i]);
-    for (int d = lane; d < dk; d += 32) {
-      const float x = Qs[i * ldq + d] * sc;
-      const uint32_t hi = to_tf32(x);
-      Qh[i * ldq + d] = hi;
-      Ql[i * ldq + d] = to_tf32(x - __uint_as_float(hi));
-    }
+  load_x_tiles<kOutThreads>(
+      Xq, xq + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, Xk,
+      xk + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, valid);
+  if (tid < C) {
+    const bool in = tid < valid;
+    gam[tid] = ws.G[row0 + tid];
+    rqs[tid] = in ? rq[static_cast<size_t>(t0 + tid) * Hk + kh] : 0.0f;
+    rks[tid] = in ? rk[static_cast<size_t>(t0 + tid) * Hk + kh] : 0.0f;
   }
   __syncthreads();
-  CLEF_PHASE(2);  // e^gamma Q split
-  // O = (e^gamma Q) S + P Vn for columns 16 warp .. +15.
+  CLEF_PHASE(0);  // loads
+  if (tid < C) sc[tid] = __expf(gam[tid]) * rqs[tid];
+  // P = (Q K^T) o Gamma_incl = (diag(rq) Xq Xk^T diag(rk)) o Gamma_incl, lower-triangle tiles as
+  // in xkt_slot (the product reads no tile above the diagonal blocks).
+  static_assert(NW == 8, "xkt_slot spreads the tiles over 8 warps");
+  lower_xyt(Xq, Xk, dk, warp, lane, [&](int i, int j, float xx) {
+    const float p = i >= j ? (xx * rqs[i] * rks[j]) * __expf(gam[i] - gam[j]) : 0.0f;
+    const bf16 hi = __float2bfloat16_rn(p);
+    Ph[i * kLdp + j] = hi;
+    Pl[i * kLdp + j] = __float2bfloat16_rn(p - __bfloat162float(hi));
+  });
+  __syncthreads();
+  CLEF_PHASE(1);  // P
   const int col0 = 16 * warp;
-  const bool on0 = col0 < dv, on1 = col0 + 8 < dv;
-  if (!kNorm && !on0) return;  // the norm's barriers need every warp
-  float oh[2][4][4] = {}, oc[2][4][4] = {};
-  if (on0) {
-    times_global_b<false>(oh, oc, Qh, Ql, ldq,
-                          ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv, dv, dk, col0, on1,
-                          g, t);
-    CLEF_PHASE(3);  // (e^gamma Q) S (warp 0)
-    times_global_b<true>(oh, oc, Ph, Pl, ldp, ws.Vn + row0 * dv, dv, C, col0, on1, g, t);
+  const bool on = col0 < dv;  // dv % 16 == 0: a warp has both column tiles or none
+  if (!kNorm && !on) return;  // the norm's barriers need every warp
+  float acc[2][4][4] = {};
+  if (on) {
+    times_global_b<false, 1>(acc, Xq, nullptr, kLdx,
+                             ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv + col0 + g, dv,
+                             dk, lane);
+    CLEF_PHASE(3);  // Xq S (warp 0)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[r][tm][c] *= sc[16 * tm + g + 8 * (c / 2)];
+    times_global_b<true, 2>(acc, Ph, Pl, kLdp, ws.Vn + row0 * dv + col0 + g, dv, C, lane);
     CLEF_PHASE(4);  // + P Vn (warp 0)
   }
   if constexpr (kNorm) {
     static_assert(std::is_same_v<E, __nv_bfloat16>, "the fused gated norm is bf16");
-    static_assert(NW * C <= C * (C + 8), "the partial sums fit in the P planes");
-    gated_norm_epilogue(oh, oc, on0, on1, nrm, reinterpret_cast<float*>(Ph), t0, valid, h, Hv, dv,
-                        col0, warp, g, t, o);
+    __syncthreads();  // every warp is done reading Xq, which Os overlays
+    bf16* Os = Xq;
+    if (on) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int tm = 0; tm < 4; ++tm)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+            *reinterpret_cast<__nv_bfloat162*>(Os + (16 * tm + g + 8 * hr) * kLdx + col0 + 8 * r +
+                                               2 * t) =
+                __floats2bfloat162_rn(acc[r][tm][2 * hr], acc[r][tm][2 * hr + 1]);
+    }
+    __syncthreads();
+    gated_norm_rows(Os, nrm, t0, valid, h, Hv, dv, warp, lane, o);
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if (r == 1 && !on1) break;
 #pragma unroll
       for (int tm = 0; tm < 4; ++tm) {
 #pragma unroll
@@ -774,8 +766,8 @@ __global__ void __launch_bounds__(kOutThreads, 2)
           const int i = 16 * tm + g + 8 * hr;
           if (i >= valid) continue;
           E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 + 8 * r + 2 * t;
-          dst[0] = from_f<E>(oh[r][tm][2 * hr] + oc[r][tm][2 * hr]);
-          dst[1] = from_f<E>(oh[r][tm][2 * hr + 1] + oc[r][tm][2 * hr + 1]);
+          dst[0] = from_f<E>(acc[r][tm][2 * hr]);
+          dst[1] = from_f<E>(acc[r][tm][2 * hr + 1]);
         }
       }
     }
@@ -802,12 +794,12 @@ void launch_scan(const ChunkMap& map, int seqs, int Tc, int dk, int dv, int Hv, 
     launch_scan_nt<2>(map, seqs, Tc, dk, dv, Hv, ws, s);
 }
 
-size_t prep_smem(int dk, int dv) {
-  return sizeof(float) * (static_cast<size_t>(C) * (dk + 8) + static_cast<size_t>(C) * (dv + 8) +
-                          2 * C * (C + 4) + 3 * 256 + 4 * C);
+// Fixed sizes (the tiles take kMaxHeadDim columns): 72.25 KiB and 53 KiB, three CTAs per SM.
+constexpr size_t prep_smem() {
+  return sizeof(float) * (2 * C * (C + 4) + 3 * 256 + 5 * C) + sizeof(bf16) * 2 * C * kLdx;
 }
-size_t output_smem(int dk, int /*dv*/) {
-  return sizeof(float) * (2 * C * (dk + 8) + 2 * C * (C + 8) + C);
+constexpr size_t output_smem() {
+  return sizeof(float) * 4 * C + sizeof(bf16) * (2 * C * kLdx + 2 * C * kLdp);
 }
 
 }  // namespace
@@ -821,7 +813,7 @@ bool tc_supported(int dk, int dv) {
     (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
     return false;
   }
-  return std::max(prep_smem(dk, dv), output_smem(dk, dv)) <= static_cast<size_t>(optin);
+  return std::max(prep_smem(), output_smem()) <= static_cast<size_t>(optin);
 }
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
@@ -846,27 +838,27 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
   return rows * (2 * dk + 2 * dv + 1) + static_cast<size_t>(Hv) * nC * dk * dv;
 }
 
-void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
+void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
+                float* workspace, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
                 const GdnSequences* seqs, const GdnGatedNorm* norm) {
   const ChunkMap map = seqs ? ChunkMap{seqs->chunk_row0, seqs->chunk_valid, seqs->seq_chunk0, T}
                             : ChunkMap{nullptr, nullptr, nullptr, T};
   const int nC = seqs ? seqs->chunk_slots : (T + C - 1) / C, Tc = nC * C;
   const int n_seqs = seqs ? seqs->seq_slots : 1;
   const Ws ws = carve(workspace, Tc, Hv, dk, dv);
-  const size_t ps = prep_smem(dk, dv), os = output_smem(dk, dv);
+  constexpr size_t ps = prep_smem(), os = output_smem();
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(ps)));
   auto* out = norm ? output_kernel<__nv_bfloat16, true> : output_kernel<__nv_bfloat16, false>;
   CLEF_CUDA_CHECK(
       cudaFuncSetAttribute(out, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(os)));
-  prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(k, v, g, beta, map, Tc, Hk, Hv, dk, dv, ws);
+  prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(in.xk, in.xv, in.rk, in.g, in.beta, map, Tc, Hk,
+                                                 Hv, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   launch_scan(map, n_seqs, Tc, dk, dv, Hv, ws, s);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
-  out<<<dim3(nC, Hv), kOutThreads, os, s>>>(q, k, map, Tc, Hk, Hv, dk, dv, ws,
+  out<<<dim3(nC, Hv), kOutThreads, os, s>>>(in.xq, in.xk, in.rq, in.rk, map, Tc, Hk, Hv, dk, dv, ws,
                                             norm ? *norm : GdnGatedNorm{}, o);
   CLEF_CUDA_LAUNCH_CHECK();
 }

@@ -2,8 +2,10 @@
 // kernel per (chunk, value head) builds the UT transform (blockwise 16x16 inverse) and W, U and the
 // decayed K^T; the only sequential kernel carries the fp32 state across chunks with value columns
 // split over CTAs, keeping the state in registers and publishing it per chunk; a second parallel
-// kernel forms the outputs from the published states. Chunk-local matmuls run as 3xTF32 (about
-// fp32 accuracy), state and reductions stay fp32. gdn_chunked() dispatches here.
+// kernel forms the outputs from the published states. The chunk-local products of the parallel
+// kernels run on bf16 tensor cores with the conv outputs exact and fp32 operands split into bf16
+// terms (gdn/bf16_split.cuh), the scan's as 3xTF32: about fp32 accuracy wherever a product feeds
+// the recurrence; state and reductions stay fp32. gdn_chunked() dispatches here.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,7 +19,7 @@
 namespace clef::engine::cuda::gdn {
 
 // dk, dv multiples of 16 and at most 128, and the current device grants the kernels' shared memory
-// (~110 KiB per block: sm_80 and sm_90 do; sm_86 / sm_89, 99 KiB, take the SIMT kernels instead).
+// (at most ~72 KiB per block, the prep kernel's).
 bool tc_supported(int dk, int dv);
 
 // Floats of scratch for Tc (= T rounded up to 64) rows: W, U, decayed K^T, gamma, the per-chunk
@@ -31,11 +33,10 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
 std::vector<double> phase_cycles();
 #endif
 
-// Same contract as gdn_chunked() (gdn/gdn.h); with `norm`, the output kernel's epilogue writes the
-// gated RMSNorm of o instead of o.
-void chunked_tc(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o, float* workspace,
-                cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
+// Same contract as gdn_chunked() (gdn/gdn.h) with the bf16 form of GdnInputs; with `norm`, the
+// output kernel's epilogue writes the gated RMSNorm of o instead of o.
+void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
+                float* workspace, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
                 const GdnSequences* seqs, const GdnGatedNorm* norm = nullptr);
 
 }  // namespace clef::engine::cuda::gdn
