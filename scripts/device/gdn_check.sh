@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One device call for a GDN-kernel change: build check, the GDN / packing / golden GPU tests (or
+# GTEST_FILTER), workbench_gdn of this tree and of the carried previous build (bin/*_before, when
+# packed), `clefserve profile` of text at 361 / 961 / 5661 tokens for both, optionally Nsight Compute
+# of the three GDN kernels (NCU_T=tokens). Logs in $OUT, summary last.
+# Usage (repo root on the device): [STEPS="tests wb profile ncu"] [GTEST_FILTER=...] scripts/device/gdn_check.sh
+set -uo pipefail
+source scripts/device/setup.sh > /dev/null
+mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+STEPS=${STEPS:-tests wb profile}
+M=/tmp/flash
+L=$OUT
+MK=
+if has profile; then
+  ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
+  MK=$!
+fi
+if has tests; then
+  t0=$(date +%s)
+  F=${GTEST_FILTER:-*Gdn*:*Packed*:*PackTables*:*Golden*:*GatedNorm*:*BackboneKernels*:*CudaEngine*}
+  timeout "${TEST_TIMEOUT:-240}" test_gpu --gtest_brief=1 --gtest_filter="$F" > "$L/test_gpu.log" 2>&1
+  summary+=("test_gpu $F: rc $? in $(( $(date +%s) - t0 )) s :: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
+  while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|bf16.*noise|tiny-r[23] bfloat16 \(auto\)" "$L/test_gpu.log" | head -16)
+fi
+if has wb; then
+  timeout 90 workbench_gdn > "$L/workbench_gdn.txt" 2>&1; summary+=("workbench_gdn rc $?")
+  if [ -x /tmp/c/bin/workbench_gdn_before ]; then
+    timeout 90 workbench_gdn_before > "$L/workbench_gdn_before.txt" 2>&1; summary+=("workbench_gdn_before rc $?")
+  fi
+fi
+if [ -n "$MK" ]; then
+  wait $MK
+  summary+=("model: $(ls $M 2>/dev/null | wc -l) files in $M")
+fi
+if has profile; then
+  for b in clefserve clefserve_before clefserve; do
+    [ -x /tmp/c/bin/$b ] || continue
+    echo "## $b" >> "$L/profile.txt"
+    timeout 150 /tmp/c/bin/$b profile --model $M --device cuda --lengths 361,961,5661 --runs 7 --warmup 2 >> "$L/profile.txt" 2>>"$L/misc.log"
+    summary+=("text profile $b rc $?")
+  done
+fi
+if has ncu; then
+  T=${NCU_T:-961} bash scripts/device/ncu_gdn.sh > "$L/ncu_gdn.txt" 2>&1
+  summary+=("ncu_gdn rc $?")
+fi
+print_summary
+[ -f "$L/profile.txt" ] && grep -E "^## |^\| [0-9]" "$L/profile.txt"
+for f in "$L"/workbench_gdn*.txt; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E "gdn|prep|scan|output|FAIL" "$f" | tail -24; }; done
+exit 0
