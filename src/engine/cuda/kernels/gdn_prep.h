@@ -45,5 +45,7 @@ void gdn_conv_prep_bf16x(const __nv_bfloat16* proj, const __nv_bfloat16* conv_w,
                          KernelPath path, cudaStream_t s);
 // "gdn_conv_prep_vec8" or "gdn_conv_prep_generic" for these shapes (16-byte aligned pointers).
 const char* gdn_conv_prep_variant(const GdnPrepArgs& a, KernelPath path);
+// The same for gdn_conv_prep_bf16x: "gdn_conv_prep_bf16x_vec8" or "gdn_conv_prep_bf16x_generic".
+const char* gdn_conv_prep_bf16x_variant(const GdnPrepArgs& a, KernelPath path);
 
 }  // namespace clef::engine::cuda
