@@ -131,7 +131,9 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
       const int Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads,
                 dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
       const GdnPrepArgs pa{0, n_in, Hk, Hv, dk, dv, c.linear_conv_kernel_dim, L.b_col, L.a_col};
-      v["gdn_conv_prep"] = gdn_conv_prep_variant(pa, path_);
+      v["gdn_conv_prep"] = gdn_takes_bf16_inputs(dk, dv, is_bf16, path_)
+                               ? gdn_conv_prep_bf16x_variant(pa, path_)
+                               : gdn_conv_prep_variant(pa, path_);
       v["gdn_chunked"] = gdn_chunked_variant(dk, dv, is_bf16, path_);
       // bf16 GEMM weights: the norm is the GDN output kernel's epilogue (FP8 ones: the FP8 producer
       // where out_proj runs in FP8, as named before)
@@ -270,8 +272,25 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
                      L.b_col,
                      L.a_col,
                      pack ? pack->positions : nullptr};
-      gdn_conv_prep<E>(proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
-                       a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, path_, s);
+      // The GDN inputs in the form the chunked kernels take (gdn.h GdnInputs): the tensor-core
+      // path reads the conv + SiLU values as bf16 with per-head l2 factors, the SIMT path fp32.
+      GdnInputs in;
+      in.g = a.gdn_g;
+      in.beta = a.gdn_beta;
+      if constexpr (std::is_same_v<E, bf16>) {
+        if (gdn_takes_bf16_inputs(dk, dv, true, path_)) {
+          gdn_conv_prep_bf16x(
+              proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
+              {a.gdn_xq, a.gdn_xk, a.gdn_xv, a.gdn_rq, a.gdn_rk, a.gdn_g, a.gdn_beta}, path_, s);
+          in.xq = a.gdn_xq, in.xk = a.gdn_xk, in.xv = a.gdn_xv;
+          in.rq = a.gdn_rq, in.rk = a.gdn_rk;
+        }
+      }
+      if (!in.xq) {
+        gdn_conv_prep<E>(proj, static_cast<const E*>(L.gdn.conv_w), L.gdn.A_log, L.gdn.dt_bias, pa,
+                         a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, path_, s);
+        in.q = a.gdn_q, in.k = a.gdn_k, in.v = a.gdn_v;
+      }
       mark("norms_elementwise");
       // The plain bf16 gated norm rides on the tensor-core output kernel (gdn.h GdnGatedNorm): y
       // goes straight to mid, without o's round trip through memory or a launch; the FP8 producer
@@ -284,9 +303,8 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
           fused = &nrm;
         }
       }
-      gdn_chunked<E>(a.gdn_q, a.gdn_k, a.gdn_v, a.gdn_g, a.gdn_beta, Tp, Hk, Hv, dk, dv,
-                     fused ? mid : static_cast<E*>(a.gdn_out), a.gdn_scratch, path_, s, nullptr,
-                     nullptr, pack ? &pack->gdn : nullptr, fused);
+      gdn_chunked<E>(in, Tp, Hk, Hv, dk, dv, fused ? mid : static_cast<E*>(a.gdn_out),
+                     a.gdn_scratch, path_, s, nullptr, nullptr, pack ? &pack->gdn : nullptr, fused);
       mark("gdn_core");
       if (fused) {
         // y is in mid already

@@ -37,6 +37,8 @@ bool Workspace::reserve(int tokens) {
     carve(a_.gdn_q, gk);
     carve(a_.gdn_k, gk);
     carve(a_.gdn_v, gv * 4);
+    carve(a_.gdn_rq, T * c.linear_num_key_heads * 4);
+    carve(a_.gdn_rk, T * c.linear_num_key_heads * 4);
     carve(a_.gdn_g, T * c.linear_num_value_heads * 4);
     carve(a_.gdn_beta, T * c.linear_num_value_heads * 4);
     carve(a_.gdn_out, gv * es);
@@ -65,6 +67,10 @@ bool Workspace::reserve(int tokens) {
   mem_.resize(off);
   base = mem_.get<char>();
   layout();
+  // The bf16 form of the GDN inputs in the fp32 form's buffers (workspace.h).
+  a_.gdn_xq = reinterpret_cast<__nv_bfloat16*>(a_.gdn_q);
+  a_.gdn_xk = reinterpret_cast<__nv_bfloat16*>(a_.gdn_k);
+  a_.gdn_xv = reinterpret_cast<__nv_bfloat16*>(a_.gdn_v);
   tokens_ = tokens;
   ++growths_;
   return true;

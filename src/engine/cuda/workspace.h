@@ -3,6 +3,8 @@
 // moves every buffer, so captured graphs must be dropped (the engine does).
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "engine/cuda/cuda_check.h"
@@ -29,6 +31,14 @@ struct Activations {
   void* attn_k = nullptr;        // act [T, kv heads, head_dim]
   void* attn_v = nullptr;        // act [T, kv heads, head_dim]
   int32_t* ids = nullptr;        // [T] token ids (right-padded)
+  // The bf16 form of the GDN inputs (gdn/gdn.h GdnInputs, where gdn_takes_bf16_inputs) instead of
+  // gdn_q, gdn_k, gdn_v: a layer writes one form only, so each bf16 view ALIASES the first half of
+  // its fp32 buffer (no extra bytes); only the factors have their own.
+  __nv_bfloat16* gdn_xq = nullptr;  // bf16 [T, key heads, dk] in gdn_q's bytes
+  __nv_bfloat16* gdn_xk = nullptr;  // bf16 [T, key heads, dk] in gdn_k's bytes
+  __nv_bfloat16* gdn_xv = nullptr;  // bf16 [T, value heads, dv] in gdn_v's bytes
+  float* gdn_rq = nullptr;          // fp32 [T, key heads]
+  float* gdn_rk = nullptr;          // fp32 [T, key heads]
   // A packed forward's tables (packing.h), sized for kMaxPackedSequences sequences in T rows.
   int32_t* positions = nullptr;    // [T]
   int32_t* chunk_row0 = nullptr;   // [gdn_chunk_slots(T, kMaxPackedSequences)]
