@@ -100,17 +100,6 @@ std::vector<float> rand_e(std::mt19937_64& rng, size_t n, float scale = 1.0f, fl
   if (std::is_same_v<E, __nv_bfloat16>) round_all_bf16(v);
   return v;
 }
-// Rows of unit L2 norm times `scale` (GDN q and k as gdn_conv_prep leaves them).
-inline std::vector<float> unit_rows(std::mt19937_64& rng, size_t rows, int d, float scale) {
-  auto x = randn(rng, rows * d);
-  for (size_t r = 0; r < rows; ++r) {
-    double ss = 0;
-    for (int i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
-    for (int i = 0; i < d; ++i) x[r * d + i] = float(x[r * d + i] / std::sqrt(ss) * scale);
-  }
-  return x;
-}
-
 // ---- device buffers
 // ------------------------------------------------------------------------------ Owning device
 // bytes; move-only.

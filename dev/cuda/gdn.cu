@@ -8,6 +8,7 @@
 // kernel with the gated RMSNorm fused (gdn.h GdnGatedNorm) vs the output kernel + gated_rms_norm.
 #include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include "common.h"
 #include "engine/cuda/gdn/gdn.h"
@@ -34,21 +35,42 @@ struct Variant {
 constexpr Variant kVariants[] = {
     {true, KernelPath::Auto}, {true, KernelPath::Generic}, {false, KernelPath::Auto}};
 
+// The inputs in both forms of gdn.h GdnInputs (the same q, k, v: random_inputs.h
+// GdnFactoredRows), and on the host as the reference reads them.
 struct Inputs {
   int T, Hk, Hv, dk, dv;
   std::vector<float> q, k, v, g, beta;
-  Buf dq, dk_, dv_, dg, db, ws;
+  Buf dq, dk_, dv_, dxq, dxk, dxv, drq, drk, dg, db, ws;
+  // The form gdn_chunked takes for this output storage and path.
+  GdnInputs form(bool bf16_out, KernelPath path) const {
+    GdnInputs in;
+    if (gdn_takes_bf16_inputs(dk, dv, bf16_out, path)) {
+      in.xq = dxq.get<bf16>(), in.xk = dxk.get<bf16>(), in.xv = dxv.get<bf16>();
+      in.rq = drq.get<float>(), in.rk = drk.get<float>();
+    } else {
+      in.q = dq.get<float>(), in.k = dk_.get<float>(), in.v = dv_.get<float>();
+    }
+    in.g = dg.get<float>(), in.beta = db.get<float>();
+    return in;
+  }
 };
 Inputs make_inputs(std::mt19937_64& rng, int T, int Hk, int Hv, int dk, int dv, float g_min) {
-  Inputs in{T, Hk, Hv, dk, dv, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
-  in.q = unit_rows(rng, size_t(T) * Hk, dk, 1.0f / std::sqrt(float(dk)));
-  in.k = unit_rows(rng, size_t(T) * Hk, dk, 1.0f);
-  in.v = randn(rng, size_t(T) * Hv * dv);
+  Inputs in{T, Hk, Hv, dk, dv, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  const auto q = ref::gdn_factored_rows(rng, size_t(T) * Hk, dk, 1.0 / std::sqrt(double(dk)));
+  const auto k = ref::gdn_factored_rows(rng, size_t(T) * Hk, dk, 1.0);
+  in.q = q.q;
+  in.k = k.q;
+  in.v = rand_e<bf16>(rng, size_t(T) * Hv * dv);
   in.g = randu(rng, size_t(T) * Hv, g_min, 0.0f);
   in.beta = randu(rng, size_t(T) * Hv, 0.0f, 1.0f);
   in.dq = to_device<float>(in.q);
   in.dk_ = to_device<float>(in.k);
   in.dv_ = to_device<float>(in.v);
+  in.dxq = to_device<bf16>(q.x);
+  in.dxk = to_device<bf16>(k.x);
+  in.dxv = to_device<bf16>(in.v);
+  in.drq = to_device<float>(q.r);
+  in.drk = to_device<float>(k.r);
   in.dg = to_device<float>(in.g);
   in.db = to_device<float>(in.beta);
   in.ws = Buf(gdn_workspace_bytes(T, Hv, dk, dv));
@@ -58,9 +80,8 @@ Inputs make_inputs(std::mt19937_64& rng, int T, int Hk, int Hv, int dk, int dv, 
 template <typename E>
 void run(const Inputs& in, int T, E* o, KernelPath path, cudaEvent_t between = nullptr,
          cudaEvent_t after_scan = nullptr) {
-  gdn_chunked<E>(in.dq.get<float>(), in.dk_.get<float>(), in.dv_.get<float>(), in.dg.get<float>(),
-                 in.db.get<float>(), T, in.Hk, in.Hv, in.dk, in.dv, o, in.ws.get(), path, 0,
-                 between, after_scan);
+  gdn_chunked<E>(in.form(std::is_same_v<E, bf16>, path), T, in.Hk, in.Hv, in.dk, in.dv, o,
+                 in.ws.get(), path, 0, between, after_scan);
 }
 
 bool check_shape(std::mt19937_64& rng, int T, int Hk, int Hv, int dk, int dv, float g_min) {
@@ -176,8 +197,7 @@ int main() {
       for (int fused = 0; fused < 2; ++fused) {
         auto launch = [&](cudaEvent_t between, cudaEvent_t after) {
           if (fused) {
-            gdn_chunked<bf16>(in.dq.get<float>(), in.dk_.get<float>(), in.dv_.get<float>(),
-                              in.dg.get<float>(), in.db.get<float>(), T, in.Hk, in.Hv, in.dk, in.dv,
+            gdn_chunked<bf16>(in.form(true, KernelPath::Auto), T, in.Hk, in.Hv, in.dk, in.dv,
                               y.get<bf16>(), in.ws.get(), KernelPath::Auto, 0, between, after,
                               nullptr, &nrm);
           } else {

@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn/tensor_core.h"
+#include "engine/cuda/gdn_test_inputs.h"
 #include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/kernel_path.h"
@@ -380,6 +383,170 @@ TYPED_TEST(BackboneKernels, PackedSequencesRestartConvTapsAndRope) {
   }
 }
 
+// got (bf16 values) against round_bf16(s), s the reference's fp32 value before its last rounding:
+// equal bit for bit, except that where s lies within 2^-19 (relative) of a rounding boundary the
+// other neighbour is accepted too (the device's expf may differ from the host's by a few fp32
+// ulps, about 2^-21, which moves such a value across it). Expects no other difference (unwritten
+// NaN outputs included).
+void expect_bf16_rounding_of(const std::vector<float>& got, const std::vector<float>& s,
+                             const char* what) {
+  ASSERT_EQ(got.size(), s.size());
+  size_t bad = 0, near_tie = 0, first = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (got[i] == ref::round_bf16(s[i])) continue;
+    const float lo = ref::round_bf16(s[i] * (1.0f - 0x1p-19f)),
+                hi = ref::round_bf16(s[i] * (1.0f + 0x1p-19f));
+    if (lo != hi && (got[i] == lo || got[i] == hi)) {
+      ++near_tie;
+    } else if (bad++ == 0) {
+      first = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": got " << got[first] << ", want "
+                     << ref::round_bf16(s[first]) << " (" << near_tie << " near-ties)";
+}
+
+// gdn_conv_prep_bf16x on proj (bf16-exact; `a` as the kernels see it, a.positions on the device,
+// `positions` its host copy or null) against the references on both paths: xq, xk, xv are the
+// bf16-rounded conv + SiLU values (expect_bf16_rounding_of), rq and rk within 2e-6 of the l2
+// factor (double) of the xq, xk written, g and beta as GdnConvPrep checks them; and xv, g, beta
+// are the fp32 form's v, g, beta bit for bit (gdn_conv_prep on the same path).
+void expect_bf16x_prep_matches(const std::vector<float>& proj, const std::vector<float>& conv,
+                               const std::vector<float>& A_log, const std::vector<float>& dtb,
+                               const GdnPrepArgs& a, const int32_t* positions) {
+  const int T = a.T, Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv;
+  const int Cq = Hk * dk, Cv = Hv * dv, C = 2 * Cq + Cv;
+  const size_t nq = size_t(T) * Cq, nv = size_t(T) * Cv, ng = size_t(T) * Hv, nr = size_t(T) * Hk;
+  std::vector<float> s(size_t(T) * C), rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
+  ref::gdn_conv_silu_ref(proj.data(), T, a.ld, C, a.K, conv.data(), true, s.data(), positions);
+  ref::gdn_conv_prep_ref(proj.data(), T, a.ld, Hk, Hv, dk, dv, a.K, a.b_offset, a.a_offset,
+                         conv.data(), A_log.data(), dtb.data(), true, rq.data(), rk.data(),
+                         rv.data(), rg.data(), rb.data(), positions);
+  std::vector<float> sq(nq), sk(nq), sv(nv);  // s split into q, k, v
+  for (int t = 0; t < T; ++t) {
+    const auto row = s.begin() + ptrdiff_t(t) * C;
+    std::copy(row, row + Cq, sq.begin() + ptrdiff_t(t) * Cq);
+    std::copy(row + Cq, row + 2 * Cq, sk.begin() + ptrdiff_t(t) * Cq);
+    std::copy(row + 2 * Cq, row + C, sv.begin() + ptrdiff_t(t) * Cv);
+  }
+  auto dp = to_device<bf16>(proj), dc = to_device<bf16>(conv);
+  auto da = to_device<float>(A_log), db = to_device<float>(dtb);
+  for (KernelPath path : kPaths) {
+    SCOPED_TRACE(gdn_conv_prep_bf16x_variant(a, path));
+    auto xq = poisoned<bf16>(nq), xk = poisoned<bf16>(nq), xv = poisoned<bf16>(nv);
+    auto fq = poisoned<float>(nr), fk = poisoned<float>(nr), g = poisoned<float>(ng),
+         beta = poisoned<float>(ng);
+    gdn_conv_prep_bf16x(dp.get<bf16>(), dc.get<bf16>(), da.get<float>(), db.get<float>(), a,
+                        {xq.get<bf16>(), xk.get<bf16>(), xv.get<bf16>(), fq.get<float>(),
+                         fk.get<float>(), g.get<float>(), beta.get<float>()},
+                        path, 0);
+    const auto hq = to_host<bf16>(xq, nq), hk = to_host<bf16>(xk, nq), hv = to_host<bf16>(xv, nv);
+    expect_bf16_rounding_of(hq, sq, "xq");
+    expect_bf16_rounding_of(hk, sk, "xk");
+    expect_bf16_rounding_of(hv, sv, "xv");
+    // The factors of the values written (a near-tie flip changes them by far more than 2e-6).
+    const auto hfq = to_host<float>(fq, nr), hfk = to_host<float>(fk, nr);
+    double worst = 0;
+    for (size_t h = 0; h < nr; ++h) {
+      const double wq = ref::gdn_l2_factor(&hq[h * dk], dk, 1.0 / std::sqrt(double(dk)));
+      const double wk = ref::gdn_l2_factor(&hk[h * dk], dk, 1.0);
+      const double e = std::max(std::fabs(hfq[h] - wq) / wq, std::fabs(hfk[h] - wk) / wk);
+      worst = std::isfinite(hfq[h]) && std::isfinite(hfk[h]) ? std::max(worst, e) : HUGE_VAL;
+    }
+    EXPECT_LE(worst, 2e-6) << "rq, rk: worst relative error";
+    const auto hg = to_host<float>(g, ng), hb = to_host<float>(beta, ng);
+    CLEF_EXPECT_CLOSE(hg, rg, 1e-5);
+    CLEF_EXPECT_CLOSE(hb, rb, kTol<bf16>);
+    // The fp32 form on the same path: the same v, g and beta.
+    auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
+         g32 = poisoned<float>(ng), b32 = poisoned<float>(ng);
+    gdn_conv_prep<bf16>(dp.get<bf16>(), dc.get<bf16>(), da.get<float>(), db.get<float>(), a,
+                        q.get<float>(), k.get<float>(), v.get<float>(), g32.get<float>(),
+                        b32.get<float>(), path, 0);
+    EXPECT_EQ(hv, to_host<float>(v, nv)) << "xv differs from the fp32 form's v";
+    EXPECT_EQ(hg, to_host<float>(g32, ng)) << "g differs from the fp32 form's";
+    EXPECT_EQ(hb, to_host<float>(b32, ng)) << "beta differs from the fp32 form's";
+  }
+}
+
+// The bf16 form of the GDN prep (gdn_conv_prep_bf16x, the tensor-core GDN's inputs) on
+// GdnConvPrep's shapes (both variants under Auto, the generic one under Generic) and on the packed
+// sequences of PackedSequencesRestartConvTapsAndRope, where explicit positions 0..T-1 must also
+// give the same bits as none.
+TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const int K = 4;
+  struct Shape {
+    int T, Hk, Hv, dk, dv, extra;  // extra columns: ld != used width
+  };
+  auto make = [&](const Shape& sh, const int32_t* positions) {
+    const int cqkv = 2 * sh.Hk * sh.dk + sh.Hv * sh.dv;
+    const int ld = cqkv + sh.Hv * sh.dv + 2 * sh.Hv + sh.extra;
+    const int b_off = cqkv + sh.Hv * sh.dv, a_off = b_off + sh.Hv;
+    return GdnPrepArgs{sh.T, ld, sh.Hk, sh.Hv, sh.dk, sh.dv, K, b_off, a_off, positions};
+  };
+  auto inputs = [&](const GdnPrepArgs& a) {
+    const int cqkv = 2 * a.Hk * a.dk + a.Hv * a.dv;
+    std::vector<std::vector<float>> in = {
+        rand_e<bf16>(rng, size_t(a.T) * a.ld, 1.0f), rand_e<bf16>(rng, size_t(cqkv) * K, 0.5f),
+        randu(rng, a.Hv, 0.0f, 2.7f), randn(rng, a.Hv, 1.0f, 1.0f)};
+    round_all_bf16(in[2]);
+    round_all_bf16(in[3]);
+    return in;
+  };
+  for (Shape sh :
+       {Shape{70, 2, 4, 16, 16, 3}, Shape{33, 2, 6, 32, 48, 3}, Shape{100, 16, 32, 128, 128, 3},
+        Shape{70, 2, 4, 16, 16, 0}, Shape{33, 2, 6, 32, 48, 4}, Shape{2, 2, 4, 16, 16, 0},
+        Shape{20, 3, 3, 8, 8, 2}, Shape{40, 2, 2, 256, 64, 4}, Shape{4097, 16, 32, 128, 128, 0}}) {
+    SCOPED_TRACE("T=" + std::to_string(sh.T) + " dk=" + std::to_string(sh.dk) +
+                 " dv=" + std::to_string(sh.dv) + " extra=" + std::to_string(sh.extra));
+    const GdnPrepArgs a = make(sh, nullptr);
+    const auto in = inputs(a);
+    expect_bf16x_prep_matches(in[0], in[1], in[2], in[3], a, nullptr);
+  }
+
+  // Packed: 2 tokens (< K - 1), then across the vector kernel's 16-token blocks.
+  const std::vector<int> lens = {37, 2, 58, 19};
+  std::vector<int32_t> pos, iota;
+  for (int L : lens)
+    for (int i = 0; i < L; ++i) pos.push_back(i);
+  const int T = static_cast<int>(pos.size());
+  for (int t = 0; t < T; ++t) iota.push_back(t);
+  DeviceBuffer dpos(pos.size() * 4), diota(iota.size() * 4);
+  CLEF_CUDA_CHECK(cudaMemcpy(dpos.get(), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+  CLEF_CUDA_CHECK(cudaMemcpy(diota.get(), iota.data(), iota.size() * 4, cudaMemcpyHostToDevice));
+  for (int extra : {0, 3}) {  // vec8 and generic
+    SCOPED_TRACE("packed, extra " + std::to_string(extra));
+    const Shape sh{T, 2, 4, 16, 16, extra};
+    const GdnPrepArgs a = make(sh, dpos.get<int32_t>());
+    const auto in = inputs(a);
+    expect_bf16x_prep_matches(in[0], in[1], in[2], in[3], a, pos.data());
+    auto dp = to_device<bf16>(in[0]), dc = to_device<bf16>(in[1]);
+    auto da = to_device<float>(in[2]), db = to_device<float>(in[3]);
+    for (KernelPath path : kPaths) {
+      SCOPED_TRACE(gdn_conv_prep_bf16x_variant(a, path));
+      auto run = [&](const int32_t* positions) {
+        GdnPrepArgs pa = a;
+        pa.positions = positions;
+        const size_t nq = size_t(T) * a.Hk * a.dk, nv = size_t(T) * a.Hv * a.dv,
+                     nr = size_t(T) * a.Hk, ng = size_t(T) * a.Hv;
+        auto xq = poisoned<bf16>(nq), xk = poisoned<bf16>(nq), xv = poisoned<bf16>(nv);
+        auto fq = poisoned<float>(nr), fk = poisoned<float>(nr), g = poisoned<float>(ng),
+             beta = poisoned<float>(ng);
+        gdn_conv_prep_bf16x(dp.get<bf16>(), dc.get<bf16>(), da.get<float>(), db.get<float>(), pa,
+                            {xq.get<bf16>(), xk.get<bf16>(), xv.get<bf16>(), fq.get<float>(),
+                             fk.get<float>(), g.get<float>(), beta.get<float>()},
+                            path, 0);
+        return std::vector<std::vector<float>>{to_host<bf16>(xq, nq), to_host<bf16>(xk, nq),
+                                               to_host<bf16>(xv, nv), to_host<float>(fq, nr),
+                                               to_host<float>(fk, nr)};
+      };
+      EXPECT_EQ(run(diota.get<int32_t>()), run(nullptr)) << "explicit 0..T-1 differs from none";
+    }
+  }
+}
+
 TYPED_TEST(BackboneKernels, Swiglu) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
@@ -437,7 +604,8 @@ TYPED_TEST(BackboneKernels, ToFloat) {
 // Chunked (GPU) vs the exact sequential recurrence (CPU, double): lengths around chunk boundaries,
 // GQA ratios 2 and 3, head dims below and at 128, and a strongly decaying case (g down to -40) that
 // would overflow if exp(-gamma) were ever formed. Both paths: Auto (bf16: the tensor-core kernels
-// where gdn::tc_supported) and Generic (the SIMT kernels).
+// where gdn::tc_supported) and Generic (the SIMT kernels), each fed the form of the inputs it takes
+// (gdn_test_inputs.h: the same q, k, v in both, as the reference reads them).
 TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
@@ -452,26 +620,11 @@ TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
                  Case{1100, 16, 32, 128, 128, -0.3f}}) {
     SCOPED_TRACE("T=" + std::to_string(c.T) + " dk=" + std::to_string(c.dk) +
                  " dv=" + std::to_string(c.dv));
-    auto unit = [&](int heads, int d, float scale) {
-      auto x = randn(rng, size_t(c.T) * heads * d);
-      for (size_t r = 0; r < x.size() / d; ++r) {
-        double ss = 0;
-        for (int i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
-        for (int i = 0; i < d; ++i) x[r * d + i] = float(x[r * d + i] / std::sqrt(ss) * scale);
-      }
-      return x;
-    };
-    auto q = unit(c.Hk, c.dk, 1.0f / std::sqrt(float(c.dk)));
-    auto k = unit(c.Hk, c.dk, 1.0f);
-    auto v = randn(rng, size_t(c.T) * c.Hv * c.dv);
-    auto g = randu(rng, size_t(c.T) * c.Hv, c.g_min, 0.0f);
-    auto beta = randu(rng, size_t(c.T) * c.Hv, 0.0f, 1.0f);
-    auto dq = to_device<float>(q), dk = to_device<float>(k), dv = to_device<float>(v),
-         dg = to_device<float>(g), db = to_device<float>(beta);
+    const GdnTestInputs in = gdn_test_inputs(rng, c.T, c.Hk, c.Hv, c.dk, c.dv, c.g_min);
     const size_t no = size_t(c.T) * c.Hv * c.dv;
     std::vector<float> ref(no);
-    ref::gated_delta_rule_ref(q.data(), k.data(), v.data(), g.data(), beta.data(), c.T, c.Hk, c.Hv,
-                              c.dk, c.dv, ref.data());
+    ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                              c.T, c.Hk, c.Hv, c.dk, c.dv, ref.data());
     for (KernelPath path : kPaths) {
       const char* variant = gdn_chunked_variant(c.dk, c.dv, kBf16<E>, path);
       SCOPED_TRACE(variant);
@@ -479,13 +632,37 @@ TYPED_TEST(BackboneKernels, GdnChunkedMatchesSequentialRecurrence) {
       DeviceBuffer ws(gdn_workspace_bytes(c.T, c.Hv, c.dk, c.dv));
       CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
       auto o = poisoned<E>(no);
-      gdn_chunked<E>(dq.template get<float>(), dk.template get<float>(), dv.template get<float>(),
-                     dg.template get<float>(), db.template get<float>(), c.T, c.Hk, c.Hv, c.dk,
-                     c.dv, o.template get<E>(), ws.get(), path, 0);
+      gdn_chunked<E>(in.form_for(c.dk, c.dv, kBf16<E>, path), c.T, c.Hk, c.Hv, c.dk, c.dv,
+                     o.template get<E>(), ws.get(), path, 0);
       CLEF_EXPECT_CLOSE(to_host<E>(o, no), ref,
                         kBf16<E> ? 1e-2 : 2e-5);  // bf16: TF32 matmuls + bf16 output
     }
   }
+}
+
+// gdn_chunked takes the form of GdnInputs that its path reads, and refuses the other one instead of
+// reading null pointers: the fp32 form on the tensor-core path, the bf16 form on the SIMT path.
+TEST(GdnChunked, RefusesTheOtherInputForm) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const int T = 70, Hk = 2, Hv = 4, d = 16;
+  const GdnTestInputs in = gdn_test_inputs(rng, T, Hk, Hv, d, d, -2.0f);
+  DeviceBuffer ws(gdn_workspace_bytes(T, Hv, d, d));
+  auto o = poisoned<float>(size_t(T) * Hv * d);  // room for either output type
+  for (KernelPath path : kPaths) {
+    SCOPED_TRACE(kernel_path_name(path));
+    const bool bf16_tc = gdn_takes_bf16_inputs(d, d, true, path);
+    EXPECT_THROW(
+        gdn_chunked<bf16>(in.form(!bf16_tc), T, Hk, Hv, d, d, o.get<bf16>(), ws.get(), path, 0),
+        std::invalid_argument);
+    EXPECT_FALSE(gdn_takes_bf16_inputs(d, d, false, path));  // fp32: always SIMT
+    EXPECT_THROW(
+        gdn_chunked<float>(in.form(true), T, Hk, Hv, d, d, o.get<float>(), ws.get(), path, 0),
+        std::invalid_argument);
+  }
+  EXPECT_FALSE(gdn_takes_bf16_inputs(d, d, true, KernelPath::Generic));
+  EXPECT_EQ(gdn_takes_bf16_inputs(d, d, true, KernelPath::Auto),
+            std::string(gdn_chunked_variant(d, d, true, KernelPath::Auto)) == "gdn_tensor_core");
 }
 
 TYPED_TEST(BackboneKernels, GemmMatchesDoubleReference) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn_test_inputs.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/kernel_path.h"
 #include "engine/cuda/kernels/norm.h"
@@ -24,16 +25,6 @@ using namespace clef::engine::cuda;
 using namespace clef::gputest;
 using bf16 = __nv_bfloat16;
 
-std::vector<float> unit_rows(std::mt19937_64& rng, int rows, int heads, int d, float scale) {
-  auto x = randn(rng, size_t(rows) * heads * d);
-  for (size_t r = 0; r < x.size() / d; ++r) {
-    double ss = 0;
-    for (int i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
-    for (int i = 0; i < d; ++i) x[r * d + i] = float(x[r * d + i] / std::sqrt(ss) * scale);
-  }
-  return x;
-}
-
 struct Shape {
   int Hk, Hv, dk, dv, ldz_extra;  // ldz = Hv dv + extra
 };
@@ -42,11 +33,7 @@ struct Shape {
 void expect_fused_matches(std::mt19937_64& rng, const Shape& sh, int T, int slots,
                           const GdnSequences* seqs) {
   ASSERT_TRUE(gdn_fuses_gated_norm(sh.dk, sh.dv, true, KernelPath::Auto));
-  auto q = unit_rows(rng, T, sh.Hk, sh.dk, 1.0f / std::sqrt(float(sh.dk)));
-  auto k = unit_rows(rng, T, sh.Hk, sh.dk, 1.0f);
-  auto v = randn(rng, size_t(T) * sh.Hv * sh.dv);
-  auto g = randu(rng, size_t(T) * sh.Hv, -2.0f, 0.0f);
-  auto beta = randu(rng, size_t(T) * sh.Hv, 0.0f, 1.0f);
+  const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
   // z as a slice of a wider row (the in_proj output); 16-byte aligned where ldz is a multiple of 8
   // (the vec8 norm as reference), else 2 elements in (the generic one)
   const int ldz = sh.Hv * sh.dv + sh.ldz_extra, zoff = ldz % 8 == 0 ? 8 : 2;
@@ -54,16 +41,13 @@ void expect_fused_matches(std::mt19937_64& rng, const Shape& sh, int T, int slot
   round_all_bf16(z);
   auto w = randn(rng, size_t(sh.dv), 0.5f, 1.0f);
   const float eps = 1e-6f;
-  auto dq = to_device<float>(q), dk = to_device<float>(k), dv = to_device<float>(v),
-       dg = to_device<float>(g), db = to_device<float>(beta), dz = to_device<bf16>(z),
-       dw = to_device<float>(w);
+  auto dz = to_device<bf16>(z), dw = to_device<float>(w);
   const size_t no = size_t(T) * sh.Hv * sh.dv;
   DeviceBuffer ws(gdn_workspace_bytes(T, sh.Hv, sh.dk, sh.dv, slots));
   auto run = [&](bf16* out, const GdnGatedNorm* nrm) {
     CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
-    gdn_chunked<bf16>(dq.get<float>(), dk.get<float>(), dv.get<float>(), dg.get<float>(),
-                      db.get<float>(), T, sh.Hk, sh.Hv, sh.dk, sh.dv, out, ws.get(),
-                      KernelPath::Auto, 0, nullptr, nullptr, seqs, nrm);
+    gdn_chunked<bf16>(in.form_for(sh.dk, sh.dv, true, KernelPath::Auto), T, sh.Hk, sh.Hv, sh.dk,
+                      sh.dv, out, ws.get(), KernelPath::Auto, 0, nullptr, nullptr, seqs, nrm);
   };
   auto o = poisoned<bf16>(no), want = poisoned<bf16>(no), got = poisoned<bf16>(no);
   run(o.get<bf16>(), nullptr);
@@ -154,24 +138,37 @@ TEST(GdnGatedNorm, RefusesWhereItDoesNotApply) {
   const int T = 4, H = 2, d = 16;
   DeviceBuffer in(size_t(T) * 2 * d * 4 * 4), z(size_t(T) * H * d * 2 + 16), w(d * 4 + 16),
       y(size_t(T) * H * d * 4), ws(gdn_workspace_bytes(T, H, d, d));
+  // Inputs in the form each path takes (gdn.h GdnInputs), so that only the norm is refused.
   const float* f = in.get<float>();
+  const auto* x = in.get<bf16>();
+  auto inputs = [&](bool bf16_out, KernelPath path) {
+    GdnInputs gi;
+    if (gdn_takes_bf16_inputs(d, d, bf16_out, path))
+      gi.xq = x, gi.xk = x, gi.xv = x, gi.rq = f, gi.rk = f;
+    else
+      gi.q = f, gi.k = f, gi.v = f;
+    gi.g = f, gi.beta = f;
+    return gi;
+  };
+  const GdnInputs simt32 = inputs(false, KernelPath::Auto),
+                  simt = inputs(true, KernelPath::Generic), tc = inputs(true, KernelPath::Auto);
   const GdnGatedNorm ok{z.get<bf16>(), H * d, w.get<float>(), 1e-6f};
-  EXPECT_THROW(gdn_chunked<float>(f, f, f, f, f, T, 1, H, d, d, y.get<float>(), ws.get(),
-                                  KernelPath::Auto, 0, nullptr, nullptr, nullptr, &ok),
+  EXPECT_THROW(gdn_chunked<float>(simt32, T, 1, H, d, d, y.get<float>(), ws.get(), KernelPath::Auto,
+                                  0, nullptr, nullptr, nullptr, &ok),
                std::invalid_argument);
-  EXPECT_THROW(gdn_chunked<bf16>(f, f, f, f, f, T, 1, H, d, d, y.get<bf16>(), ws.get(),
-                                 KernelPath::Generic, 0, nullptr, nullptr, nullptr, &ok),
+  EXPECT_THROW(gdn_chunked<bf16>(simt, T, 1, H, d, d, y.get<bf16>(), ws.get(), KernelPath::Generic,
+                                 0, nullptr, nullptr, nullptr, &ok),
                std::invalid_argument);
   for (const GdnGatedNorm bad : {GdnGatedNorm{nullptr, H * d, w.get<float>(), 1e-6f},
                                  GdnGatedNorm{z.get<bf16>(), H * d + 1, w.get<float>(), 1e-6f},
                                  GdnGatedNorm{z.get<bf16>(), H * d - 2, w.get<float>(), 1e-6f},
                                  GdnGatedNorm{z.get<bf16>() + 1, H * d, w.get<float>(), 1e-6f},
                                  GdnGatedNorm{z.get<bf16>(), H * d, w.get<float>() + 1, 1e-6f}})
-    EXPECT_THROW(gdn_chunked<bf16>(f, f, f, f, f, T, 1, H, d, d, y.get<bf16>(), ws.get(),
-                                   KernelPath::Auto, 0, nullptr, nullptr, nullptr, &bad),
+    EXPECT_THROW(gdn_chunked<bf16>(tc, T, 1, H, d, d, y.get<bf16>(), ws.get(), KernelPath::Auto, 0,
+                                   nullptr, nullptr, nullptr, &bad),
                  std::invalid_argument);
-  EXPECT_THROW(gdn_chunked<bf16>(f, f, f, f, f, T, 1, H, d, d, y.get<bf16>() + 1, ws.get(),
-                                 KernelPath::Auto, 0, nullptr, nullptr, nullptr, &ok),
+  EXPECT_THROW(gdn_chunked<bf16>(tc, T, 1, H, d, d, y.get<bf16>() + 1, ws.get(), KernelPath::Auto,
+                                 0, nullptr, nullptr, nullptr, &ok),
                std::invalid_argument);  // y stored as pairs
 }
 

@@ -15,6 +15,7 @@
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn_test_inputs.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/packing.h"
 #include "support/ref/attention_ref.h"
@@ -185,19 +186,9 @@ TYPED_TEST_SUITE(PackedKernels, Types);
 template <typename E>
 constexpr bool kIsBf16 = std::is_same_v<E, bf16>;
 
-std::vector<float> unit_rows(std::mt19937_64& rng, int rows, int heads, int d, float scale) {
-  auto x = randn(rng, size_t(rows) * heads * d);
-  for (size_t r = 0; r < x.size() / d; ++r) {
-    double ss = 0;
-    for (int i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
-    for (int i = 0; i < d; ++i) x[r * d + i] = float(x[r * d + i] / std::sqrt(ss) * scale);
-  }
-  return x;
-}
-
 // Each sequence of the packed GDN equals the exact recurrence over that sequence alone (zero
 // initial state, no chunk reaching into a neighbour), on both paths (tensor cores where bf16 and
-// supported; SIMT), with extra unused sequence slots.
+// supported; SIMT, each fed the input form it takes), with extra unused sequence slots.
 TYPED_TEST(PackedKernels, GdnChunkedPerSequence) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
@@ -212,31 +203,24 @@ TYPED_TEST(PackedKernels, GdnChunkedPerSequence) {
       const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
       const PackTables t = pack_tables(lengths, T, slots, 64);
       DeviceTables dt(t);
-      auto q = unit_rows(rng, T, sh.Hk, sh.dk, 1.0f / std::sqrt(float(sh.dk)));
-      auto k = unit_rows(rng, T, sh.Hk, sh.dk, 1.0f);
-      auto v = randn(rng, size_t(T) * sh.Hv * sh.dv);
-      auto g = randu(rng, size_t(T) * sh.Hv, -2.0f, 0.0f);
-      auto beta = randu(rng, size_t(T) * sh.Hv, 0.0f, 1.0f);
+      const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
       std::vector<float> expect(size_t(T) * sh.Hv * sh.dv);
       for (int s = 0; s < S; ++s) {
         const int b = t.begin[s], n = t.begin[s + 1] - b;
         ref::gated_delta_rule_ref(
-            q.data() + size_t(b) * sh.Hk * sh.dk, k.data() + size_t(b) * sh.Hk * sh.dk,
-            v.data() + size_t(b) * sh.Hv * sh.dv, g.data() + size_t(b) * sh.Hv,
-            beta.data() + size_t(b) * sh.Hv, n, sh.Hk, sh.Hv, sh.dk, sh.dv,
+            in.q.data() + size_t(b) * sh.Hk * sh.dk, in.k.data() + size_t(b) * sh.Hk * sh.dk,
+            in.v.data() + size_t(b) * sh.Hv * sh.dv, in.g.data() + size_t(b) * sh.Hv,
+            in.beta.data() + size_t(b) * sh.Hv, n, sh.Hk, sh.Hv, sh.dk, sh.dv,
             expect.data() + size_t(b) * sh.Hv * sh.dv);
       }
-      auto dq = to_device<float>(q), dk = to_device<float>(k), dv = to_device<float>(v),
-           dg = to_device<float>(g), db = to_device<float>(beta);
       for (KernelPath path : {KernelPath::Auto, KernelPath::Generic}) {
         SCOPED_TRACE(gdn_chunked_variant(sh.dk, sh.dv, kIsBf16<E>, path));
         DeviceBuffer ws(gdn_workspace_bytes(T, sh.Hv, sh.dk, sh.dv, slots));
         CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
         const size_t no = size_t(T) * sh.Hv * sh.dv;
         auto o = poisoned<E>(no);
-        gdn_chunked<E>(dq.template get<float>(), dk.template get<float>(), dv.template get<float>(),
-                       dg.template get<float>(), db.template get<float>(), T, sh.Hk, sh.Hv, sh.dk,
-                       sh.dv, o.template get<E>(), ws.get(), path, 0, nullptr, nullptr, &dt.gdn);
+        gdn_chunked<E>(in.form_for(sh.dk, sh.dv, kIsBf16<E>, path), T, sh.Hk, sh.Hv, sh.dk, sh.dv,
+                       o.template get<E>(), ws.get(), path, 0, nullptr, nullptr, &dt.gdn);
         CLEF_EXPECT_CLOSE(to_host<E>(o, no), expect, kIsBf16<E> ? 1e-2 : 2e-5);
       }
     }

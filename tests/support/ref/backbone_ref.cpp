@@ -46,25 +46,40 @@ void rms_norm_1p_ref(const float* x, const float* w, float* out, int rows, int D
   }
 }
 
+void gdn_conv_silu_ref(const float* proj, int T, int ld, int C, int K, const float* conv_w,
+                       bool bf16, float* s, const int32_t* positions) {
+  for (int t = 0; t < T; ++t) {
+    const int p = positions ? positions[t] : t;  // taps reach back at most p rows
+    for (int ch = 0; ch < C; ++ch) {
+      float acc = 0;
+      for (int j = 0; j < K; ++j) {
+        const int tt = t - (K - 1) + j;
+        if (K - 1 - j <= p) acc += conv_w[ch * K + j] * proj[static_cast<size_t>(tt) * ld + ch];
+      }
+      s[static_cast<size_t>(t) * C + ch] = silu(rnd(acc, bf16));
+    }
+  }
+}
+
+double gdn_l2_factor(const float* x, int d, double scale) {
+  double ss = 0;
+  for (int i = 0; i < d; ++i) ss += double(x[i]) * x[i];
+  return scale / std::sqrt(ss + double(1e-6f));
+}
+
 void gdn_conv_prep_ref(const float* proj, int T, int ld, int Hk, int Hv, int dk, int dv, int K,
                        int b_off, int a_off, const float* conv_w, const float* A_log,
                        const float* dt_bias, bool bf16, float* q, float* k, float* v, float* g,
                        float* beta, const int32_t* positions) {
   const int Cq = Hk * dk, Cv = Hv * dv, Ctot = 2 * Cq + Cv;
-  std::vector<float> y(static_cast<size_t>(Ctot));
+  std::vector<float> y(static_cast<size_t>(T) * Ctot);
+  gdn_conv_silu_ref(proj, T, ld, Ctot, K, conv_w, bf16, y.data(), positions);
+  for (auto& x : y) x = rnd(x, bf16);
   for (int t = 0; t < T; ++t) {
-    for (int ch = 0; ch < Ctot; ++ch) {
-      double acc = 0;
-      for (int j = 0; j < K; ++j) {
-        const int tt = t - (K - 1) + j;
-        if (K - 1 - j <= (positions ? positions[t] : t))
-          acc += double(conv_w[ch * K + j]) * proj[static_cast<size_t>(tt) * ld + ch];
-      }
-      y[ch] = rnd(silu(rnd(float(acc), bf16)), bf16);
-    }
+    const float* yt = &y[static_cast<size_t>(t) * Ctot];
     for (int part = 0; part < 2; ++part) {
       for (int h = 0; h < Hk; ++h) {
-        const float* src = &y[part * Cq + h * dk];
+        const float* src = yt + part * Cq + h * dk;
         double ss = 0;
         for (int d = 0; d < dk; ++d) ss += double(src[d]) * src[d];
         const float inv = 1.0f / std::sqrt(float(ss) + 1e-6f);
@@ -73,7 +88,7 @@ void gdn_conv_prep_ref(const float* proj, int T, int ld, int Hk, int Hv, int dk,
           dst[d] = part == 0 ? (src[d] * inv) * (1.0f / std::sqrt(float(dk))) : src[d] * inv;
       }
     }
-    for (int i = 0; i < Cv; ++i) v[static_cast<size_t>(t) * Cv + i] = y[2 * Cq + i];
+    for (int i = 0; i < Cv; ++i) v[static_cast<size_t>(t) * Cv + i] = yt[2 * Cq + i];
     for (int h = 0; h < Hv; ++h) {
       const float b = proj[static_cast<size_t>(t) * ld + b_off + h];
       const float a = proj[static_cast<size_t>(t) * ld + a_off + h];

@@ -19,6 +19,18 @@ void gdn_conv_prep_ref(const float* proj, int T, int ld, int Hk, int Hv, int dk,
                        const float* dt_bias, bool bf16, float* q, float* k, float* v, float* g,
                        float* beta, const int32_t* positions = nullptr);
 
+// The causal conv + SiLU of gdn_conv_prep_ref over the first C columns of proj (the qkv channels,
+// C = 2 Hk dk + Hv dv), before the q/k normalisation and before the last rounding: s [T, C] =
+// silu(rnd(acc)) in fp32, acc the fp32 sum of the K taps in tap order (like the kernels: products
+// of bf16 values are exact, so in bf16 mode rnd(acc) is theirs bit for bit). gdn_conv_prep_ref's y
+// is rnd(s); the bf16 form of gdn_conv_prep_bf16x stores round_bf16(s).
+void gdn_conv_silu_ref(const float* proj, int T, int ld, int C, int K, const float* conv_w,
+                       bool bf16, float* s, const int32_t* positions = nullptr);
+
+// scale / sqrt(sum x[i]^2 + 1e-6f) over x[0, d), in double: the l2 factor of a GDN q (scale
+// 1 / sqrt(dk)) or k (scale 1) head as gdn_conv_prep_bf16x's rq, rk approximate it.
+double gdn_l2_factor(const float* x, int d, double scale);
+
 // The exact sequential recurrence (docs/spec/model.md §3), double accumulation, fp32 state
 // semantics.
 void gated_delta_rule_ref(const float* q, const float* k, const float* v, const float* g,
