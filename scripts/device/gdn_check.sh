@@ -17,13 +17,14 @@ if has profile; then
 fi
 if has tests; then
   t0=$(date +%s)
-  F=${GTEST_FILTER:-*Gdn*:*Packed*:*PackTables*:*Golden*:*GatedNorm*:*BackboneKernels*:*CudaEngine*}
+  F=${GTEST_FILTER:-*Gdn*:*Packed*:*PackTables*:*Golden*:*GatedNorm*:*BackboneKernels*:*CudaEngine*:*KernelVariants*}
   timeout "${TEST_TIMEOUT:-240}" test_gpu --gtest_brief=1 --gtest_filter="$F" > "$L/test_gpu.log" 2>&1
   summary+=("test_gpu $F: rc $? in $(( $(date +%s) - t0 )) s :: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
   while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|bf16.*noise|tiny-r[23] bfloat16 \(auto\)" "$L/test_gpu.log" | head -16)
 fi
 if has wb; then
   timeout 90 workbench_gdn > "$L/workbench_gdn.txt" 2>&1; summary+=("workbench_gdn rc $?")
+  timeout 60 workbench_gdn_prep > "$L/workbench_gdn_prep.txt" 2>&1; summary+=("workbench_gdn_prep rc $?")
   if [ -x /tmp/c/bin/workbench_gdn_before ]; then
     timeout 90 workbench_gdn_before > "$L/workbench_gdn_before.txt" 2>&1; summary+=("workbench_gdn_before rc $?")
   fi
@@ -33,7 +34,7 @@ if [ -n "$MK" ]; then
   summary+=("model: $(ls $M 2>/dev/null | wc -l) files in $M")
 fi
 if has profile; then
-  for b in clefserve clefserve_before clefserve; do
+  for b in ${PROFILE_BINS:-clefserve clefserve_before}; do
     [ -x /tmp/c/bin/$b ] || continue
     echo "## $b" >> "$L/profile.txt"
     timeout 150 /tmp/c/bin/$b profile --model $M --device cuda --lengths 361,961,5661 --runs 7 --warmup 2 >> "$L/profile.txt" 2>>"$L/misc.log"
