@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   CLEF_PHASE(2);  // K K^T
   // Tm = (I + A)^-1 blockwise. Diagonal 16x16 blocks by forward substitution, one thread per
   // column (no syncs inside); then the off-diagonal blocks by distance from the diagonal,
-  // T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ (6 syncs instead of 63).
+  // T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ (6 syncs instead of 63), on tensor cores.
   // Warps 0-1 run the substitution with column j of T_II in registers (fully unrolled: the row
   // loads do not wait on the running sum); meanwhile warps 2-7 store the decayed K^T for the scan
   // and gamma.
@@ -304,42 +304,66 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
     for (int i = 0; i < 16; ++i) Tm[(o + i) * lda + o + j] = col[i];
   } else {
-    // k_j e^{gamma_C - gamma_j}, the same fp32 value as (xk rk) e^{gamma_C - gamma_j}
+    // k_j e^{gamma_C - gamma_j}, the same fp32 value as (xk rk) e^{gamma_C - gamma_j}: lanes along
+    // d (conflict-free bf16 reads), four consecutive j per thread (one 16-byte store)
     float* kt = ws.KT + (static_cast<size_t>(h) * nC + chunk) * dk * C;
-    for (int e = tid - 64; e < dk * C; e += kThreads - 64) {
-      const int blk = e / 32, l = e % 32, j = 4 * (blk % (C / 4)) + l % 4,
-                d = 8 * (blk / (C / 4)) + l / 4;
-      kt[d * C + j] = (__bfloat162float(Xk[j * kLdx + d]) * rks[j]) * dec[j];
+    for (int e = tid - 64; e < dk * (C / 4); e += kThreads - 64) {
+      const int d = e % dk, j = 4 * (e / dk);
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[i] = (__bfloat162float(Xk[(j + i) * kLdx + d]) * rks[j + i]) * dec[j + i];
+      *reinterpret_cast<float4*>(kt + d * C + j) = make_float4(v[0], v[1], v[2], v[3]);
     }
     if (tid - 64 < C) ws.G[row0 + tid - 64] = gam[tid - 64];
   }
   __syncthreads();
   CLEF_PHASE(3);  // diagonal blocks, decayed K^T
-  // Compile-time trip counts (dist unrolled): every operand load is issued ahead of the sums.
+  // The off-diagonal blocks by distance from the diagonal, on 3xTF32 tensor cores (both factors are
+  // fp32): X_I = sum_{M=J}^{I-1} A_IM T_MJ (k = 16 dist), then T_IJ = -T_II X_I; warp task = block
+  // b (I = dist + b) x n8 half nn, X_I through the scratch X.
+  {
+    const int g = lane / 4, t = lane % 4, b = warp / 2, nn = warp % 2;
 #pragma unroll
-  for (int dist = 1; dist < 4; ++dist) {
-    const int n = (4 - dist) * 256;
+    for (int dist = 1; dist < 4; ++dist) {
+      const int I = dist + b, J = I - dist;
+      const bool on = b < 4 - dist;
+      if (on) {
+        float hh[4] = {}, lh[4] = {}, hl[4] = {};
 #pragma unroll
-    for (int e0 = 0; e0 < n; e0 += kThreads) {
-      const int e = e0 + tid, I = dist + e / 256, J = I - dist, r = (e / 16) % 16, c = e % 16;
-      float s = 0.0f;
+        for (int k0 = 0; k0 < 16 * dist; k0 += 8) {
+          const float* a = Am + (16 * I + g) * lda + 16 * J + k0 + t;
+          const float* bp = Tm + (16 * J + k0 + t) * lda + 16 * J + 8 * nn + g;
+          const float af[4] = {a[0], a[8 * lda], a[4], a[8 * lda + 4]},
+                      bf[2] = {bp[0], bp[4 * lda]};
+          uint32_t ah[4], al[4], bh[2], bl[2];
+          split(af, ah, al);
+          split(bf, bh, bl);
+          mma3(hh, lh, hl, ah, al, bh, bl);
+        }
+        float* x = X + b * 256 + g * 16 + 8 * nn + 2 * t;
+        x[0] = hh[0] + (lh[0] + hl[0]), x[1] = hh[1] + (lh[1] + hl[1]);
+        x[128] = hh[2] + (lh[2] + hl[2]), x[129] = hh[3] + (lh[3] + hl[3]);
+      }
+      __syncthreads();
+      if (on) {
+        float hh[4] = {}, lh[4] = {}, hl[4] = {};
 #pragma unroll
-      for (int kk = 0; kk < 16 * dist; ++kk)
-        s += Am[(16 * I + r) * lda + 16 * J + kk] * Tm[(16 * J + kk) * lda + 16 * J + c];
-      X[e] = s;
+        for (int k0 = 0; k0 < 16; k0 += 8) {
+          const float* a = Tm + (16 * I + g) * lda + 16 * I + k0 + t;
+          const float* bp = X + b * 256 + (k0 + t) * 16 + 8 * nn + g;
+          const float af[4] = {a[0], a[8 * lda], a[4], a[8 * lda + 4]}, bf[2] = {bp[0], bp[64]};
+          uint32_t ah[4], al[4], bh[2], bl[2];
+          split(af, ah, al);
+          split(bf, bh, bl);
+          mma3(hh, lh, hl, ah, al, bh, bl);
+        }
+        float* o = Tm + (16 * I + g) * lda + 16 * J + 8 * nn + 2 * t;
+        o[0] = -(hh[0] + (lh[0] + hl[0])), o[1] = -(hh[1] + (lh[1] + hl[1]));
+        o[8 * lda] = -(hh[2] + (lh[2] + hl[2])), o[8 * lda + 1] = -(hh[3] + (lh[3] + hl[3]));
+      }
+      __syncthreads();
     }
-    __syncthreads();
-#pragma unroll
-    for (int e0 = 0; e0 < n; e0 += kThreads) {
-      const int e = e0 + tid, I = dist + e / 256, J = I - dist, r = (e / 16) % 16, c = e % 16;
-      const float* x = X + (e / 256) * 256;
-      float s = 0.0f;
-#pragma unroll
-      for (int m = 0; m < 16; ++m)
-        if (m <= r) s += Tm[(16 * I + r) * lda + 16 * I + m] * x[m * 16 + c];
-      Tm[(16 * I + r) * lda + 16 * J + c] = -s;
-    }
-    __syncthreads();
   }
   CLEF_PHASE(4);  // off-diagonal blocks
   // W = Tm diag(beta e^gamma rk) Xk, U = Tm diag(beta) Xv.
