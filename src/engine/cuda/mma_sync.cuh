@@ -1,7 +1,7 @@
-// PTX wrappers for the warp-level bf16 tensor-core path (mma.sync m16n8k16, ldmatrix), shared by
-// the attention kernels (attention/flash_bf16.cuh) and the chunked GDN kernels (gdn/). Fragment
-// layouts (PTX ISA "Matrix Fragments for mma.m16n8k16", .bf16), g = lane / 4, t = lane % 4, each
-// register two consecutive elements (the lower one in the low half):
+// PTX wrappers for the warp-level bf16 tensor-core path (mma.sync m16n8k16, ldmatrix, cp.async),
+// shared by the attention kernels (attention/flash_bf16.cuh) and the chunked GDN kernels (gdn/).
+// Fragment layouts (PTX ISA "Matrix Fragments for mma.m16n8k16", .bf16), g = lane / 4, t = lane %
+// 4, each register two consecutive elements (the lower one in the low half):
 //   A (16x16): a0 (g, 2t)  a1 (g+8, 2t)  a2 (g, 2t+8)  a3 (g+8, 2t+8)
 //   B (16x8):  b0 (2t, g)  b1 (2t+8, g)              (rows k, the pair runs down k)
 //   C (16x8):  c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
@@ -16,6 +16,20 @@ namespace clef::engine::cuda {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes 0 zero-fills (rows past T must be finite zeros: 0 * garbage may be
+// NaN).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {

@@ -89,20 +89,6 @@ __device__ __forceinline__ bool cta_rows(const int4* tiles, int rows, int T, int
   return true;
 }
 
-// 16-byte async copy; src_bytes 0 zero-fills (rows past T must be finite zeros: 0 * garbage may be
-// NaN).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // The shared-memory row stride (elements) of a head dim: an odd number of 16-byte chunks, so the
 // 8 rows one ldmatrix 8x8 matrix reads start in 8 different 4-bank groups (hd 80: 88 = 11 chunks;
 // hd 72: 72 = 9 chunks as is, where 80 would be 10 and conflict 2-way).

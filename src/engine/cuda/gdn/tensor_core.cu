@@ -132,6 +132,19 @@ __device__ __forceinline__ void load_x_tiles(bf16* __restrict__ dstA, const bf16
   }
 }
 
+// One 64-row bf16 tile as load_x_tiles, by cp.async (no registers held, committed as one group):
+// rows at or past `valid` are zero-filled.
+template <int THREADS>
+__device__ __forceinline__ void copy_x_tile_async(bf16* dst, const bf16* src, size_t stride,
+                                                  int cols, int valid) {
+  const int c8 = cols / 8;
+  for (int e = threadIdx.x; e < C * c8; e += THREADS) {
+    const int i = e / c8, c = (e % c8) * 8;
+    cp_async16(dst + i * kLdx + c, i < valid ? src + i * stride + c : src, i < valid ? 16 : 0);
+  }
+  cp_async_commit();
+}
+
 // The 20 m16n8 tiles of a 64 x 64 lower triangle (row tile tm >= column tile n / 2), spread over 8
 // warps as 3,3,3,3,2,2,2,2 (one warp per column would give the first two warps 4 tiles each and
 // make them the critical path): slot s of `warp` is tile (tm, n), or false when unused.
@@ -232,8 +245,9 @@ __device__ __forceinline__ void lower_times(const float* L, int lda, const float
 }
 
 // ---- prep: grid (nC, Hv). Shared: Am, Tm [C][C+4] fp32 (row stride 4 mod 32: conflict-free pair
-// loads of the A fragments), X [3][16][16], gam, bet, dec, rks, cw [C], then Xk, Xv [C][kLdx] bf16.
-__global__ void __launch_bounds__(kThreads, 3)
+// loads of the A fragments), X [3][16][16], gam, bet, dec, rks, cw [C], Xk [C][kLdx] bf16; Xv
+// [C][kLdx] bf16 over Am once the inverse is done (55.25 KiB: four CTAs per SM).
+__global__ void __launch_bounds__(kThreads, 4)
     prep_kernel(const bf16* __restrict__ xk, const bf16* __restrict__ xv,
                 const float* __restrict__ rk, const float* __restrict__ g,
                 const float* __restrict__ beta, ChunkMap map, int Tc, int Hk, int Hv, int dk,
@@ -253,13 +267,13 @@ __global__ void __launch_bounds__(kThreads, 3)
   float* rks = dec + C;  // k = xk rk
   float* cw = rks + C;   // W's column factors beta_j e^{gamma_j} rk_j
   bf16* Xk = reinterpret_cast<bf16*>(cw + C);
-  bf16* Xv = Xk + C * kLdx;
+  bf16* Xv = reinterpret_cast<bf16*>(Am);  // after the inverse
+  static_assert(C * kLdx * sizeof(bf16) <= C * (C + 4) * sizeof(float), "Xv fits over Am");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   CLEF_PHASE_CLOCK(0, 0, 1, 0);
 
-  load_x_tiles<kThreads>(
-      Xk, xk + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, Xv,
-      xv + (static_cast<size_t>(t0) * Hv + h) * dv, static_cast<size_t>(Hv) * dv, dv, valid);
+  copy_x_tile_async<kThreads>(Xk, xk + (static_cast<size_t>(t0) * Hk + kh) * dk,
+                              static_cast<size_t>(Hk) * dk, dk, valid);
   if (tid < C) {
     const bool in = tid < valid;
     gam[tid] = in ? g[static_cast<size_t>(t0 + tid) * Hv + h] : 0.0f;
@@ -267,6 +281,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     rks[tid] = in ? rk[static_cast<size_t>(t0 + tid) * Hk + kh] : 0.0f;
   }
   for (int e = tid; e < C * C; e += kThreads) Tm[(e / C) * lda + e % C] = 0.0f;
+  cp_async_wait<0>();
   __syncthreads();
   CLEF_PHASE(0);    // loads
   if (warp == 0) {  // gamma and its decay vectors
@@ -366,9 +381,13 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
   }
   CLEF_PHASE(4);  // off-diagonal blocks
-  // W = Tm diag(beta e^gamma rk) Xk, U = Tm diag(beta) Xv.
+  // W = Tm diag(beta e^gamma rk) Xk, U = Tm diag(beta) Xv; Xv arrives over Am while W is formed.
+  copy_x_tile_async<kThreads>(Xv, xv + (static_cast<size_t>(t0) * Hv + h) * dv,
+                              static_cast<size_t>(Hv) * dv, dv, valid);
   lower_times(Tm, lda, cw, Xk, dk, ws.W + row0 * dk, dk, warp, lane);
   CLEF_PHASE(5);  // W (warp 0)
+  cp_async_wait<0>();
+  __syncthreads();
   lower_times(Tm, lda, bet, Xv, dv, ws.U + row0 * dv, dv, warp, lane);
   CLEF_PHASE(6);  // U (warp 0)
 }
@@ -818,9 +837,10 @@ void launch_scan(const ChunkMap& map, int seqs, int Tc, int dk, int dv, int Hv, 
     launch_scan_nt<2>(map, seqs, Tc, dk, dv, Hv, ws, s);
 }
 
-// Fixed sizes (the tiles take kMaxHeadDim columns): 72.25 KiB and 53 KiB, three CTAs per SM.
+// Fixed sizes (the tiles take kMaxHeadDim columns): 55.25 KiB (four CTAs per SM) and 53 KiB
+// (three).
 constexpr size_t prep_smem() {
-  return sizeof(float) * (2 * C * (C + 4) + 3 * 256 + 5 * C) + sizeof(bf16) * 2 * C * kLdx;
+  return sizeof(float) * (2 * C * (C + 4) + 3 * 256 + 5 * C) + sizeof(bf16) * C * kLdx;
 }
 constexpr size_t output_smem() {
   return sizeof(float) * 4 * C + sizeof(bf16) * (2 * C * kLdx + 2 * C * kLdp);

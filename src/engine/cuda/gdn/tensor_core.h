@@ -19,7 +19,7 @@
 namespace clef::engine::cuda::gdn {
 
 // dk, dv multiples of 16 and at most 128, and the current device grants the kernels' shared memory
-// (at most ~72 KiB per block, the prep kernel's).
+// (at most ~56 KiB per block).
 bool tc_supported(int dk, int dv);
 
 // Floats of scratch for Tc (= T rounded up to 64) rows: W, U, decayed K^T, gamma, the per-chunk
