@@ -319,16 +319,14 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
     for (int i = 0; i < 16; ++i) Tm[(o + i) * lda + o + j] = col[i];
   } else {
-    // k_j e^{gamma_C - gamma_j}, the same fp32 value as (xk rk) e^{gamma_C - gamma_j}: lanes along
-    // d (conflict-free bf16 reads), four consecutive j per thread (one 16-byte store)
+    // k_j e^{gamma_C - gamma_j}, the same fp32 value as (xk rk) e^{gamma_C - gamma_j}; a warp
+    // covers 4 consecutive j x 8 rows d, the warps of a d-row together its 256 bytes (a store
+    // pattern of 32 rows x 16 bytes a warp made the whole kernel 2x slower)
     float* kt = ws.KT + (static_cast<size_t>(h) * nC + chunk) * dk * C;
-    for (int e = tid - 64; e < dk * (C / 4); e += kThreads - 64) {
-      const int d = e % dk, j = 4 * (e / dk);
-      float v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        v[i] = (__bfloat162float(Xk[(j + i) * kLdx + d]) * rks[j + i]) * dec[j + i];
-      *reinterpret_cast<float4*>(kt + d * C + j) = make_float4(v[0], v[1], v[2], v[3]);
+    for (int e = tid - 64; e < dk * C; e += kThreads - 64) {
+      const int blk = e / 32, l = e % 32, j = 4 * (blk % (C / 4)) + l % 4,
+                d = 8 * (blk / (C / 4)) + l / 4;
+      kt[d * C + j] = (__bfloat162float(Xk[j * kLdx + d]) * rks[j]) * dec[j];
     }
     if (tid - 64 < C) ws.G[row0 + tid - 64] = gam[tid - 64];
   }
