@@ -6,15 +6,8 @@
 # Usage (repo root on the device): [STEPS="tests wb profile ncu"] [GTEST_FILTER=...] scripts/device/gdn_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
 STEPS=${STEPS:-tests wb profile}
-M=/tmp/flash
-L=$OUT
-MK=
-if has profile; then
-  ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
-  MK=$!
-fi
+start_check
 if has tests; then
   t0=$(date +%s)
   F=${GTEST_FILTER:-*Gdn*:*Packed*:*PackTables*:*Golden*:*GatedNorm*:*BackboneKernels*:*CudaEngine*:*KernelVariants*}

@@ -6,16 +6,8 @@
 # Usage (repo root on the device): [GTEST_FILTER=...] [STEPS="tests wb_vision wb_attention wb_gdn profile"] scripts/device/session_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-# The serve tests start the binary from the checkout's build folders (tests/server/server_process.cpp).
-mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
 STEPS=${STEPS:-tests wb_vision wb_attention wb_gdn profile}
-M=/tmp/flash
-L=$OUT
-MK=
-if has profile; then
-  ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
-  MK=$!
-fi
+start_check
 if has tests; then
   t0=$(date +%s)
   timeout "${TEST_TIMEOUT:-240}" test_gpu --gtest_brief=1 --gtest_filter="${GTEST_FILTER:-*}" > "$L/test_gpu.log" 2>&1

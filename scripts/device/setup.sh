@@ -19,6 +19,20 @@ print_summary() {
   local s
   for s in "${summary[@]}"; do echo "$s"; done
 }
+# The check scripts' common start: the serve tests' binary links (tests/server/server_process.cpp
+# starts it from the checkout's build folders), M (the flash release folder), L (the logs, $OUT),
+# and when `profile` is a step `make-model --preset flash` into M in the background (MK = its pid,
+# empty otherwise; the caller waits before profiling).
+start_check() {
+  mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+  M=/tmp/flash
+  L=$OUT
+  MK=
+  if has profile; then
+    ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
+    MK=$!
+  fi
+}
 # serve_decide LABEL PORT MANIFEST TIMEOUT TRIES SERVE_ARGS...: `clefserve serve SERVE_ARGS --port
 # PORT` (log $OUT/serve_LABEL.log), its /health polled TRIES times 0.5 s apart (saved as
 # /tmp/health_LABEL.json) unless it exits, one `clefserve bench` pass of MANIFEST at concurrency 1

@@ -130,20 +130,23 @@ TYPED_TEST(BackboneKernels, RmsNorm1p) {
   }
 }
 
+// The GDN prep tests' shapes (extra columns: ld != used width). extra 3 -> ld not a multiple of 8:
+// scalar path. The others take the vector path with dk / 8 = 2, 4, 1, 32 and 16 lanes per head;
+// T = 2 < K - 1 (zero history only); 4097 tokens of the flash shape (16 tokens per block, halo
+// rows across blocks).
+struct ConvPrepShape {
+  int T, Hk, Hv, dk, dv, extra;
+};
+constexpr ConvPrepShape kConvPrepShapes[] = {
+    {70, 2, 4, 16, 16, 3}, {33, 2, 6, 32, 48, 3},  {100, 16, 32, 128, 128, 3},
+    {70, 2, 4, 16, 16, 0}, {33, 2, 6, 32, 48, 4},  {2, 2, 4, 16, 16, 0},
+    {20, 3, 3, 8, 8, 2},   {40, 2, 2, 256, 64, 4}, {4097, 16, 32, 128, 128, 0}};
+
 TYPED_TEST(BackboneKernels, GdnConvPrep) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  struct Shape {
-    int T, Hk, Hv, dk, dv, extra;  // extra columns: ld != used width
-  };
-  // extra 3 -> ld not a multiple of 8: scalar path. The others take the vector path with dk / 8 =
-  // 2, 4, 1, 32 and 16 lanes per head; T = 2 < K - 1 (zero history only); 4097 tokens of the flash
-  // shape (16 tokens per block, halo rows across blocks).
-  for (Shape sh :
-       {Shape{70, 2, 4, 16, 16, 3}, Shape{33, 2, 6, 32, 48, 3}, Shape{100, 16, 32, 128, 128, 3},
-        Shape{70, 2, 4, 16, 16, 0}, Shape{33, 2, 6, 32, 48, 4}, Shape{2, 2, 4, 16, 16, 0},
-        Shape{20, 3, 3, 8, 8, 2}, Shape{40, 2, 2, 256, 64, 4}, Shape{4097, 16, 32, 128, 128, 0}}) {
+  for (const ConvPrepShape& sh : kConvPrepShapes) {
     SCOPED_TRACE("T=" + std::to_string(sh.T) + " dk=" + std::to_string(sh.dk) +
                  " dv=" + std::to_string(sh.dv) + " extra=" + std::to_string(sh.extra));
     const int K = 4, cqkv = 2 * sh.Hk * sh.dk + sh.Hv * sh.dv;
@@ -275,6 +278,28 @@ TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
   }
 }
 
+// The packed tests' sequences (lengths 37, 2, 58, 19: 2 tokens < K - 1, then across the vector
+// kernels' 16-token blocks): each row's position in its sequence, and 0..T-1, on the device too.
+struct PackedPositions {
+  std::vector<int> lens;
+  std::vector<int32_t> pos;
+  int T;
+  engine::cuda::DeviceBuffer dpos, diota;
+};
+PackedPositions packed_positions() {
+  PackedPositions p{{37, 2, 58, 19}, {}, 0, {}, {}};
+  for (int L : p.lens)
+    for (int i = 0; i < L; ++i) p.pos.push_back(i);
+  p.T = static_cast<int>(p.pos.size());
+  std::vector<int32_t> iota(p.pos.size());
+  for (int t = 0; t < p.T; ++t) iota[t] = t;
+  p.dpos = engine::cuda::DeviceBuffer(p.pos.size() * 4);
+  p.diota = engine::cuda::DeviceBuffer(iota.size() * 4);
+  CLEF_CUDA_CHECK(cudaMemcpy(p.dpos.get(), p.pos.data(), p.pos.size() * 4, cudaMemcpyHostToDevice));
+  CLEF_CUDA_CHECK(cudaMemcpy(p.diota.get(), iota.data(), iota.size() * 4, cudaMemcpyHostToDevice));
+  return p;
+}
+
 // Packed sequences: with each row's position in its sequence given, the conv taps of the GDN prep
 // never reach into the previous sequence and RoPE restarts at 0, i.e. a packed run equals each
 // sequence run alone (checked on the references first), the kernels match the references on both
@@ -283,16 +308,11 @@ TYPED_TEST(BackboneKernels, PackedSequencesRestartConvTapsAndRope) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
-  // 2 tokens (< K - 1), then across the vector kernels' 16-token blocks.
-  const std::vector<int> lens = {37, 2, 58, 19};
-  std::vector<int32_t> pos, iota;
-  for (int L : lens)
-    for (int i = 0; i < L; ++i) pos.push_back(i);
-  const int T = static_cast<int>(pos.size());
-  for (int t = 0; t < T; ++t) iota.push_back(t);
-  engine::cuda::DeviceBuffer dpos(pos.size() * 4), diota(iota.size() * 4);
-  CLEF_CUDA_CHECK(cudaMemcpy(dpos.get(), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-  CLEF_CUDA_CHECK(cudaMemcpy(diota.get(), iota.data(), iota.size() * 4, cudaMemcpyHostToDevice));
+  const PackedPositions pp = packed_positions();
+  const std::vector<int>& lens = pp.lens;
+  const std::vector<int32_t>& pos = pp.pos;
+  const int T = pp.T;
+  const engine::cuda::DeviceBuffer &dpos = pp.dpos, &diota = pp.diota;
 
   for (int extra : {0, 3}) {  // vec8 and scalar GDN prep
     SCOPED_TRACE("gdn prep, extra " + std::to_string(extra));
@@ -406,6 +426,25 @@ void expect_bf16_rounding_of(const std::vector<float>& got, const std::vector<fl
                      << ref::round_bf16(s[first]) << " (" << near_tie << " near-ties)";
 }
 
+// gdn_conv_prep_bf16x (on the device inputs proj, conv_w, A_log, dt_bias) into poisoned buffers,
+// back on the host: xq, xk, xv, rq, rk, g, beta.
+std::vector<std::vector<float>> run_prep_bf16x(const DeviceBuffer& dp, const DeviceBuffer& dc,
+                                               const DeviceBuffer& da, const DeviceBuffer& db,
+                                               const GdnPrepArgs& a, KernelPath path) {
+  const size_t nq = size_t(a.T) * a.Hk * a.dk, nv = size_t(a.T) * a.Hv * a.dv,
+               nr = size_t(a.T) * a.Hk, ng = size_t(a.T) * a.Hv;
+  auto xq = poisoned<bf16>(nq), xk = poisoned<bf16>(nq), xv = poisoned<bf16>(nv);
+  auto fq = poisoned<float>(nr), fk = poisoned<float>(nr), g = poisoned<float>(ng),
+       beta = poisoned<float>(ng);
+  gdn_conv_prep_bf16x(dp.get<bf16>(), dc.get<bf16>(), da.get<float>(), db.get<float>(), a,
+                      {xq.get<bf16>(), xk.get<bf16>(), xv.get<bf16>(), fq.get<float>(),
+                       fk.get<float>(), g.get<float>(), beta.get<float>()},
+                      path, 0);
+  return {to_host<bf16>(xq, nq),   to_host<bf16>(xk, nq),  to_host<bf16>(xv, nv),
+          to_host<float>(fq, nr),  to_host<float>(fk, nr), to_host<float>(g, ng),
+          to_host<float>(beta, ng)};
+}
+
 // gdn_conv_prep_bf16x on proj (bf16-exact; `a` as the kernels see it, a.positions on the device,
 // `positions` its host copy or null) against the references on both paths: xq, xk, xv are the
 // bf16-rounded conv + SiLU values (expect_bf16_rounding_of), rq and rk within 2e-6 of the l2
@@ -433,19 +472,13 @@ void expect_bf16x_prep_matches(const std::vector<float>& proj, const std::vector
   auto da = to_device<float>(A_log), db = to_device<float>(dtb);
   for (KernelPath path : kPaths) {
     SCOPED_TRACE(gdn_conv_prep_bf16x_variant(a, path));
-    auto xq = poisoned<bf16>(nq), xk = poisoned<bf16>(nq), xv = poisoned<bf16>(nv);
-    auto fq = poisoned<float>(nr), fk = poisoned<float>(nr), g = poisoned<float>(ng),
-         beta = poisoned<float>(ng);
-    gdn_conv_prep_bf16x(dp.get<bf16>(), dc.get<bf16>(), da.get<float>(), db.get<float>(), a,
-                        {xq.get<bf16>(), xk.get<bf16>(), xv.get<bf16>(), fq.get<float>(),
-                         fk.get<float>(), g.get<float>(), beta.get<float>()},
-                        path, 0);
-    const auto hq = to_host<bf16>(xq, nq), hk = to_host<bf16>(xk, nq), hv = to_host<bf16>(xv, nv);
+    const auto out = run_prep_bf16x(dp, dc, da, db, a, path);
+    const auto &hq = out[0], &hk = out[1], &hv = out[2], &hfq = out[3], &hfk = out[4], &hg = out[5],
+               &hb = out[6];
     expect_bf16_rounding_of(hq, sq, "xq");
     expect_bf16_rounding_of(hk, sk, "xk");
     expect_bf16_rounding_of(hv, sv, "xv");
     // The factors of the values written (a near-tie flip changes them by far more than 2e-6).
-    const auto hfq = to_host<float>(fq, nr), hfk = to_host<float>(fk, nr);
     double worst = 0;
     for (size_t h = 0; h < nr; ++h) {
       const double wq = ref::gdn_l2_factor(&hq[h * dk], dk, 1.0 / std::sqrt(double(dk)));
@@ -454,7 +487,6 @@ void expect_bf16x_prep_matches(const std::vector<float>& proj, const std::vector
       worst = std::isfinite(hfq[h]) && std::isfinite(hfk[h]) ? std::max(worst, e) : HUGE_VAL;
     }
     EXPECT_LE(worst, 2e-6) << "rq, rk: worst relative error";
-    const auto hg = to_host<float>(g, ng), hb = to_host<float>(beta, ng);
     CLEF_EXPECT_CLOSE(hg, rg, 1e-5);
     CLEF_EXPECT_CLOSE(hb, rb, kTol<bf16>);
     // The fp32 form on the same path: the same v, g and beta.
@@ -477,10 +509,7 @@ TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
   CLEF_REQUIRE_GPU();
   auto rng = fresh_rng();
   const int K = 4;
-  struct Shape {
-    int T, Hk, Hv, dk, dv, extra;  // extra columns: ld != used width
-  };
-  auto make = [&](const Shape& sh, const int32_t* positions) {
+  auto make = [&](const ConvPrepShape& sh, const int32_t* positions) {
     const int cqkv = 2 * sh.Hk * sh.dk + sh.Hv * sh.dv;
     const int ld = cqkv + sh.Hv * sh.dv + 2 * sh.Hv + sh.extra;
     const int b_off = cqkv + sh.Hv * sh.dv, a_off = b_off + sh.Hv;
@@ -495,10 +524,7 @@ TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
     round_all_bf16(in[3]);
     return in;
   };
-  for (Shape sh :
-       {Shape{70, 2, 4, 16, 16, 3}, Shape{33, 2, 6, 32, 48, 3}, Shape{100, 16, 32, 128, 128, 3},
-        Shape{70, 2, 4, 16, 16, 0}, Shape{33, 2, 6, 32, 48, 4}, Shape{2, 2, 4, 16, 16, 0},
-        Shape{20, 3, 3, 8, 8, 2}, Shape{40, 2, 2, 256, 64, 4}, Shape{4097, 16, 32, 128, 128, 0}}) {
+  for (const ConvPrepShape& sh : kConvPrepShapes) {
     SCOPED_TRACE("T=" + std::to_string(sh.T) + " dk=" + std::to_string(sh.dk) +
                  " dv=" + std::to_string(sh.dv) + " extra=" + std::to_string(sh.extra));
     const GdnPrepArgs a = make(sh, nullptr);
@@ -506,19 +532,14 @@ TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
     expect_bf16x_prep_matches(in[0], in[1], in[2], in[3], a, nullptr);
   }
 
-  // Packed: 2 tokens (< K - 1), then across the vector kernel's 16-token blocks.
-  const std::vector<int> lens = {37, 2, 58, 19};
-  std::vector<int32_t> pos, iota;
-  for (int L : lens)
-    for (int i = 0; i < L; ++i) pos.push_back(i);
-  const int T = static_cast<int>(pos.size());
-  for (int t = 0; t < T; ++t) iota.push_back(t);
-  DeviceBuffer dpos(pos.size() * 4), diota(iota.size() * 4);
-  CLEF_CUDA_CHECK(cudaMemcpy(dpos.get(), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-  CLEF_CUDA_CHECK(cudaMemcpy(diota.get(), iota.data(), iota.size() * 4, cudaMemcpyHostToDevice));
+  const PackedPositions pp = packed_positions();
+  const std::vector<int>& lens = pp.lens;
+  const std::vector<int32_t>& pos = pp.pos;
+  const int T = pp.T;
+  const engine::cuda::DeviceBuffer &dpos = pp.dpos, &diota = pp.diota;
   for (int extra : {0, 3}) {  // vec8 and generic
     SCOPED_TRACE("packed, extra " + std::to_string(extra));
-    const Shape sh{T, 2, 4, 16, 16, extra};
+    const ConvPrepShape sh{T, 2, 4, 16, 16, extra};
     const GdnPrepArgs a = make(sh, dpos.get<int32_t>());
     const auto in = inputs(a);
     expect_bf16x_prep_matches(in[0], in[1], in[2], in[3], a, pos.data());
@@ -529,18 +550,8 @@ TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
       auto run = [&](const int32_t* positions) {
         GdnPrepArgs pa = a;
         pa.positions = positions;
-        const size_t nq = size_t(T) * a.Hk * a.dk, nv = size_t(T) * a.Hv * a.dv,
-                     nr = size_t(T) * a.Hk, ng = size_t(T) * a.Hv;
-        auto xq = poisoned<bf16>(nq), xk = poisoned<bf16>(nq), xv = poisoned<bf16>(nv);
-        auto fq = poisoned<float>(nr), fk = poisoned<float>(nr), g = poisoned<float>(ng),
-             beta = poisoned<float>(ng);
-        gdn_conv_prep_bf16x(dp.get<bf16>(), dc.get<bf16>(), da.get<float>(), db.get<float>(), pa,
-                            {xq.get<bf16>(), xk.get<bf16>(), xv.get<bf16>(), fq.get<float>(),
-                             fk.get<float>(), g.get<float>(), beta.get<float>()},
-                            path, 0);
-        return std::vector<std::vector<float>>{to_host<bf16>(xq, nq), to_host<bf16>(xk, nq),
-                                               to_host<bf16>(xv, nv), to_host<float>(fq, nr),
-                                               to_host<float>(fk, nr)};
+        const auto out = run_prep_bf16x(dp, dc, da, db, pa, path);
+        return std::vector<std::vector<float>>(out.begin(), out.begin() + 5);  // xq .. rk
       };
       EXPECT_EQ(run(diota.get<int32_t>()), run(nullptr)) << "explicit 0..T-1 differs from none";
     }
