@@ -2,7 +2,8 @@
 # One device call for a GDN-kernel change: build check, the GDN / packing / golden GPU tests (or
 # GTEST_FILTER), workbench_gdn of this tree and of the carried previous build (bin/*_before, when
 # packed), `clefserve profile` of text at 361 / 961 / 5661 tokens for both, optionally Nsight Compute
-# of the three GDN kernels (NCU_T=tokens). Logs in $OUT, summary last.
+# of the three GDN kernels (NCU_T=tokens), `media` (with `profile`): the 1024^2 JPEG profile. Logs
+# in $OUT, summary last.
 # Usage (repo root on the device): [STEPS="tests wb profile ncu"] [GTEST_FILTER=...] scripts/device/gdn_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
@@ -34,11 +35,16 @@ if has profile; then
     summary+=("text profile $b rc $?")
   done
 fi
+if has media; then  # the 1024^2 JPEG request (issue 17's bar) on this tree
+  timeout 100 clefserve profile --model $M --device cuda --runs 5 --warmup 2 --media 1@1024x1024 \
+    --media-format jpeg >> "$L/profile.txt" 2>>"$L/misc.log"
+  summary+=("media profile jpeg:1@1024x1024 rc $?")
+fi
 if has ncu; then
   T=${NCU_T:-961} bash scripts/device/ncu_gdn.sh > "$L/ncu_gdn.txt" 2>&1
   summary+=("ncu_gdn rc $?")
 fi
 print_summary
-[ -f "$L/profile.txt" ] && grep -E "^## |^\| [0-9]" "$L/profile.txt"
+[ -f "$L/profile.txt" ] && grep -E "^## |^\| [0-9]|^media" "$L/profile.txt"
 for f in "$L"/workbench_gdn*.txt; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E "gdn|prep|scan|output|FAIL" "$f" | tail -24; }; done
 exit 0
