@@ -239,9 +239,10 @@ TEST(Fp8Gemm, BlockScaledMatchesFloat64OnTheDequantisedOperands) {
     // Accumulating into a bf16 C, the product may also be rounded to bf16 before C is added (one
     // more half ulp of |x w|: the bf16 reference's own residual add, matmul then add, rounds so).
     // Session 9 measured 1.58x / 1.18x of the bound without this term at 12x64x64 / 12x64x128,
-    // where C and the product nearly cancel: that size, not more.
+    // where C and the product nearly cancel. A half ulp of bf16 is up to 2^-8 of the value (just
+    // above a power of two), the same as the output's: session 14 saw 1.018x of a 2^-9 term there.
     const double out_rel = c.bf16_out ? 0x1.0p-8 : 0x1.0p-20;
-    const double prod_rel = c.bf16_out && c.accumulate ? 0x1.0p-9 : 0.0;
+    const double prod_rel = c.bf16_out && c.accumulate ? 0x1.0p-8 : 0.0;
     size_t bad = 0;
     double worst = 0, worst_acc = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
