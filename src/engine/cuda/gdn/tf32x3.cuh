@@ -46,11 +46,4 @@ __device__ __forceinline__ void mma3(float (&hh)[4], float (&lh)[4], float (&hl)
   mma_m16n8k8(hl, ah, bl);
 }
 
-// 2xTF32 (A exact as hi + lo, B rounded to TF32): hh += a_hi b, lo += a_lo b.
-__device__ __forceinline__ void mma2(float (&hh)[4], float (&lo)[4], const uint32_t (&ah)[4],
-                                     const uint32_t (&al)[4], const uint32_t (&b)[2]) {
-  mma_m16n8k8(lo, al, b);
-  mma_m16n8k8(hh, ah, b);
-}
-
 }  // namespace clef::engine::cuda::tf32x3
