@@ -31,21 +31,23 @@ using bf16 = __nv_bfloat16;
 // so the 8 rows one ldmatrix 8x8 matrix reads start in 8 different 4-bank groups.
 constexpr int kLdx = kMaxHeadDim + 8;  // X tiles (q, k, v rows)
 constexpr int kLdp = C + 8;            // the P terms
-// The scan CTA takes NT n8 tiles of value columns (8 NT columns); its shared rows are 8 NT + 2
-// words apart, which keeps the B-fragment reads conflict-free for any NT.
-template <int NT>
-constexpr int scan_ld() {
-  return 8 * NT + 2;
-}
 
 struct Ws {
-  float* W;   // [Hv][Tc][dk]       Tm diag(beta e^gamma) K
+  float* W;   // [Hv][Tc][dk]       Tm diag(beta e^gamma) K as the scan's A fragments (w_frag)
   float* U;   // [Hv][Tc][dv]       Tm diag(beta) V
-  float* KT;  // [Hv][nC][dk][C]    (K diag(e^{gamma_C - gamma}))^T per chunk
+  float* F;   // [Hv][Tc]           rk e^{gamma_C - gamma}: K diag(e^{gamma_C - gamma}) = diag(F) Xk
   float* G;   // [Hv][Tc]           gamma
   float* H;   // [Hv][nC][dk][dv]   state before each chunk
   float* Vn;  // [Hv][Tc][dv]       U - W S
 };
+
+// W of one (value head, chunk slot) in the order the scan's value warps read it: per 16-row tile
+// tm, k16 step kg and lane, that lane's m16n8k16 A fragment (four bf16 pairs) of W's hi term, then
+// of its lo term (gdn/bf16_split.cuh, W = hi + lo to ~2^-17): two 16-byte loads a step, coalesced.
+// Index in uint4 units from the slot's first row of W (row0 * dk floats).
+__device__ __forceinline__ size_t w_frag(int tm, int kg, int kgs, int lane) {
+  return (static_cast<size_t>(tm * kgs + kg) * 32 + lane) * 2;
+}
 
 Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
   const size_t rows = static_cast<size_t>(Hv) * Tc, nC = Tc / C;
@@ -54,8 +56,8 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
   p += rows * dk;
   w.U = p;
   p += rows * dv;
-  w.KT = p;
-  p += rows * dk;
+  w.F = p;
+  p += rows;
   w.G = p;
   p += rows;
   w.H = p;
@@ -95,9 +97,6 @@ struct PhaseClock {
 #define CLEF_PHASE(i) ((void)0)
 #endif
 
-__device__ __forceinline__ float4 ldg4(const float* p) {
-  return __ldg(reinterpret_cast<const float4*>(p));
-}
 __device__ __forceinline__ float2 ldg2(const float* p) {
   return __ldg(reinterpret_cast<const float2*>(p));
 }
@@ -197,7 +196,9 @@ __device__ __forceinline__ void lower_xyt(const bf16* X, const bf16* Y, int d, i
 // out[64 x d] = (L diag(f)) X for the lower-triangular L (64 x 64 fp32, row stride lda) and X (64 x
 // d bf16, rows kLdx apart, d % 16 == 0): L diag(f) split into three bf16 terms (fp32 accuracy), X
 // exact. Warp w takes row tiles {0, 3} (w < 4) or {1, 2} (five k16 steps either way) and columns
-// 32 (w % 4) .. +31; out is global memory (fp32, row stride ldo).
+// 32 (w % 4) .. +31; out is global memory: fp32 rows ldo apart, or with kFrag the scan's A
+// fragments (w_frag; a lane's accumulators of two n8 tiles are its A fragment of their k16 step).
+template <bool kFrag>
 __device__ __forceinline__ void lower_times(const float* L, int lda, const float* f, const bf16* X,
                                             int d, float* out, int ldo, int warp, int lane) {
   const int c0 = 32 * (warp % 4), g = lane / 4, t = lane % 4;
@@ -234,12 +235,26 @@ __device__ __forceinline__ void lower_times(const float* L, int lda, const float
         }
       }
     }
+    if constexpr (kFrag) {
 #pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      if (n >= 2 && !on1) break;
-      float* p = out + (16 * tm + g) * ldo + c0 + 8 * n + 2 * t;
-      *reinterpret_cast<float2*>(p) = make_float2(acc[n][0], acc[n][1]);
-      *reinterpret_cast<float2*>(p + 8 * ldo) = make_float2(acc[n][2], acc[n][3]);
+      for (int q = 0; q < 2; ++q) {
+        if (q == 1 && !on1) break;
+        uint32_t p[4][2];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          split_pair(acc[2 * q + i / 2][2 * (i % 2)], acc[2 * q + i / 2][2 * (i % 2) + 1], p[i]);
+        uint4* o = reinterpret_cast<uint4*>(out) + w_frag(tm, c0 / 16 + q, d / 16, lane);
+        o[0] = make_uint4(p[0][0], p[1][0], p[2][0], p[3][0]);
+        o[1] = make_uint4(p[0][1], p[1][1], p[2][1], p[3][1]);
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        if (n >= 2 && !on1) break;
+        float* p = out + (16 * tm + g) * ldo + c0 + 8 * n + 2 * t;
+        *reinterpret_cast<float2*>(p) = make_float2(acc[n][0], acc[n][1]);
+        *reinterpret_cast<float2*>(p + 8 * ldo) = make_float2(acc[n][2], acc[n][3]);
+      }
     }
   }
 }
@@ -253,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 4)
                 const float* __restrict__ beta, ChunkMap map, int Tc, int Hk, int Hv, int dk,
                 int dv, Ws ws) {
   extern __shared__ __align__(128) float smem[];
-  const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
+  const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
   int t0, valid;  // the chunk's first input row and rows
   map.chunk(chunk, t0, valid);
   if (valid <= 0) return;  // an unused slot of a packed batch
@@ -303,8 +318,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   // column (no syncs inside); then the off-diagonal blocks by distance from the diagonal,
   // T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ (6 syncs instead of 63), on tensor cores.
   // Warps 0-1 run the substitution with column j of T_II in registers (fully unrolled: the row
-  // loads do not wait on the running sum); meanwhile warps 2-7 store the decayed K^T for the scan
-  // and gamma.
+  // loads do not wait on the running sum); meanwhile warps 2-7 store gamma and the decayed K^T's
+  // row factors for the scan.
   if (tid < 64) {
     const int o = 16 * (tid / 16), j = tid % 16;
     float col[16];
@@ -318,20 +333,13 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
 #pragma unroll
     for (int i = 0; i < 16; ++i) Tm[(o + i) * lda + o + j] = col[i];
-  } else {
-    // k_j e^{gamma_C - gamma_j}, the same fp32 value as (xk rk) e^{gamma_C - gamma_j}; a warp
-    // covers 4 consecutive j x 8 rows d, the warps of a d-row together its 256 bytes (a store
-    // pattern of 32 rows x 16 bytes a warp made the whole kernel 2x slower)
-    float* kt = ws.KT + (static_cast<size_t>(h) * nC + chunk) * dk * C;
-    for (int e = tid - 64; e < dk * C; e += kThreads - 64) {
-      const int blk = e / 32, l = e % 32, j = 4 * (blk % (C / 4)) + l % 4,
-                d = 8 * (blk / (C / 4)) + l / 4;
-      kt[d * C + j] = (__bfloat162float(Xk[j * kLdx + d]) * rks[j]) * dec[j];
-    }
-    if (tid - 64 < C) ws.G[row0 + tid - 64] = gam[tid - 64];
+  } else if (tid - 64 < C) {
+    const int j = tid - 64;
+    ws.G[row0 + j] = gam[j];
+    ws.F[row0 + j] = rks[j] * dec[j];  // 0 past `valid`
   }
   __syncthreads();
-  CLEF_PHASE(3);  // diagonal blocks, decayed K^T
+  CLEF_PHASE(3);  // diagonal blocks
   // The off-diagonal blocks by distance from the diagonal, on 3xTF32 tensor cores (both factors are
   // fp32): X_I = sum_{M=J}^{I-1} A_IM T_MJ (k = 16 dist), then T_IJ = -T_II X_I; warp task = block
   // b (I = dist + b) x n8 half nn, X_I through the scratch X.
@@ -382,40 +390,47 @@ __global__ void __launch_bounds__(kThreads, 4)
   // W = Tm diag(beta e^gamma rk) Xk, U = Tm diag(beta) Xv; Xv arrives over Am while W is formed.
   copy_x_tile_async<kThreads>(Xv, xv + (static_cast<size_t>(t0) * Hv + h) * dv,
                               static_cast<size_t>(Hv) * dv, dv, valid);
-  lower_times(Tm, lda, cw, Xk, dk, ws.W + row0 * dk, dk, warp, lane);
+  lower_times<true>(Tm, lda, cw, Xk, dk, ws.W + row0 * dk, dk, warp, lane);
   CLEF_PHASE(5);  // W (warp 0)
   cp_async_wait<0>();
   __syncthreads();
-  lower_times(Tm, lda, bet, Xv, dv, ws.U + row0 * dv, dv, warp, lane);
+  lower_times<false>(Tm, lda, bet, Xv, dv, ws.U + row0 * dv, dv, warp, lane);
   CLEF_PHASE(6);  // U (warp 0)
 }
 
-// ---- scan: grid (dv / (8 NT), Hv), sequential over chunks, warp-specialised so that each warp
-// keeps only its own operands in registers (no spills at two CTAs per SM):
-//   state warps (4..7): hold S [dk][8 NT] as m16n8 accumulators (warp s: rows 16 (s + 4 mi)),
-//     publish it per chunk (shared + global), then S = e^{gamma_C} S + KT Vn;
-//   value warps (0..3): Vn = U - W S for chunk rows 16 w .. +15, to shared + global.
-// A operands (W, KT rows, contiguous in k) come from global memory straight into registers,
-// fetched one chunk ahead; their k index is permuted within each 16-column group (thread t holds
-// physical columns 4t..4t+3 as logical k = t, t+4 of two k8 steps) so that one float4 load feeds
-// two mma steps; B operands read the same permutation from shared memory.
-// Two consecutive values stored as their TF32 halves.
-__device__ __forceinline__ void put_split(uint32_t* hi, uint32_t* lo, float2 v) {
-  const uint32_t h0 = to_tf32(v.x), h1 = to_tf32(v.y);
-  *reinterpret_cast<uint2*>(hi) = make_uint2(h0, h1);
-  *reinterpret_cast<uint2*>(lo) =
-      make_uint2(to_tf32(v.x - __uint_as_float(h0)), to_tf32(v.y - __uint_as_float(h1)));
-}
-
-__device__ __forceinline__ void a_frag(const float4& r0, const float4& r1, int s, float (&a)[4]) {
-  a[0] = s ? r0.z : r0.x;
-  a[1] = s ? r1.z : r1.x;
-  a[2] = s ? r0.w : r0.y;
-  a[3] = s ? r1.w : r1.y;
-}
-
+// ---- scan: grid (dv / (8 NT), Hv, sequences), sequential over chunks, warp-specialised so that
+// each warp keeps only its own operands in registers:
+//   state warps (4..7): hold S [dk][8 NT] in fp32 m16n8 accumulators (warp s: row tiles s, s + 4),
+//     publish it per chunk (shared, split into two bf16 terms, and global), then
+//     S = e^{gamma_C} S + Xk^T (diag(F) Vn), Xk exact bf16 (A by ldmatrix.trans from the warp's own
+//     cp.async copy), diag(F) Vn in two terms;
+//   value warps (0..3): Vn = U - W S for chunk rows 16 w .. +15, W as prep's hi / lo A fragments
+//     (w_frag, fetched a chunk ahead into registers), S in two terms: three bf16 products a k16
+//     step (the lo x lo term, ~2^-17 relative, left out), fp32 sums; Vn to global memory and
+//     diag(F) Vn split to shared.
+// Every shared operand is bf16 [k][n] rows kScanLd apart, read by ldmatrix.trans; kScanLd = 8 NT +
+// 8 is an odd number of 16-byte units, so the 8 rows of one 8x8 matrix hit 8 different 4-bank
+// groups.
 template <int NT>
-using SplitRows = uint32_t (*)[scan_ld<NT>()];
+constexpr int scan_ld() {
+  return 8 * NT + 8;
+}
+template <int NT>
+struct ScanSmem {
+  bf16 *Sh, *Sl;  // [kMaxHeadDim][scan_ld] the published state's two terms
+  bf16 *Vh, *Vl;  // [C][scan_ld] diag(F) Vn's two terms
+  bf16* Xk;       // [C][kLdx] the chunk's keys (each state warp copies its own columns)
+  __device__ explicit ScanSmem(void* p) {
+    Sh = static_cast<bf16*>(p);
+    Sl = Sh + kMaxHeadDim * scan_ld<NT>();
+    Vh = Sl + kMaxHeadDim * scan_ld<NT>();
+    Vl = Vh + C * scan_ld<NT>();
+    Xk = Vl + C * scan_ld<NT>();
+  }
+  static constexpr size_t bytes() {
+    return sizeof(bf16) * (2 * (kMaxHeadDim + C) * scan_ld<NT>() + C * kLdx);
+  }
+};
 
 // Named barriers between the two warp roles (256 threads each: 128 arrive, 128 wait). The state is
 // published in two halves (rows 0..63, then 64..127) so that the value warps start on the first
@@ -428,31 +443,50 @@ __device__ __forceinline__ void bar_wait(int id) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kScanThreads) : "memory");
 }
 
+// Lane offset of ldmatrix_x4_trans over a [k][n] bf16 tile (row stride ld) giving the B fragments
+// of n8 tiles 2 np and 2 np + 1 at k16 step k0: {b0, b1} of the first, then of the second.
+__device__ __forceinline__ int b_pair_offset(int k0, int np, int ld, int lane) {
+  return (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16);
+}
+
+// (x0, x1) split into two bf16 terms at element `off` of the two planes.
+__device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0, float x1) {
+  uint32_t p[2];
+  split_pair(x0, x1, p);
+  *reinterpret_cast<uint32_t*>(hi + off) = p[0];
+  *reinterpret_cast<uint32_t*>(lo + off) = p[1];
+}
+
 // Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3).
 template <int NT>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int g, int t, int first, int nC, int kgs,
-                                         SplitRows<NT> Hh, SplitRows<NT> Hl, SplitRows<NT> Vh,
-                                         SplitRows<NT> Vl) {
+                                         int warp, int lane, int first, int nC, int kgs,
+                                         ScanSmem<NT> sm) {
+  constexpr int ld = scan_ld<NT>();
+  const int g = lane / 4, t = lane % 4;
   const size_t r0 = static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
-  const float* Wp = ws.W + r0 * dk + (16 * warp + g) * dk + 4 * t;
+  const uint4* Wp = reinterpret_cast<const uint4*>(ws.W + r0 * dk) + w_frag(warp, 0, kgs, lane);
+  const size_t w_chunk = static_cast<size_t>(C) * dk / 4;  // uint4 per chunk slot
   const float* Up = ws.U + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
+  const float* Fp = ws.F + r0 + 16 * warp + g;
   float* Vp = ws.Vn + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
-  float4 wa[kMaxHeadDim / 16][2];
+  uint4 wa[kMaxHeadDim / 16][2];
   float2 ua[2][NT];
+  float fa[2];
   auto load = [&](int chunk) {
-    const float* w = Wp + static_cast<size_t>(chunk) * C * dk;
+    const uint4* w = Wp + chunk * w_chunk;
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg)
-      if (kg < kgs) wa[kg][0] = ldg4(w + 16 * kg), wa[kg][1] = ldg4(w + 8 * dk + 16 * kg);
+      if (kg < kgs) wa[kg][0] = __ldg(w + 64 * kg), wa[kg][1] = __ldg(w + 64 * kg + 1);
     const float* u = Up + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
     for (int n = 0; n < NT; ++n) ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
+    fa[0] = __ldg(Fp + chunk * C), fa[1] = __ldg(Fp + chunk * C + 8);
   };
   load(0);
   CLEF_PHASE_CLOCK(16, 2, nC, 0);
   for (int chunk = 0; chunk < nC; ++chunk) {
-    float hh[NT][4] = {}, lh[NT][4] = {}, hl[NT][4] = {};
+    float hh[NT][4] = {}, cr[NT][4] = {};  // W S = hh + cr (the hi x hi products, the others)
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
       if (kg == 0) {
@@ -466,38 +500,36 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         CLEF_PHASE(3);         // value: wait for the bottom half
       }
       if (kg >= kgs) continue;
+      const uint32_t ah[4] = {wa[kg][0].x, wa[kg][0].y, wa[kg][0].z, wa[kg][0].w};
+      const uint32_t al[4] = {wa[kg][1].x, wa[kg][1].y, wa[kg][1].z, wa[kg][1].w};
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        float a[4];
-        a_frag(wa[kg][0], wa[kg][1], s, a);
-        uint32_t ah[4], al[4];
-        split(a, ah, al);
-        const int k0 = 16 * kg + 4 * t + 2 * s;
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t bh[4], bl[4];
+        const int off = b_pair_offset(16 * kg, np, ld, lane);
+        ldmatrix_x4_trans(bh, sm.Sh + off);
+        ldmatrix_x4_trans(bl, sm.Sl + off);
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const uint32_t bh[2] = {Hh[k0][8 * n + g], Hh[k0 + 1][8 * n + g]};
-          const uint32_t bl[2] = {Hl[k0][8 * n + g], Hl[k0 + 1][8 * n + g]};
-          mma3(hh[n], lh[n], hl[n], ah, al, bh, bl);
+        for (int q = 0; q < 2; ++q) {
+          const int n = 2 * np + q;
+          mma_bf16(hh[n], ah, bh[2 * q], bh[2 * q + 1]);
+          mma_bf16(cr[n], al, bh[2 * q], bh[2 * q + 1]);
+          mma_bf16(cr[n], ah, bl[2 * q], bl[2 * q + 1]);
         }
       }
     }
     CLEF_PHASE(4);  // value: second half
-    float2 vn[2][NT];
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      vn[0][n] = make_float2(ua[0][n].x - (hh[n][0] + (lh[n][0] + hl[n][0])),
-                             ua[0][n].y - (hh[n][1] + (lh[n][1] + hl[n][1])));
-      vn[1][n] = make_float2(ua[1][n].x - (hh[n][2] + (lh[n][2] + hl[n][2])),
-                             ua[1][n].y - (hh[n][3] + (lh[n][3] + hl[n][3])));
-    }
     const int r = 16 * warp + g;
     float* vp = Vp + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-      put_split(&Vh[r][8 * n + 2 * t], &Vl[r][8 * n + 2 * t], vn[0][n]);
-      put_split(&Vh[r + 8][8 * n + 2 * t], &Vl[r + 8][8 * n + 2 * t], vn[1][n]);
-      *reinterpret_cast<float2*>(vp + 8 * n) = vn[0][n];
-      *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = vn[1][n];
+      const float2 v0 =
+          make_float2(ua[0][n].x - (hh[n][0] + cr[n][0]), ua[0][n].y - (hh[n][1] + cr[n][1]));
+      const float2 v1 =
+          make_float2(ua[1][n].x - (hh[n][2] + cr[n][2]), ua[1][n].y - (hh[n][3] + cr[n][3]));
+      put_terms(sm.Vh, sm.Vl, r * ld + 8 * n + 2 * t, fa[0] * v0.x, fa[0] * v0.y);
+      put_terms(sm.Vh, sm.Vl, (r + 8) * ld + 8 * n + 2 * t, fa[1] * v1.x, fa[1] * v1.y);
+      *reinterpret_cast<float2*>(vp + 8 * n) = v0;
+      *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = v1;
     }
     bar_arrive(kBarVn);
     // Next chunk's operands only now: issuing them stalls while the memory system is busy, and
@@ -506,32 +538,34 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   }
 }
 
-// S = e^{gamma_C} S + KT Vn, published per chunk in two halves (state warps 4..7; half mi holds
-// the m16 row tiles sw + 4 mi).
+// S = e^{gamma_C} S + Xk^T diag(F) Vn, published per chunk in two halves (state warps 4..7; half
+// mi holds the m16 row tiles sw + 4 mi).
 template <int NT>
-__device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int g, int t, int first, int nC, int kgs,
-                                         SplitRows<NT> Hh, SplitRows<NT> Hl, SplitRows<NT> Vh,
-                                         SplitRows<NT> Vl) {
-  const int sw = warp - 4;
+__device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
+                                         int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
+                                         int c0, int warp, int lane, int first, int nC, int kgs,
+                                         ScanSmem<NT> sm) {
+  constexpr int ld = scan_ld<NT>();
+  const int sw = warp - 4, g = lane / 4, t = lane % 4, kh = h / (Hv / Hk);
   // this sequence's slots [first, first + nC) of the Tc / C in the scratch
   const size_t slot0 = static_cast<size_t>(h) * (Tc / C) + first;
-  const float* KTp = ws.KT + slot0 * dk * C + 4 * t;
   const float* Gh = ws.G + static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
   float* Hp = ws.H + slot0 * dk * dv + c0 + 2 * t;
-  float4 ka[2][C / 16][2];
-  float sh[2][NT][4] = {}, sc[2][NT][4] = {};  // S = sh + sc
-  auto load = [&](int chunk, int mi) {
-    const int mt = sw + 4 * mi;
-    if (mt >= kgs) return;
-    const float* p = KTp + static_cast<size_t>(chunk) * dk * C;
-#pragma unroll
-    for (int kg = 0; kg < C / 16; ++kg) {
-      ka[mi][kg][0] = ldg4(p + (16 * mt + g) * C + 16 * kg);
-      ka[mi][kg][1] = ldg4(p + (16 * mt + g + 8) * C + 16 * kg);
+  float s[2][NT][4] = {};
+  // The 64 rows x 2 x 16 columns of Xk this warp's row tiles read, by cp.async (only chunks that
+  // update the state, all 64 rows valid: chunks never straddle, only a sequence's last is short).
+  auto load = [&](int chunk) {
+    int t0, valid;
+    map.chunk(first + chunk, t0, valid);
+    const bf16* src = xk + (static_cast<size_t>(t0) * Hk + kh) * dk;
+    for (int e = lane; e < C * 4; e += 32) {
+      const int j = e / 4, mt = sw + 4 * ((e / 2) % 2), d = 16 * mt + 8 * (e % 2);
+      if (mt < kgs)
+        cp_async16(sm.Xk + j * kLdx + d, src + static_cast<size_t>(j) * Hk * dk + d, 16);
     }
+    cp_async_commit();
   };
-  // half mi of the state before `chunk`, to shared (split) and to the published states
+  // half mi of the state before `chunk`, to shared (two terms) and to the published states
   auto publish = [&](int chunk, int mi) {
     const int mt = sw + 4 * mi;
     if (mt >= kgs) return;
@@ -540,16 +574,13 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       const int col = 8 * n + 2 * t;
-      const float2 lo = make_float2(sh[mi][n][0] + sc[mi][n][0], sh[mi][n][1] + sc[mi][n][1]);
-      const float2 hi = make_float2(sh[mi][n][2] + sc[mi][n][2], sh[mi][n][3] + sc[mi][n][3]);
-      put_split(&Hh[d][col], &Hl[d][col], lo);
-      put_split(&Hh[d + 8][col], &Hl[d + 8][col], hi);
-      *reinterpret_cast<float2*>(hp + 8 * n) = lo;
-      *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = hi;
+      put_terms(sm.Sh, sm.Sl, d * ld + col, s[mi][n][0], s[mi][n][1]);
+      put_terms(sm.Sh, sm.Sl, (d + 8) * ld + col, s[mi][n][2], s[mi][n][3]);
+      *reinterpret_cast<float2*>(hp + 8 * n) = make_float2(s[mi][n][0], s[mi][n][1]);
+      *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = make_float2(s[mi][n][2], s[mi][n][3]);
     }
   };
-  load(0, 0);
-  load(0, 1);
+  if (nC > 1) load(0);
   publish(0, 0);  // S_0 = 0
   bar_arrive(kBarTop);
   publish(0, 1);
@@ -557,32 +588,35 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
   CLEF_PHASE_CLOCK(21, 2, 0, 128);
   for (int chunk = 0; chunk < nC; ++chunk) {
     const float egl = __expf(__ldg(Gh + static_cast<size_t>(chunk) * C + C - 1));
-    CLEF_PHASE(0);     // state: second half's load + publish (previous step)
+    CLEF_PHASE(0);     // state: second half's publish + next keys (previous step)
     bar_wait(kBarVn);  // Vn of this chunk ready (and every read of the published halves done)
     CLEF_PHASE(1);     // state: wait for Vn
     if (chunk + 1 == nC) break;  // the state after the last chunk is not needed
+    cp_async_wait<0>();          // this warp's keys of the chunk
+    __syncwarp();
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
-      const bool active = sw + 4 * mi < kgs;
-      if (active) {
+      const int mt = sw + 4 * mi;
+      if (mt < kgs) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) sh[mi][n][i] *= egl, sc[mi][n][i] *= egl;
+          for (int i = 0; i < 4; ++i) s[mi][n][i] *= egl;
 #pragma unroll
         for (int kg = 0; kg < C / 16; ++kg) {
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, sm.Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * mt +
+                                   8 * ((lane / 8) % 2));
 #pragma unroll
-          for (int s = 0; s < 2; ++s) {
-            float a[4];
-            a_frag(ka[mi][kg][0], ka[mi][kg][1], s, a);
-            uint32_t ah[4], al[4];
-            split(a, ah, al);
-            const int k0 = 16 * kg + 4 * t + 2 * s;
+          for (int np = 0; np < NT / 2; ++np) {
+            uint32_t bh[4], bl[4];
+            const int off = b_pair_offset(16 * kg, np, ld, lane);
+            ldmatrix_x4_trans(bh, sm.Vh + off);
+            ldmatrix_x4_trans(bl, sm.Vl + off);
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-              const uint32_t bh[2] = {Vh[k0][8 * n + g], Vh[k0 + 1][8 * n + g]};
-              const uint32_t bl[2] = {Vl[k0][8 * n + g], Vl[k0 + 1][8 * n + g]};
-              mma3(sh[mi][n], sc[mi][n], sc[mi][n], ah, al, bh, bl);
+            for (int q = 0; q < 2; ++q) {
+              mma_bf16(s[mi][2 * np + q], a, bh[2 * q], bh[2 * q + 1]);
+              mma_bf16(s[mi][2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
             }
           }
         }
@@ -590,32 +624,33 @@ __device__ __noinline__ void scan_states(int Tc, int dk, int dv, const Ws& ws, i
         publish(chunk + 1, mi);
       }
       bar_arrive(mi == 0 ? kBarTop : kBarBottom);
-      if (active) load(chunk + 1, mi);  // after the publish the value warps wait for
-      if (mi == 0) CLEF_PHASE(3);       // state: first half's publish + load
+      if (mi == 0) CLEF_PHASE(3);  // state: first half's publish
     }
+    // The next chunk's keys over these: every ldmatrix of them fed the products published above.
+    if (chunk + 2 < nC) load(chunk + 1);
   }
 }
 
-// Two CTAs per SM with 16 columns each; one with 32 (twice the registers per thread).
+// One CTA per SM either way (NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32).
 template <int NT>
-__global__ void __launch_bounds__(kScanThreads, NT <= 2 ? 2 : 1)
-    scan_kernel(ChunkMap map, int Tc, int dk, int dv, Ws ws) {
-  // B operands, published already split into TF32 halves (each is read by four warps)
+__global__ void __launch_bounds__(kScanThreads, 1)
+    scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
+                Ws ws) {
+  static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
-  const SplitRows<NT> Hh = reinterpret_cast<SplitRows<NT>>(smem), Hl = Hh + kMaxHeadDim,
-                      Vh = Hl + kMaxHeadDim, Vl = Vh + C;
+  const ScanSmem<NT> sm(smem);
   const int h = blockIdx.y, c0 = blockIdx.x * 8 * NT;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kgs = dk / 16;
   int first, nC;  // the chunk slots of sequence blockIdx.z; each sequence starts from S = 0
   map.sequence(blockIdx.z, Tc / C, first, nC);
   if (nC <= 0) return;  // an unused sequence slot (the whole CTA leaves before any barrier)
 
-  // separate functions: each role gets its own register allocation (no spills at 2 CTAs/SM)
+  // separate functions: each role gets its own register allocation
   if (warp < 4)
-    scan_values<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, first, nC, kgs, Hh, Hl, Vh, Vl);
+    scan_values<NT>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
   else
-    scan_states<NT>(Tc, dk, dv, ws, h, c0, warp, g, t, first, nC, kgs, Hh, Hl, Vh, Vl);
+    scan_states<NT>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
 }
 
 // ---- output: grid (nC, Hv), kOutThreads (8 warps, three CTAs per SM so that one CTA's loads
@@ -816,23 +851,24 @@ __global__ void __launch_bounds__(kOutThreads, 3)
 }
 
 template <int NT>
-void launch_scan_nt(const ChunkMap& map, int seqs, int Tc, int dk, int dv, int Hv, const Ws& ws,
-                    cudaStream_t s) {
-  const size_t bytes = sizeof(uint32_t) * 2 * (kMaxHeadDim + C) * scan_ld<NT>();
+void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
+                    int dv, const Ws& ws, cudaStream_t s) {
+  constexpr size_t bytes = ScanSmem<NT>::bytes();
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(scan_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
-  scan_kernel<NT><<<dim3(dv / (8 * NT), Hv, seqs), kScanThreads, bytes, s>>>(map, Tc, dk, dv, ws);
+  scan_kernel<NT>
+      <<<dim3(dv / (8 * NT), Hv, seqs), kScanThreads, bytes, s>>>(xk, map, Tc, Hk, Hv, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
-void launch_scan(const ChunkMap& map, int seqs, int Tc, int dk, int dv, int Hv, const Ws& ws,
-                 cudaStream_t s) {
-  // 32 columns per CTA where dv allows: half the CTAs re-reading each chunk's W and K^T from L2,
+void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
+                 int dv, const Ws& ws, cudaStream_t s) {
+  // 32 columns per CTA where dv allows: half the CTAs re-reading each chunk's W and keys from L2,
   // which bounds the scan's step time (H200, 961 tokens: 94 -> 86-90 us per layer).
   if (dv % 32 == 0)
-    launch_scan_nt<4>(map, seqs, Tc, dk, dv, Hv, ws, s);
+    launch_scan_nt<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, s);
   else
-    launch_scan_nt<2>(map, seqs, Tc, dk, dv, Hv, ws, s);
+    launch_scan_nt<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, s);
 }
 
 // Fixed sizes (the tiles take kMaxHeadDim columns): 55.25 KiB (four CTAs per SM) and 53 KiB
@@ -855,7 +891,7 @@ bool tc_supported(int dk, int dv) {
     (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
     return false;
   }
-  return std::max(prep_smem(), output_smem()) <= static_cast<size_t>(optin);
+  return std::max({prep_smem(), output_smem(), ScanSmem<4>::bytes()}) <= static_cast<size_t>(optin);
 }
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
@@ -877,7 +913,7 @@ std::vector<double> phase_cycles() {
 
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
   const size_t rows = static_cast<size_t>(Hv) * Tc, nC = Tc / C;
-  return rows * (2 * dk + 2 * dv + 1) + static_cast<size_t>(Hv) * nC * dk * dv;
+  return rows * (dk + 2 * dv + 2) + static_cast<size_t>(Hv) * nC * dk * dv;
 }
 
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
@@ -898,7 +934,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
                                                  Hv, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
-  launch_scan(map, n_seqs, Tc, dk, dv, Hv, ws, s);
+  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, s);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   out<<<dim3(nC, Hv), kOutThreads, os, s>>>(in.xq, in.xk, in.rq, in.rk, map, Tc, Hk, Hv, dk, dv, ws,
                                             norm ? *norm : GdnGatedNorm{}, o);

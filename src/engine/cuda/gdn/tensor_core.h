@@ -1,11 +1,12 @@
 // Tensor-core path of the chunked gated delta rule (bf16 engine), in the FLA layout: a parallel
-// kernel per (chunk, value head) builds the UT transform (blockwise 16x16 inverse) and W, U and the
-// decayed K^T; the only sequential kernel carries the fp32 state across chunks with value columns
-// split over CTAs, keeping the state in registers and publishing it per chunk; a second parallel
-// kernel forms the outputs from the published states. The chunk-local products of the parallel
-// kernels run on bf16 tensor cores with the conv outputs exact and fp32 operands split into bf16
-// terms (gdn/bf16_split.cuh), the scan's as 3xTF32: about fp32 accuracy wherever a product feeds
-// the recurrence; state and reductions stay fp32. gdn_chunked() dispatches here.
+// kernel per (chunk, value head) builds the UT transform (blockwise 16x16 inverse), W, U and the
+// decayed keys' row factors; the only sequential kernel carries the fp32 state across chunks with
+// value columns split over CTAs, keeping the state in registers and publishing it per chunk; a
+// second parallel kernel forms the outputs from the published states. Every product runs on bf16
+// tensor cores with the conv outputs exact and fp32 operands split into bf16 terms
+// (gdn/bf16_split.cuh): three terms (fp32 accuracy) in the prep's W and U, two (~2^-17) in the
+// scan and the output kernel; the inverse's off-diagonal blocks are 3xTF32. State and sums stay
+// fp32. gdn_chunked() dispatches here.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,8 +23,8 @@ namespace clef::engine::cuda::gdn {
 // (at most ~56 KiB per block).
 bool tc_supported(int dk, int dv);
 
-// Floats of scratch for Tc (= T rounded up to 64) rows: W, U, decayed K^T, gamma, the per-chunk
-// states and the corrected values Vn.
+// Floats of scratch for Tc (= T rounded up to 64) rows: W, U, the decayed keys' row factors, gamma,
+// the per-chunk states and the corrected values Vn.
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
