@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for a GDN-kernel change: build check, the GDN / packing / golden GPU tests (or
 # GTEST_FILTER), workbench_gdn of this tree and of the carried previous build (bin/*_before, when
-# packed), `clefserve profile` of text at 361 / 961 / 5661 tokens for both, optionally Nsight Compute
+# packed), `clefserve profile` of text at 361 / 961 / 2761 / 5661 tokens (PROFILE_LENGTHS) for both, optionally Nsight Compute
 # of the three GDN kernels (NCU_T=tokens), `media` (with `profile`): the 1024^2 JPEG profile. Logs
 # in $OUT, summary last.
 # Usage (repo root on the device): [STEPS="tests wb profile ncu"] [GTEST_FILTER=...] scripts/device/gdn_check.sh
@@ -19,9 +19,10 @@ fi
 if has wb; then
   timeout 90 workbench_gdn > "$L/workbench_gdn.txt" 2>&1; summary+=("workbench_gdn rc $?")
   timeout 60 workbench_gdn_prep > "$L/workbench_gdn_prep.txt" 2>&1; summary+=("workbench_gdn_prep rc $?")
-  if [ -x /tmp/c/bin/workbench_gdn_before ]; then
-    timeout 90 workbench_gdn_before > "$L/workbench_gdn_before.txt" 2>&1; summary+=("workbench_gdn_before rc $?")
-  fi
+  for b in /tmp/c/bin/workbench_gdn_*; do  # carried variants: a previous build (_before), experiments
+    [ -x "$b" ] && [ "$b" != /tmp/c/bin/workbench_gdn_prep ] || continue
+    timeout 90 "$b" > "$L/$(basename "$b").txt" 2>&1; summary+=("$(basename "$b") rc $?")
+  done
 fi
 if [ -n "$MK" ]; then
   wait $MK
@@ -31,7 +32,7 @@ if has profile; then
   for b in ${PROFILE_BINS:-clefserve clefserve_before}; do
     [ -x /tmp/c/bin/$b ] || continue
     echo "## $b" >> "$L/profile.txt"
-    timeout 150 /tmp/c/bin/$b profile --model $M --device cuda --lengths 361,961,5661 --runs 7 --warmup 2 >> "$L/profile.txt" 2>>"$L/misc.log"
+    timeout 150 /tmp/c/bin/$b profile --model $M --device cuda --lengths ${PROFILE_LENGTHS:-361,961,2761,5661} --runs 7 --warmup 2 >> "$L/profile.txt" 2>>"$L/misc.log"
     summary+=("text profile $b rc $?")
   done
 fi
@@ -46,5 +47,5 @@ if has ncu; then
 fi
 print_summary
 [ -f "$L/profile.txt" ] && grep -E "^## |^\| [0-9]|^media" "$L/profile.txt"
-for f in "$L"/workbench_gdn*.txt; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E "gdn|prep|scan|output|FAIL" "$f" | tail -24; }; done
+for f in "$L"/workbench_gdn*.txt; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E "^\[gdn split\] gdn_tensor_core|FAIL|fail" "$f" | tail -8; }; done
 exit 0
