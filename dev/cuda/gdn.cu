@@ -245,9 +245,11 @@ int main() {
       "%.0f W %.0f U %.0f | output: load %.0f P %.0f Qsplit %.0f QS %.0f PVn %.0f\n",
       pc[0], pc[1], pc[2], pc[3], pc[4], pc[5], pc[6], pc[8], pc[9], pc[10], pc[11], pc[12]);
   std::printf(
-      "[gdn phases] scan (cycles per chunk step): value: tail %.0f waitTop %.0f half1 %.0f "
-      "waitBottom %.0f half2 %.0f | state: tail %.0f waitVn %.0f upd0 %.0f pub0 %.0f upd1 %.0f\n",
-      pc[16], pc[17], pc[18], pc[19], pc[20], pc[21], pc[22], pc[23], pc[24], pc[25]);
+      "[gdn phases] scan (cycles per chunk step): value: next-loads %.0f waitTop %.0f "
+      "half1 %.0f waitBottom %.0f half2 %.0f Vn-to-shared %.0f arrive+Vn-to-global %.0f | state: "
+      "tail %.0f waitVn %.0f upd0 %.0f pub0 %.0f upd1 %.0f\n",
+      pc[16], pc[17], pc[18], pc[19], pc[20], pc[21], pc[22], pc[23], pc[24], pc[25], pc[26],
+      pc[27]);
 #endif
   for (cudaEvent_t e : {e0, e1, e2, e3}) cudaEventDestroy(e);
   return 0;

@@ -25,7 +25,7 @@ constexpr int C = kChunk;
 constexpr int kThreads = kTileThreads;  // prep kernel
 static_assert(kThreads == 256, "prep: one thread per element of a 16x16 block");
 constexpr int kOutThreads = 256;   // output kernel
-constexpr int kScanThreads = 256;  // 4 value warps + 4 state warps
+constexpr int kScanThreads = 256;  // 4 value warps + 4 state warps (8 value warps: no faster)
 using bf16 = __nv_bfloat16;
 // bf16 row strides of the prep and output kernels' shared tiles: an odd number of 16-byte chunks,
 // so the 8 rows one ldmatrix 8x8 matrix reads start in 8 different 4-bank groups.
@@ -69,7 +69,7 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
 #ifdef CLEF_GDN_PHASE_CLOCKS
 // Diagnostic build only (gdn/tensor_core.h: phase_cycles()): cycle sums per phase, measured by one
 // thread of the block (`owner`) between its marks, in slots base + i: prep 0..6, output 8..12, scan
-// value warps 16..20, state warps 21..25; g_phase_steps counts what they are averaged over (prep
+// value warps 16..22, state warps 23..27; g_phase_steps counts what they are averaged over (prep
 // blocks, output blocks, scan CTA-steps).
 __device__ unsigned long long g_phase_cycles[32], g_phase_steps[3];
 struct PhaseClock {
@@ -519,21 +519,27 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
     }
     CLEF_PHASE(4);  // value: second half
     const int r = 16 * warp + g;
+    float2 vn[2][NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      vn[0][n] =
+          make_float2(ua[0][n].x - (hh[n][0] + cr[n][0]), ua[0][n].y - (hh[n][1] + cr[n][1]));
+      vn[1][n] =
+          make_float2(ua[1][n].x - (hh[n][2] + cr[n][2]), ua[1][n].y - (hh[n][3] + cr[n][3]));
+      put_terms(sm.Vh, sm.Vl, r * ld + 8 * n + 2 * t, fa[0] * vn[0][n].x, fa[0] * vn[0][n].y);
+      put_terms(sm.Vh, sm.Vl, (r + 8) * ld + 8 * n + 2 * t, fa[1] * vn[1][n].x, fa[1] * vn[1][n].y);
+    }
+    CLEF_PHASE(5);  // value: Vn to shared
+    bar_arrive(kBarVn);
+    // Vn's global copy (the output kernel's) and the next chunk's operands only now: issuing them
+    // stalls while the memory system is busy, and that must not delay the hand-off.
     float* vp = Vp + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-      const float2 v0 =
-          make_float2(ua[0][n].x - (hh[n][0] + cr[n][0]), ua[0][n].y - (hh[n][1] + cr[n][1]));
-      const float2 v1 =
-          make_float2(ua[1][n].x - (hh[n][2] + cr[n][2]), ua[1][n].y - (hh[n][3] + cr[n][3]));
-      put_terms(sm.Vh, sm.Vl, r * ld + 8 * n + 2 * t, fa[0] * v0.x, fa[0] * v0.y);
-      put_terms(sm.Vh, sm.Vl, (r + 8) * ld + 8 * n + 2 * t, fa[1] * v1.x, fa[1] * v1.y);
-      *reinterpret_cast<float2*>(vp + 8 * n) = v0;
-      *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = v1;
+      *reinterpret_cast<float2*>(vp + 8 * n) = vn[0][n];
+      *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = vn[1][n];
     }
-    bar_arrive(kBarVn);
-    // Next chunk's operands only now: issuing them stalls while the memory system is busy, and
-    // that must not delay the Vn the state warps wait for.
+    CLEF_PHASE(6);  // value: Vn's global copy
     if (chunk + 1 < nC) load(chunk + 1);
   }
 }
@@ -565,8 +571,9 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     }
     cp_async_commit();
   };
-  // half mi of the state before `chunk`, to shared (two terms) and to the published states
-  auto publish = [&](int chunk, int mi) {
+  // Half mi of the state before `chunk`: to shared (two terms) for the value warps, then (after the
+  // hand-off, off the chain) to the published states the output kernel reads.
+  auto publish = [&](int chunk, int mi, bool global) {
     const int mt = sw + 4 * mi;
     if (mt >= kgs) return;
     const int d = 16 * mt + g;
@@ -574,20 +581,28 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       const int col = 8 * n + 2 * t;
-      put_terms(sm.Sh, sm.Sl, d * ld + col, s[mi][n][0], s[mi][n][1]);
-      put_terms(sm.Sh, sm.Sl, (d + 8) * ld + col, s[mi][n][2], s[mi][n][3]);
-      *reinterpret_cast<float2*>(hp + 8 * n) = make_float2(s[mi][n][0], s[mi][n][1]);
-      *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = make_float2(s[mi][n][2], s[mi][n][3]);
+      if (global) {
+        *reinterpret_cast<float2*>(hp + 8 * n) = make_float2(s[mi][n][0], s[mi][n][1]);
+        *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = make_float2(s[mi][n][2], s[mi][n][3]);
+      } else {
+        put_terms(sm.Sh, sm.Sl, d * ld + col, s[mi][n][0], s[mi][n][1]);
+        put_terms(sm.Sh, sm.Sl, (d + 8) * ld + col, s[mi][n][2], s[mi][n][3]);
+      }
     }
   };
   if (nC > 1) load(0);
-  publish(0, 0);  // S_0 = 0
-  bar_arrive(kBarTop);
-  publish(0, 1);
-  bar_arrive(kBarBottom);
-  CLEF_PHASE_CLOCK(21, 2, 0, 128);
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {  // S_0 = 0
+    publish(0, mi, false);
+    bar_arrive(mi == 0 ? kBarTop : kBarBottom);
+    publish(0, mi, true);
+  }
+  // gamma_C of the chunk, a step ahead: its load must not sit between Vn's arrival and the update
+  float gl = __ldg(Gh + C - 1);
+  CLEF_PHASE_CLOCK(23, 2, 0, 128);
   for (int chunk = 0; chunk < nC; ++chunk) {
-    const float egl = __expf(__ldg(Gh + static_cast<size_t>(chunk) * C + C - 1));
+    const float egl = __expf(gl);
+    if (chunk + 1 < nC) gl = __ldg(Gh + static_cast<size_t>(chunk + 1) * C + C - 1);
     CLEF_PHASE(0);     // state: second half's publish + next keys (previous step)
     bar_wait(kBarVn);  // Vn of this chunk ready (and every read of the published halves done)
     CLEF_PHASE(1);     // state: wait for Vn
@@ -621,9 +636,10 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
           }
         }
         CLEF_PHASE(mi == 0 ? 2 : 4);  // state: update half mi
-        publish(chunk + 1, mi);
+        publish(chunk + 1, mi, false);
       }
       bar_arrive(mi == 0 ? kBarTop : kBarBottom);
+      publish(chunk + 1, mi, true);
       if (mi == 0) CLEF_PHASE(3);  // state: first half's publish
     }
     // The next chunk's keys over these: every ldmatrix of them fed the products published above.

@@ -29,8 +29,8 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
 // Diagnostic build: mean cycles of each phase since the last call, then reset: per block for prep
-// (0..6) and output (8..12), per CTA and chunk step for the scan (value warp 16..20, state warp
-// 21..25).
+// (0..6) and output (8..12), per CTA and chunk step for the scan (value warp 16..22, state warp
+// 23..27).
 std::vector<double> phase_cycles();
 #endif
 
