@@ -732,9 +732,9 @@ TEST(KernelVariants, NamesFollowPathAndShapes) {
   EXPECT_STREQ(gated_rms_norm_variant(12352, 128, G), "gated_rms_norm_generic");
   EXPECT_STREQ(gated_rms_norm_variant(12353, 128, A), "gated_rms_norm_generic");
   const GdnPrepArgs gp{361, 12352, 16, 32, 128, 128, 4, 12288, 12320};
-  EXPECT_STREQ(gdn_conv_prep_variant(gp, A), "gdn_conv_prep_vec8");
+  EXPECT_STREQ(gdn_conv_prep_variant(gp, A), "gdn_conv_prep_tile");
   EXPECT_STREQ(gdn_conv_prep_variant(gp, G), "gdn_conv_prep_generic");
-  EXPECT_STREQ(gdn_conv_prep_bf16x_variant(gp, A), "gdn_conv_prep_bf16x_vec8");
+  EXPECT_STREQ(gdn_conv_prep_bf16x_variant(gp, A), "gdn_conv_prep_bf16x_tile");
   EXPECT_STREQ(gdn_conv_prep_bf16x_variant(gp, G), "gdn_conv_prep_bf16x_generic");
   const AttnPrepArgs ap{361, 10240, 16, 4, 256, 64, 1e-6f, nullptr};
   EXPECT_STREQ(attn_prep_variant(ap, A), "attn_prep_vec8");
