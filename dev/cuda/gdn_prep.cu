@@ -1,6 +1,6 @@
 // Workbench: GDN input preparation (engine/cuda/kernels/gdn_prep.h): causal conv + SiLU over the
 // qkv columns of the linear layer's fused projection, q/k L2 norms, beta and g. Checks both
-// variants against clef_engine_ref, then times vec8 (KernelPath::Auto) and generic
+// variants against clef_engine_ref, then times tile (KernelPath::Auto) and generic
 // (KernelPath::Generic) at the Clef-flash shape; bf16 storage, each variant in both output forms:
 // fp32 q, k, v (the SIMT GDN's inputs) and the bf16 form of gdn_conv_prep_bf16x (the tensor-core
 // GDN's).
@@ -138,8 +138,11 @@ int main() {
   const std::vector<int> tokens = bench_tokens();
   if (!checks_pass("gdn_prep", [&] {
         bool ok = true;
-        ok &= check_shape(rng, 100, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);  // flash dims
-        ok &= check_shape(rng, 70, 2, 4, 16, 16, 3);                   // odd ld: generic under Auto
+        // Flash dims; the tile variant takes 4, 8 (the last block 3) and 16 tokens per block.
+        ok &= check_shape(rng, 100, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);
+        ok &= check_shape(rng, 363, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);
+        ok &= check_shape(rng, 961, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);
+        ok &= check_shape(rng, 70, 2, 4, 16, 16, 3);  // odd ld: generic under Auto
         return ok;
       }))
     return 1;
@@ -155,7 +158,8 @@ int main() {
     for (KernelPath path : kPaths) {
       // Read: the qkv, b and a columns (bf16) and the taps; written: q, k, v, g, beta (fp32), or
       // in the bf16 form xq, xk, xv (bf16), rq, rk (fp32 per token and key head), g, beta. The
-      // vec8 variant's halo re-reads (3 rows per 16-token block, mostly L2 hits) are not counted.
+      // tile variant's halo re-reads (3 rows per block of 4..16 tokens, mostly L2 hits) are not
+      // counted.
       const double read = double(T) * (kGdnCqkv + 2 * kGdnHv) * sizeof(bf16) +
                           double(kGdnCqkv) * kConvK * sizeof(bf16);
       const double us = timer.median_us([&] { run(in, a, out, path); });
