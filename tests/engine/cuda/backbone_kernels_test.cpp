@@ -589,6 +589,75 @@ TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
   }
 }
 
+// The tile variant's block sizes (GdnPrepArgs::tile_tokens 4, 8, 12, 16; 4 and 8 in fp32 storage)
+// give the same bits in both output forms: packed sequences of 1..31 tokens starting inside groups
+// and blocks, one sequence, T = 85 (no multiple of any block size), 3 (below one group) and 13,
+// 2, 4 and 1 lanes per head (the last channel block partly idle); the 4-token run matches the
+// reference too.
+TYPED_TEST(BackboneKernels, GdnConvPrepTileBlockSizesAgree) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const PackedPositions pp = packed_positions({1, 5, 2, 14, 3, 22, 7, 31});  // T = 85
+  const int max_tokens = kBf16<E> ? 16 : 8;                                  // gdn_prep.cu
+  struct Shape {
+    int T, Hk, Hv, dk, dv;
+    bool packed;
+  };
+  for (Shape sh : {Shape{85, 2, 4, 16, 16, true}, Shape{85, 2, 6, 32, 48, true},
+                   Shape{85, 2, 4, 16, 16, false}, Shape{3, 2, 4, 16, 16, false},
+                   Shape{13, 3, 3, 8, 8, false}}) {
+    SCOPED_TRACE("T=" + std::to_string(sh.T) + " dk=" + std::to_string(sh.dk) +
+                 (sh.packed ? " packed" : ""));
+    const int K = 4, cqkv = 2 * sh.Hk * sh.dk + sh.Hv * sh.dv;
+    const int b_off = cqkv + sh.Hv * sh.dv, a_off = b_off + sh.Hv;
+    const int ld = (a_off + sh.Hv + 7) / 8 * 8;  // the tile path's stride (unused columns past a)
+    auto proj = rand_e<E>(rng, size_t(sh.T) * ld, 1.0f);
+    auto conv = rand_e<E>(rng, size_t(cqkv) * K, 0.5f);
+    auto A_log = randu(rng, sh.Hv, 0.0f, 2.7f), dtb = randn(rng, sh.Hv, 1.0f, 1.0f);
+    round_all_bf16(A_log);
+    round_all_bf16(dtb);
+    auto dp = to_device<E>(proj), dc = to_device<E>(conv);
+    auto da = to_device<float>(A_log), db = to_device<float>(dtb);
+    const GdnPrepArgs a{sh.T,  ld, sh.Hk, sh.Hv, sh.dk,
+                        sh.dv, K,  b_off, a_off, sh.packed ? pp.dpos.get<int32_t>() : nullptr};
+    ASSERT_STREQ(gdn_conv_prep_variant(a, KernelPath::Auto), "gdn_conv_prep_tile");
+    const size_t nq = size_t(sh.T) * sh.Hk * sh.dk, nv = size_t(sh.T) * sh.Hv * sh.dv,
+                 ng = size_t(sh.T) * sh.Hv;
+    auto run = [&](int n) {
+      GdnPrepArgs an = a;
+      an.tile_tokens = n;
+      auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
+           g = poisoned<float>(ng), beta = poisoned<float>(ng);
+      gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
+                       db.template get<float>(), an, q.template get<float>(),
+                       k.template get<float>(), v.template get<float>(), g.template get<float>(),
+                       beta.template get<float>(), KernelPath::Auto, 0);
+      std::vector<std::vector<float>> out = {to_host<float>(q, nq), to_host<float>(k, nq),
+                                             to_host<float>(v, nv), to_host<float>(g, ng),
+                                             to_host<float>(beta, ng)};
+      if constexpr (kBf16<E>) {
+        for (auto& o : run_prep_bf16x(dp, dc, da, db, an, KernelPath::Auto))
+          out.push_back(std::move(o));
+      }
+      return out;
+    };
+    std::vector<float> rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
+    ref::gdn_conv_prep_ref(proj.data(), sh.T, ld, sh.Hk, sh.Hv, sh.dk, sh.dv, K, b_off, a_off,
+                           conv.data(), A_log.data(), dtb.data(), kBf16<E>, rq.data(), rk.data(),
+                           rv.data(), rg.data(), rb.data(), sh.packed ? pp.pos.data() : nullptr);
+    const auto base = run(4);
+    CLEF_EXPECT_CLOSE(base[0], rq, kTol<E>);
+    CLEF_EXPECT_CLOSE(base[1], rk, kTol<E>);
+    CLEF_EXPECT_CLOSE(base[2], rv, kTol<E>);
+    CLEF_EXPECT_CLOSE(base[3], rg, 1e-5);
+    CLEF_EXPECT_CLOSE(base[4], rb, kTol<E>);
+    for (int n = 8; n <= max_tokens; n += 4) EXPECT_EQ(run(n), base) << "tile_tokens " << n;
+    EXPECT_THROW(run(6), std::invalid_argument);
+    EXPECT_THROW(run(max_tokens + 4), std::invalid_argument);
+  }
+}
+
 TYPED_TEST(BackboneKernels, Swiglu) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/common.cuh"
@@ -447,7 +448,10 @@ void launch_prep(const E* proj, const E* conv_w, const float* A_log, const float
     const int lpg = a.dk / 8;  // lanes per q/k head
     const int nc = (2 * a.Hk * a.dk + a.Hv * a.dv) / 8;
     const int gy = (nc + kTileThreads - 1) / kTileThreads;
-    const int n = tile_tokens<E>(a.T, gy);
+    const int n = a.tile_tokens ? a.tile_tokens : tile_tokens<E>(a.T, gy);
+    if (n % kTileGroup != 0 || n < kTileGroup || n > tile_max_tokens<E>())
+      throw std::invalid_argument("gdn_conv_prep: tile_tokens not a multiple of 4 in [4, " +
+                                  std::to_string(tile_max_tokens<E>()) + "]");
     gdn_conv_prep_tile_kernel<E, Out><<<dim3((a.T + n - 1) / n, gy), kTileThreads, 0, s>>>(
         proj, conv_w, A_log, dt_bias, a, n, lpg, out);
     CLEF_CUDA_LAUNCH_CHECK();

@@ -23,6 +23,9 @@ struct GdnPrepArgs {
   // device [T]: each row's position in its sequence (packed sequences restart at 0, so no tap
   // reaches into the previous sequence); null = the row index (one sequence).
   const int32_t* positions = nullptr;
+  // The tile variant's tokens per block: 4, 8, 12 or 16 (fp32 storage: 4 or 8), the same outputs
+  // bit for bit; 0 = picked from T and the grid. For the tests and workbench_gdn_prep's sweep.
+  int tile_tokens = 0;
 };
 template <typename E>
 void gdn_conv_prep(const E* proj, const E* conv_w, const float* A_log, const float* dt_bias,
