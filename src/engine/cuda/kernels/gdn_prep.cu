@@ -135,7 +135,7 @@ __global__ void gdn_conv_prep_generic_kernel(const E* __restrict__ proj,
 // orders them (no __syncthreads anywhere). Per group of 4 tokens the 7 rows are unpacked once each
 // and added tap-major into the 4 tokens' accumulators (token i takes row r as tap r - i: taps still
 // added in the order j = 0..3 from +0, the same fp32 operations as the generic kernel); the
-// position masks cost nothing unless a token of the group is within K - 1 of its sequence start.
+// position masks are applied only in a group with a token within K - 1 of its sequence start.
 // The q/k head norm is a shuffle sum over the head's lpg = dk / 8 aligned lanes, as before.
 constexpr int kTileThreads = 128;  // 8 channels per thread: 1024 channels per block
 constexpr int kTileGroup = 4;      // tokens per commit group (4 + K - 1 rows)
@@ -351,6 +351,8 @@ __global__ void __launch_bounds__(kTileThreads, 5)
 #pragma unroll
       for (int j = 0; j < kConvK; ++j) {
         cw[m][j] = f[(m * kConvK + j) / 8][(m * kConvK + j) % 8];
+        // Opaque, so the 32 taps stay widened in registers: otherwise the compiler re-widens them
+        // from the bf16 words at every use (one more integer op per multiply-add).
         asm("" : "+f"(cw[m][j]));
       }
   }
