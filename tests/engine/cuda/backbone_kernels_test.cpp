@@ -2,9 +2,9 @@
 // (clef_engine_ref: support/ref/*_ref.h) on fresh random inputs, outputs NaN-poisoned first, in
 // both storage types (float = parity, bf16 = production with the reference's rounding points) and
 // both kernel paths (KernelPath::Auto = production, KernelPath::Generic = the generic kernels and
-// the SIMT GDN). The shapes reach both variants of every kernel under Auto: the vec8 variant
-// (aligned pointers, widths and strides multiples of 8 elements) and the generic fallback (odd
-// widths/strides, pointers one element off 16 bytes), plus the flash shapes.
+// the SIMT GDN). The shapes reach both variants of every kernel under Auto: the vec8 variant (the
+// GDN prep's: tile; aligned pointers, widths and strides multiples of 8 elements) and the generic
+// fallback (odd widths/strides, pointers one element off 16 bytes), plus the flash shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -559,7 +559,7 @@ TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
   const std::vector<int32_t>& pos = pp.pos;
   const int T = pp.T;
   const engine::cuda::DeviceBuffer &dpos = pp.dpos, &diota = pp.diota;
-  for (int extra : {0, 3}) {  // vec8 and generic
+  for (int extra : {0, 3}) {  // tile and generic
     SCOPED_TRACE("packed, extra " + std::to_string(extra));
     const ConvPrepShape sh{T, 2, 4, 16, 16, extra};
     const GdnPrepArgs a = make(sh, dpos.get<int32_t>());
