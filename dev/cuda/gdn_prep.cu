@@ -1,6 +1,6 @@
 // Workbench: GDN input preparation (engine/cuda/kernels/gdn_prep.h): causal conv + SiLU over the
 // qkv columns of the linear layer's fused projection, q/k L2 norms, beta and g. Checks both
-// variants against clef_engine_ref, then times vec8 (KernelPath::Auto) and generic
+// variants against clef_engine_ref, then times tile (KernelPath::Auto) and generic
 // (KernelPath::Generic) at the Clef-flash shape; bf16 storage, each variant in both output forms:
 // fp32 q, k, v (the SIMT GDN's inputs) and the bf16 form of gdn_conv_prep_bf16x (the tensor-core
 // GDN's).
@@ -138,8 +138,11 @@ int main() {
   const std::vector<int> tokens = bench_tokens();
   if (!checks_pass("gdn_prep", [&] {
         bool ok = true;
-        ok &= check_shape(rng, 100, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);  // flash dims
-        ok &= check_shape(rng, 70, 2, 4, 16, 16, 3);                   // odd ld: generic under Auto
+        // Flash dims; the tile variant takes 4, 8 (the last block 3) and 16 tokens per block.
+        ok &= check_shape(rng, 100, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);
+        ok &= check_shape(rng, 363, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);
+        ok &= check_shape(rng, 961, kGdnHk, kGdnHv, kGdnD, kGdnD, 0);
+        ok &= check_shape(rng, 70, 2, 4, 16, 16, 3);  // odd ld: generic under Auto
         return ok;
       }))
     return 1;
@@ -149,20 +152,32 @@ int main() {
   Outputs out = make_outputs(in.a);
   Timer timer;
   print_header(timer);
+  // Auto and Generic, then the tile variant at each block size (GdnPrepArgs::tile_tokens, rows
+  // named _n<tokens>; Auto picks 8 at 361 tokens and 16 from 657 on): a sweep for its heuristic.
+  struct Config {
+    KernelPath path;
+    int tile_tokens;
+  };
+  const Config configs[] = {{KernelPath::Auto, 0},  {KernelPath::Generic, 0},
+                            {KernelPath::Auto, 4},  {KernelPath::Auto, 8},
+                            {KernelPath::Auto, 12}, {KernelPath::Auto, 16}};
   for (int T : tokens) {
-    GdnPrepArgs a = in.a;
-    a.T = T;
-    for (KernelPath path : kPaths) {
+    for (const Config& cf : configs) {
+      GdnPrepArgs a = in.a;
+      a.T = T;
+      a.tile_tokens = cf.tile_tokens;
+      const std::string sfx = cf.tile_tokens ? "_n" + std::to_string(cf.tile_tokens) : "";
       // Read: the qkv, b and a columns (bf16) and the taps; written: q, k, v, g, beta (fp32), or
       // in the bf16 form xq, xk, xv (bf16), rq, rk (fp32 per token and key head), g, beta. The
-      // vec8 variant's halo re-reads (3 rows per 16-token block, mostly L2 hits) are not counted.
+      // tile variant's halo re-reads (3 rows per block of 4..16 tokens, mostly L2 hits) are not
+      // counted.
       const double read = double(T) * (kGdnCqkv + 2 * kGdnHv) * sizeof(bf16) +
                           double(kGdnCqkv) * kConvK * sizeof(bf16);
-      const double us = timer.median_us([&] { run(in, a, out, path); });
-      print_row("gdn_prep", gdn_conv_prep_variant(a, path), T, us,
+      const double us = timer.median_us([&] { run(in, a, out, cf.path); });
+      print_row("gdn_prep", gdn_conv_prep_variant(a, cf.path) + sfx, T, us,
                 read + double(T) * (kGdnCqkv + 2 * kGdnHv) * sizeof(float), kHbm);
-      const double us_x = timer.median_us([&] { run_bf16x(in, a, out, path); });
-      print_row("gdn_prep", gdn_conv_prep_bf16x_variant(a, path), T, us_x,
+      const double us_x = timer.median_us([&] { run_bf16x(in, a, out, cf.path); });
+      print_row("gdn_prep", gdn_conv_prep_bf16x_variant(a, cf.path) + sfx, T, us_x,
                 read + double(T) * (kGdnCqkv * sizeof(bf16) + (2 * kGdnHk + 2 * kGdnHv) * 4.0),
                 kHbm);
     }

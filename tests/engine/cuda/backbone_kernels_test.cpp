@@ -2,9 +2,9 @@
 // (clef_engine_ref: support/ref/*_ref.h) on fresh random inputs, outputs NaN-poisoned first, in
 // both storage types (float = parity, bf16 = production with the reference's rounding points) and
 // both kernel paths (KernelPath::Auto = production, KernelPath::Generic = the generic kernels and
-// the SIMT GDN). The shapes reach both variants of every kernel under Auto: the vec8 variant
-// (aligned pointers, widths and strides multiples of 8 elements) and the generic fallback (odd
-// widths/strides, pointers one element off 16 bytes), plus the flash shapes.
+// the SIMT GDN). The shapes reach both variants of every kernel under Auto: the vec8 variant (the
+// GDN prep's: tile; aligned pointers, widths and strides multiples of 8 elements) and the generic
+// fallback (odd widths/strides, pointers one element off 16 bytes), plus the flash shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn/tensor_core.h"
@@ -131,16 +132,21 @@ TYPED_TEST(BackboneKernels, RmsNorm1p) {
 }
 
 // The GDN prep tests' shapes (extra columns: ld != used width). extra 3 -> ld not a multiple of 8:
-// scalar path. The others take the vector path with dk / 8 = 2, 4, 1, 32 and 16 lanes per head;
-// T = 2 < K - 1 (zero history only); 4097 tokens of the flash shape (16 tokens per block, halo
-// rows across blocks).
+// scalar path. The others take the tile path with dk / 8 = 2, 4, 1, 32 and 16 lanes per head
+// (4 tokens per block at these T); T = 2 < K - 1 (zero history only, fewer tokens than a block).
+// The flash shape at the tile variant's block sizes (bf16; fp32 storage takes at most 8): 4097
+// tokens, 16 per block (the last block 1 token); 1000, 16 per block (the last block 8: two of its
+// four groups); 500, 12 per block (the last 8: two of three groups); 363, 8 per block (the last 3:
+// part of a group); 100, 4 per block.
 struct ConvPrepShape {
   int T, Hk, Hv, dk, dv, extra;
 };
 constexpr ConvPrepShape kConvPrepShapes[] = {
-    {70, 2, 4, 16, 16, 3}, {33, 2, 6, 32, 48, 3},  {100, 16, 32, 128, 128, 3},
-    {70, 2, 4, 16, 16, 0}, {33, 2, 6, 32, 48, 4},  {2, 2, 4, 16, 16, 0},
-    {20, 3, 3, 8, 8, 2},   {40, 2, 2, 256, 64, 4}, {4097, 16, 32, 128, 128, 0}};
+    {70, 2, 4, 16, 16, 3},       {33, 2, 6, 32, 48, 3},      {100, 16, 32, 128, 128, 3},
+    {70, 2, 4, 16, 16, 0},       {33, 2, 6, 32, 48, 4},      {2, 2, 4, 16, 16, 0},
+    {20, 3, 3, 8, 8, 2},         {40, 2, 2, 256, 64, 4},     {4097, 16, 32, 128, 128, 0},
+    {1000, 16, 32, 128, 128, 0}, {500, 16, 32, 128, 128, 0}, {363, 16, 32, 128, 128, 0},
+    {100, 16, 32, 128, 128, 0}};
 
 TYPED_TEST(BackboneKernels, GdnConvPrep) {
   using E = TypeParam;
@@ -278,16 +284,16 @@ TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
   }
 }
 
-// The packed tests' sequences (lengths 37, 2, 58, 19: 2 tokens < K - 1, then across the vector
-// kernels' 16-token blocks): each row's position in its sequence, and 0..T-1, on the device too.
+// The packed tests' sequences (by default lengths 37, 2, 58, 19: 2 tokens < K - 1, then across
+// the vector kernels' blocks): each row's position in its sequence, and 0..T-1, on the device too.
 struct PackedPositions {
   std::vector<int> lens;
   std::vector<int32_t> pos;
   int T;
   engine::cuda::DeviceBuffer dpos, diota;
 };
-PackedPositions packed_positions() {
-  PackedPositions p{{37, 2, 58, 19}, {}, 0, {}, {}};
+PackedPositions packed_positions(std::vector<int> lens = {37, 2, 58, 19}) {
+  PackedPositions p{std::move(lens), {}, 0, {}, {}};
   for (int L : p.lens)
     for (int i = 0; i < L; ++i) p.pos.push_back(i);
   p.T = static_cast<int>(p.pos.size());
@@ -298,6 +304,64 @@ PackedPositions packed_positions() {
   CLEF_CUDA_CHECK(cudaMemcpy(p.dpos.get(), p.pos.data(), p.pos.size() * 4, cudaMemcpyHostToDevice));
   CLEF_CUDA_CHECK(cudaMemcpy(p.diota.get(), iota.data(), iota.size() * 4, cudaMemcpyHostToDevice));
   return p;
+}
+
+// The GDN prep part of PackedSequencesRestartConvTapsAndRope on pp's sequences and one shape
+// (extra columns: ld != used width).
+template <typename E>
+void expect_packed_gdn_prep(std::mt19937_64& rng, const PackedPositions& pp, int Hk, int Hv, int dk,
+                            int dv, int extra) {
+  SCOPED_TRACE("gdn prep, T " + std::to_string(pp.T) + ", dk " + std::to_string(dk) + ", extra " +
+               std::to_string(extra));
+  const std::vector<int>& lens = pp.lens;
+  const std::vector<int32_t>& pos = pp.pos;
+  const int T = pp.T;
+  const engine::cuda::DeviceBuffer &dpos = pp.dpos, &diota = pp.diota;
+  const int K = 4, cqkv = 2 * Hk * dk + Hv * dv;
+  const int ld = cqkv + Hv * dv + 2 * Hv + extra, b_off = cqkv + Hv * dv, a_off = b_off + Hv;
+  auto proj = rand_e<E>(rng, size_t(T) * ld, 1.0f);
+  auto conv = rand_e<E>(rng, size_t(cqkv) * K, 0.5f);
+  auto A_log = randu(rng, Hv, 0.0f, 2.7f), dtb = randn(rng, Hv, 1.0f, 1.0f);
+  round_all_bf16(A_log);
+  round_all_bf16(dtb);
+  const size_t nq = size_t(T) * Hk * dk, nv = size_t(T) * Hv * dv, ng = size_t(T) * Hv;
+  std::vector<float> rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
+  ref::gdn_conv_prep_ref(proj.data(), T, ld, Hk, Hv, dk, dv, K, b_off, a_off, conv.data(),
+                         A_log.data(), dtb.data(), kBf16<E>, rq.data(), rk.data(), rv.data(),
+                         rg.data(), rb.data(), pos.data());
+  // The reference, packed, equals the reference on each sequence alone.
+  for (size_t si = 0, t0 = 0; si < lens.size(); t0 += lens[si++]) {
+    const int L = lens[si];
+    std::vector<float> q1(size_t(L) * Hk * dk), k1(q1.size()), v1(size_t(L) * Hv * dv),
+        g1(size_t(L) * Hv), b1(g1.size());
+    ref::gdn_conv_prep_ref(proj.data() + t0 * ld, L, ld, Hk, Hv, dk, dv, K, b_off, a_off,
+                           conv.data(), A_log.data(), dtb.data(), kBf16<E>, q1.data(), k1.data(),
+                           v1.data(), g1.data(), b1.data());
+    ASSERT_TRUE(std::equal(q1.begin(), q1.end(), rq.begin() + t0 * Hk * dk)) << "sequence " << si;
+    ASSERT_TRUE(std::equal(v1.begin(), v1.end(), rv.begin() + t0 * Hv * dv)) << "sequence " << si;
+  }
+  auto dp = to_device<E>(proj), dc = to_device<E>(conv);
+  auto da = to_device<float>(A_log), db = to_device<float>(dtb);
+  for (KernelPath path : kPaths) {
+    auto run = [&](const int32_t* positions) {
+      GdnPrepArgs a{T, ld, Hk, Hv, dk, dv, K, b_off, a_off, positions};
+      auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
+           g = poisoned<float>(ng), beta = poisoned<float>(ng);
+      gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
+                       db.template get<float>(), a, q.template get<float>(),
+                       k.template get<float>(), v.template get<float>(), g.template get<float>(),
+                       beta.template get<float>(), path, 0);
+      return std::vector<std::vector<float>>{to_host<float>(q, nq), to_host<float>(k, nq),
+                                             to_host<float>(v, nv), to_host<float>(beta, ng)};
+    };
+    SCOPED_TRACE(gdn_conv_prep_variant(GdnPrepArgs{T, ld, Hk, Hv, dk, dv, K, b_off, a_off}, path));
+    const auto packed = run(dpos.get<int32_t>());
+    CLEF_EXPECT_CLOSE(packed[0], rq, kTol<E>);
+    CLEF_EXPECT_CLOSE(packed[1], rk, kTol<E>);
+    CLEF_EXPECT_CLOSE(packed[2], rv, kTol<E>);
+    CLEF_EXPECT_CLOSE(packed[3], rb, kTol<E>);
+    EXPECT_EQ(run(diota.get<int32_t>()), run(nullptr)) << "explicit 0..T-1 differs from none";
+  }
 }
 
 // Packed sequences: with each row's position in its sequence given, the conv taps of the GDN prep
@@ -314,55 +378,13 @@ TYPED_TEST(BackboneKernels, PackedSequencesRestartConvTapsAndRope) {
   const int T = pp.T;
   const engine::cuda::DeviceBuffer &dpos = pp.dpos, &diota = pp.diota;
 
-  for (int extra : {0, 3}) {  // vec8 and scalar GDN prep
-    SCOPED_TRACE("gdn prep, extra " + std::to_string(extra));
-    const int Hk = 2, Hv = 4, dk = 16, dv = 16, K = 4, cqkv = 2 * Hk * dk + Hv * dv;
-    const int ld = cqkv + Hv * dv + 2 * Hv + extra, b_off = cqkv + Hv * dv, a_off = b_off + Hv;
-    auto proj = rand_e<E>(rng, size_t(T) * ld, 1.0f);
-    auto conv = rand_e<E>(rng, size_t(cqkv) * K, 0.5f);
-    auto A_log = randu(rng, Hv, 0.0f, 2.7f), dtb = randn(rng, Hv, 1.0f, 1.0f);
-    round_all_bf16(A_log);
-    round_all_bf16(dtb);
-    const size_t nq = size_t(T) * Hk * dk, nv = size_t(T) * Hv * dv, ng = size_t(T) * Hv;
-    std::vector<float> rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
-    ref::gdn_conv_prep_ref(proj.data(), T, ld, Hk, Hv, dk, dv, K, b_off, a_off, conv.data(),
-                           A_log.data(), dtb.data(), kBf16<E>, rq.data(), rk.data(), rv.data(),
-                           rg.data(), rb.data(), pos.data());
-    // The reference, packed, equals the reference on each sequence alone.
-    for (size_t si = 0, t0 = 0; si < lens.size(); t0 += lens[si++]) {
-      const int L = lens[si];
-      std::vector<float> q1(size_t(L) * Hk * dk), k1(q1.size()), v1(size_t(L) * Hv * dv),
-          g1(size_t(L) * Hv), b1(g1.size());
-      ref::gdn_conv_prep_ref(proj.data() + t0 * ld, L, ld, Hk, Hv, dk, dv, K, b_off, a_off,
-                             conv.data(), A_log.data(), dtb.data(), kBf16<E>, q1.data(), k1.data(),
-                             v1.data(), g1.data(), b1.data());
-      ASSERT_TRUE(std::equal(q1.begin(), q1.end(), rq.begin() + t0 * Hk * dk)) << "sequence " << si;
-      ASSERT_TRUE(std::equal(v1.begin(), v1.end(), rv.begin() + t0 * Hv * dv)) << "sequence " << si;
-    }
-    auto dp = to_device<E>(proj), dc = to_device<E>(conv);
-    auto da = to_device<float>(A_log), db = to_device<float>(dtb);
-    for (KernelPath path : kPaths) {
-      auto run = [&](const int32_t* positions) {
-        GdnPrepArgs a{T, ld, Hk, Hv, dk, dv, K, b_off, a_off, positions};
-        auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
-             g = poisoned<float>(ng), beta = poisoned<float>(ng);
-        gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
-                         db.template get<float>(), a, q.template get<float>(),
-                         k.template get<float>(), v.template get<float>(), g.template get<float>(),
-                         beta.template get<float>(), path, 0);
-        return std::vector<std::vector<float>>{to_host<float>(q, nq), to_host<float>(k, nq),
-                                               to_host<float>(v, nv), to_host<float>(beta, ng)};
-      };
-      SCOPED_TRACE(
-          gdn_conv_prep_variant(GdnPrepArgs{T, ld, Hk, Hv, dk, dv, K, b_off, a_off}, path));
-      const auto packed = run(dpos.get<int32_t>());
-      CLEF_EXPECT_CLOSE(packed[0], rq, kTol<E>);
-      CLEF_EXPECT_CLOSE(packed[1], rk, kTol<E>);
-      CLEF_EXPECT_CLOSE(packed[2], rv, kTol<E>);
-      CLEF_EXPECT_CLOSE(packed[3], rb, kTol<E>);
-      EXPECT_EQ(run(diota.get<int32_t>()), run(nullptr)) << "explicit 0..T-1 differs from none";
-    }
-  }
+  // The small shape on the tile (extra 0) and generic (extra 3) GDN prep; the flash shape on longer
+  // sequences, where the tile variant takes 16 tokens per block (8 in fp32 storage): sequences of
+  // 1..4 tokens, starts inside groups of 4 and on a block boundary (token 64), a long last one.
+  expect_packed_gdn_prep<E>(rng, pp, 2, 4, 16, 16, 0);
+  expect_packed_gdn_prep<E>(rng, pp, 2, 4, 16, 16, 3);
+  expect_packed_gdn_prep<E>(rng, packed_positions({1, 2, 3, 4, 13, 16, 17, 8, 936}), 16, 32, 128,
+                            128, 0);
 
   {
     SCOPED_TRACE("attention prep");
@@ -537,7 +559,7 @@ TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
   const std::vector<int32_t>& pos = pp.pos;
   const int T = pp.T;
   const engine::cuda::DeviceBuffer &dpos = pp.dpos, &diota = pp.diota;
-  for (int extra : {0, 3}) {  // vec8 and generic
+  for (int extra : {0, 3}) {  // tile and generic
     SCOPED_TRACE("packed, extra " + std::to_string(extra));
     const ConvPrepShape sh{T, 2, 4, 16, 16, extra};
     const GdnPrepArgs a = make(sh, dpos.get<int32_t>());
@@ -555,6 +577,84 @@ TEST(BackboneKernelsBf16, GdnConvPrepBf16x) {
       };
       EXPECT_EQ(run(diota.get<int32_t>()), run(nullptr)) << "explicit 0..T-1 differs from none";
     }
+  }
+  {
+    // The flash shape packed (PackedSequencesRestartConvTapsAndRope's long sequences): the tile
+    // variant's 16-token blocks with sequences starting inside its groups.
+    SCOPED_TRACE("packed, flash shape");
+    const PackedPositions pf = packed_positions({1, 2, 3, 4, 13, 16, 17, 8, 936});
+    const GdnPrepArgs a = make(ConvPrepShape{pf.T, 16, 32, 128, 128, 0}, pf.dpos.get<int32_t>());
+    const auto in = inputs(a);
+    expect_bf16x_prep_matches(in[0], in[1], in[2], in[3], a, pf.pos.data());
+  }
+}
+
+// The tile variant's block sizes (GdnPrepArgs::tile_tokens 4, 8, 12, 16; 4 and 8 in fp32 storage)
+// give the same bits in both output forms: packed sequences of 1..31 tokens starting inside groups
+// and blocks, one sequence, T = 85 (no multiple of any block size), 3 (below one group) and 13,
+// 2, 4 and 1 lanes per head (the last channel block partly idle); the 4-token run matches the
+// reference too.
+TYPED_TEST(BackboneKernels, GdnConvPrepTileBlockSizesAgree) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const PackedPositions pp = packed_positions({1, 5, 2, 14, 3, 22, 7, 31});  // T = 85
+  const int max_tokens = kBf16<E> ? 16 : 8;                                  // gdn_prep.cu
+  struct Shape {
+    int T, Hk, Hv, dk, dv;
+    bool packed;
+  };
+  for (Shape sh : {Shape{85, 2, 4, 16, 16, true}, Shape{85, 2, 6, 32, 48, true},
+                   Shape{85, 2, 4, 16, 16, false}, Shape{3, 2, 4, 16, 16, false},
+                   Shape{13, 3, 3, 8, 8, false}}) {
+    SCOPED_TRACE("T=" + std::to_string(sh.T) + " dk=" + std::to_string(sh.dk) +
+                 (sh.packed ? " packed" : ""));
+    const int K = 4, cqkv = 2 * sh.Hk * sh.dk + sh.Hv * sh.dv;
+    const int b_off = cqkv + sh.Hv * sh.dv, a_off = b_off + sh.Hv;
+    const int ld = (a_off + sh.Hv + 7) / 8 * 8;  // the tile path's stride (unused columns past a)
+    auto proj = rand_e<E>(rng, size_t(sh.T) * ld, 1.0f);
+    auto conv = rand_e<E>(rng, size_t(cqkv) * K, 0.5f);
+    auto A_log = randu(rng, sh.Hv, 0.0f, 2.7f), dtb = randn(rng, sh.Hv, 1.0f, 1.0f);
+    round_all_bf16(A_log);
+    round_all_bf16(dtb);
+    auto dp = to_device<E>(proj), dc = to_device<E>(conv);
+    auto da = to_device<float>(A_log), db = to_device<float>(dtb);
+    const GdnPrepArgs a{sh.T,  ld, sh.Hk, sh.Hv, sh.dk,
+                        sh.dv, K,  b_off, a_off, sh.packed ? pp.dpos.get<int32_t>() : nullptr};
+    ASSERT_STREQ(gdn_conv_prep_variant(a, KernelPath::Auto), "gdn_conv_prep_tile");
+    const size_t nq = size_t(sh.T) * sh.Hk * sh.dk, nv = size_t(sh.T) * sh.Hv * sh.dv,
+                 ng = size_t(sh.T) * sh.Hv;
+    auto run = [&](int n) {
+      GdnPrepArgs an = a;
+      an.tile_tokens = n;
+      auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
+           g = poisoned<float>(ng), beta = poisoned<float>(ng);
+      gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
+                       db.template get<float>(), an, q.template get<float>(),
+                       k.template get<float>(), v.template get<float>(), g.template get<float>(),
+                       beta.template get<float>(), KernelPath::Auto, 0);
+      std::vector<std::vector<float>> out = {to_host<float>(q, nq), to_host<float>(k, nq),
+                                             to_host<float>(v, nv), to_host<float>(g, ng),
+                                             to_host<float>(beta, ng)};
+      if constexpr (kBf16<E>) {
+        for (auto& o : run_prep_bf16x(dp, dc, da, db, an, KernelPath::Auto))
+          out.push_back(std::move(o));
+      }
+      return out;
+    };
+    std::vector<float> rq(nq), rk(nq), rv(nv), rg(ng), rb(ng);
+    ref::gdn_conv_prep_ref(proj.data(), sh.T, ld, sh.Hk, sh.Hv, sh.dk, sh.dv, K, b_off, a_off,
+                           conv.data(), A_log.data(), dtb.data(), kBf16<E>, rq.data(), rk.data(),
+                           rv.data(), rg.data(), rb.data(), sh.packed ? pp.pos.data() : nullptr);
+    const auto base = run(4);
+    CLEF_EXPECT_CLOSE(base[0], rq, kTol<E>);
+    CLEF_EXPECT_CLOSE(base[1], rk, kTol<E>);
+    CLEF_EXPECT_CLOSE(base[2], rv, kTol<E>);
+    CLEF_EXPECT_CLOSE(base[3], rg, 1e-5);
+    CLEF_EXPECT_CLOSE(base[4], rb, kTol<E>);
+    for (int n = 8; n <= max_tokens; n += 4) EXPECT_EQ(run(n), base) << "tile_tokens " << n;
+    EXPECT_THROW(run(6), std::invalid_argument);
+    EXPECT_THROW(run(max_tokens + 4), std::invalid_argument);
   }
 }
 
@@ -732,9 +832,9 @@ TEST(KernelVariants, NamesFollowPathAndShapes) {
   EXPECT_STREQ(gated_rms_norm_variant(12352, 128, G), "gated_rms_norm_generic");
   EXPECT_STREQ(gated_rms_norm_variant(12353, 128, A), "gated_rms_norm_generic");
   const GdnPrepArgs gp{361, 12352, 16, 32, 128, 128, 4, 12288, 12320};
-  EXPECT_STREQ(gdn_conv_prep_variant(gp, A), "gdn_conv_prep_vec8");
+  EXPECT_STREQ(gdn_conv_prep_variant(gp, A), "gdn_conv_prep_tile");
   EXPECT_STREQ(gdn_conv_prep_variant(gp, G), "gdn_conv_prep_generic");
-  EXPECT_STREQ(gdn_conv_prep_bf16x_variant(gp, A), "gdn_conv_prep_bf16x_vec8");
+  EXPECT_STREQ(gdn_conv_prep_bf16x_variant(gp, A), "gdn_conv_prep_bf16x_tile");
   EXPECT_STREQ(gdn_conv_prep_bf16x_variant(gp, G), "gdn_conv_prep_bf16x_generic");
   const AttnPrepArgs ap{361, 10240, 16, 4, 256, 64, 1e-6f, nullptr};
   EXPECT_STREQ(attn_prep_variant(ap, A), "attn_prep_vec8");

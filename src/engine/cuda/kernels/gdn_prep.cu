@@ -1,18 +1,20 @@
-// GDN input preparation (see gdn_prep.h); generic and vec8 variants as in kernels/common.cuh, each
-// templated on the output form (fp32 normalised q, k or the bf16 form with per-head factors).
+// GDN input preparation (see gdn_prep.h); generic and tile variants (the tile one is this family's
+// vector variant of kernels/common.cuh, its loads staged through shared memory), each templated on
+// the output form (fp32 normalised q, k or the bf16 form with per-head factors).
 #include "engine/cuda/kernels/gdn_prep.h"
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/common.cuh"
+#include "engine/cuda/mma_sync.cuh"
 
 namespace clef::engine::cuda {
 namespace {
 
-constexpr int kConvK = 4;          // conv taps handled by the vector GDN prep (Qwen3.5: 4)
-constexpr int kPrepThreads = 128;  // vector GDN prep: 8 channels per thread, 1024 per block
+constexpr int kConvK = 4;  // conv taps handled by the vector GDN prep (Qwen3.5: 4)
 
 // The two output forms of the q, k, v values y = conv + SiLU (already rounded to E), one kernel
 // per form and variant. Fp32Out: q = y inv / sqrt(dk), k = y inv (inv = 1 / sqrt(sum y^2 +
@@ -27,18 +29,12 @@ struct Fp32Out {
 };
 using Bf16xOut = GdnPrepBf16Out;
 
-// v: element `off` of [T, Hv, dv]; vec8: 8 of them from `off` (16-byte aligned).
+// v: element `off` of [T, Hv, dv].
 __device__ __forceinline__ void put_v(const Fp32Out& o, size_t off, float y) {
   o.v[off] = y;
 }
 __device__ __forceinline__ void put_v(const Bf16xOut& o, size_t off, float y) {
   o.xv[off] = from_f<__nv_bfloat16>(y);
-}
-__device__ __forceinline__ void put_v8(const Fp32Out& o, size_t off, const float (&y)[8]) {
-  st8(o.v + off, pack8<float>(y));
-}
-__device__ __forceinline__ void put_v8(const Bf16xOut& o, size_t off, const float (&y)[8]) {
-  st8(o.xv + off, pack8<__nv_bfloat16>(y));
 }
 // q (kind 0) or k (kind 1): element `off` of [T, Hk, dk] with its head's inv and 1 / sqrt(dk).
 __device__ __forceinline__ void put_qk(const Fp32Out& o, int kind, size_t off, float y, float inv,
@@ -51,17 +47,6 @@ __device__ __forceinline__ void put_qk(const Fp32Out& o, int kind, size_t off, f
 __device__ __forceinline__ void put_qk(const Bf16xOut& o, int kind, size_t off, float y, float,
                                        float) {
   (kind == 0 ? o.xq : o.xk)[off] = from_f<__nv_bfloat16>(y);
-}
-__device__ __forceinline__ void put_qk8(const Fp32Out& o, int kind, size_t off, const float (&y)[8],
-                                        float inv, float scale) {
-  float n[8];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) n[m] = kind == 0 ? (y[m] * inv) * scale : y[m] * inv;
-  st8((kind == 0 ? o.q : o.k) + off, pack8<float>(n));
-}
-__device__ __forceinline__ void put_qk8(const Bf16xOut& o, int kind, size_t off,
-                                        const float (&y)[8], float, float) {
-  st8((kind == 0 ? o.xq : o.xk) + off, pack8<__nv_bfloat16>(y));
 }
 // The factor of q or k head `row` = t * Hk + head (one thread per head); none in the fp32 form.
 __device__ __forceinline__ void put_factor(const Fp32Out&, int, size_t, float, float) {}
@@ -138,34 +123,222 @@ __global__ void gdn_conv_prep_generic_kernel(const E* __restrict__ proj,
   }
 }
 
-// grid (ceil(T / tpb), ceil(C / 8 / kPrepThreads)), C = 2*Hk*dk + Hv*dv conv channels. Thread =
-// 8 consecutive channels (one 16-byte chunk of a proj row) for the block's tpb consecutive tokens:
-// the K-row causal window slides in registers (each proj element is loaded once per block, plus
-// K-1 halo rows), the next rows are prefetched. A q/k head is held by an aligned group of lpg =
-// dk/8 lanes (a power of two), its L2 norm summed by shuffles. Blocks with blockIdx.y == 0 also
-// write g and beta of their tokens.
-template <typename E, typename Out>
-__global__ void __launch_bounds__(kPrepThreads)
-    gdn_conv_prep_vec8_kernel(const E* __restrict__ proj, const E* __restrict__ conv_w,
-                              const float* __restrict__ A_log, const float* __restrict__ dt_bias,
-                              GdnPrepArgs a, int tpb, int lpg, Out out) {
-  const int Cq = a.Hk * a.dk, Cv = a.Hv * a.dv, nc = (2 * Cq + Cv) / 8;
-  const int t0 = blockIdx.x * tpb, t1 = min(t0 + tpb, a.T);
-  if (blockIdx.y == 0) {
-    for (int e = threadIdx.x; e < (t1 - t0) * a.Hv; e += blockDim.x) {
-      const int t = t0 + e / a.Hv, head = e % a.Hv;
-      const size_t row = static_cast<size_t>(t) * a.ld;
-      const float b = to_f(proj[row + a.b_offset + head]);
-      const float av = to_f(proj[row + a.a_offset + head]);
-      out.beta[static_cast<size_t>(t) * a.Hv + head] = rnd<E>(sigmoid_f(b));
-      out.g[static_cast<size_t>(t) * a.Hv + head] =
-          -expf(A_log[head]) * softplus_f(av + dt_bias[head]);
+// ---- tile variant ------------------------------------------------------------------------------
+// grid (ceil(T / n), ceil(nc / kTileThreads)), nc = C / 8 chunks of 8 conv channels (C = 2*Hk*dk +
+// Hv*dv). A thread owns one chunk for the block's n tokens (n a multiple of kTileGroup). Why a
+// tile: the register-window kernel this replaced kept ~3 16-byte loads per thread in flight in a
+// serial chain and was latency-bound (25-35 % of HBM). Here every proj row a thread needs, rows
+// t0 - 3 .. t0 + n - 1 of its chunk, is requested at once by cp.async into shared memory (no
+// registers held by loads in flight: n + 3 16-byte pieces per thread, 38 KiB per bf16 block at n =
+// 16), in one commit group per kTileGroup tokens, so the first tokens compute while the later rows
+// still arrive. A thread reads back only the pieces it copied itself, so cp.async.wait_group alone
+// orders them (no __syncthreads anywhere). Per group of 4 tokens the 7 rows are unpacked once each
+// and added tap-major into the 4 tokens' accumulators (token i takes row r as tap r - i: taps still
+// added in the order j = 0..3 from +0, the same fp32 operations as the generic kernel); the
+// position masks are applied only in a group with a token within K - 1 of its sequence start.
+// The q/k head norm is a shuffle sum over the head's lpg = dk / 8 aligned lanes, as before.
+constexpr int kTileThreads = 128;  // 8 channels per thread: 1024 channels per block
+constexpr int kTileGroup = 4;      // tokens per commit group (4 + K - 1 rows)
+constexpr int kTileHalo = kConvK - 1;
+// Tokens per block at most: the static shared tile stays under 48 KiB ((16 + 3) x 2 KiB bf16,
+// (8 + 3) x 4 KiB fp32), and the wait below handles at most 4 groups.
+template <typename E>
+constexpr int tile_max_tokens() {
+  return sizeof(E) == 2 ? 16 : 8;
+}
+// Blocks the launch keeps at least (while n can shrink): ~2.5 per SM of an H200's 132, so that
+// T = 361 (n = 8) still spreads over every SM.
+constexpr long long kTileMinBlocks = 330;
+
+// cp.async.wait_group as a compiler memory barrier too: the shared reads after it must not move
+// above it (the copies are invisible to the compiler).
+template <int N>
+__device__ __forceinline__ void cp_async_wait_mem() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most `pending` (0..3, warp-uniform) of this thread's newest groups are in flight.
+__device__ __forceinline__ void cp_async_wait_upto(int pending) {
+  if (pending >= 3)
+    cp_async_wait_mem<3>();
+  else if (pending == 2)
+    cp_async_wait_mem<2>();
+  else if (pending == 1)
+    cp_async_wait_mem<1>();
+  else
+    cp_async_wait_mem<0>();
+}
+
+// The 8 values of a chunk from its 16-byte pieces in shared memory (bf16 one, fp32 two).
+__device__ __forceinline__ Vec8<__nv_bfloat16> chunk_of(const uint4 (&pc)[1]) {
+  return {pc[0]};
+}
+__device__ __forceinline__ Vec8<float> chunk_of(const uint4 (&pc)[2]) {
+  const auto f4 = [](uint4 u) {
+    return make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z),
+                       __uint_as_float(u.w));
+  };
+  return {f4(pc[0]), f4(pc[1])};
+}
+
+// v[m] = rnd<E>(v[m]); bf16: two values per conversion (cvt.rn.bf16x2.f32, the same rounding as
+// from_f one by one), widened back by a shift or a mask.
+template <typename E>
+__device__ __forceinline__ void rnd8(float (&v)[8]);
+template <>
+__device__ __forceinline__ void rnd8<float>(float (&)[8]) {}
+template <>
+__device__ __forceinline__ void rnd8<__nv_bfloat16>(float (&v)[8]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t w = pack_bf16(v[2 * j], v[2 * j + 1]);
+    v[2 * j] = __uint_as_float(w << 16);
+    v[2 * j + 1] = __uint_as_float(w & 0xffff0000u);
+  }
+}
+// pack8 with the bf16 pairs converted together (same bits).
+template <typename E>
+__device__ __forceinline__ Vec8<E> pack8_pairs(const float (&f)[8]);
+template <>
+__device__ __forceinline__ Vec8<float> pack8_pairs<float>(const float (&f)[8]) {
+  return pack8<float>(f);
+}
+template <>
+__device__ __forceinline__ Vec8<__nv_bfloat16> pack8_pairs<__nv_bfloat16>(const float (&f)[8]) {
+  return {make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]),
+                     pack_bf16(f[6], f[7]))};
+}
+
+// group_sum unrolled (lanes warp-uniform): the same shuffles in the same order, no loop.
+__device__ __forceinline__ float group_sum_unrolled(float v, int lanes) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < lanes) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Tile variant stores: a thread's chunk goes to one tensor, column col, one row per token;
+// chunk_dst(o, kind) + col is set up once, then row t is at + t * stride. y: the chunk's 8 values,
+// yv: the same values packed in E (the bf16 form stores those bits).
+__device__ __forceinline__ float* chunk_dst(const Fp32Out& o, int kind) {
+  return kind == 0 ? o.q : (kind == 1 ? o.k : o.v);
+}
+__device__ __forceinline__ __nv_bfloat16* chunk_dst(const Bf16xOut& o, int kind) {
+  return kind == 0 ? o.xq : (kind == 1 ? o.xk : o.xv);
+}
+// Where a q/k head's factor goes ([T, Hk], + head, row t at + t * Hk): the fp32 form has none.
+__device__ __forceinline__ float* factor_dst(const Fp32Out&, int) {
+  return nullptr;
+}
+__device__ __forceinline__ float* factor_dst(const Bf16xOut& o, int kind) {
+  return kind == 0 ? o.rq : o.rk;
+}
+template <typename E>
+__device__ __forceinline__ void store_v(float* p, const float (&y)[8], const Vec8<E>&) {
+  st8(p, pack8<float>(y));
+}
+__device__ __forceinline__ void store_v(__nv_bfloat16* p, const float (&)[8],
+                                        const Vec8<__nv_bfloat16>& yv) {
+  st8(p, yv);
+}
+// q, k: (y inv) fs with fs = 1 / sqrt(dk) for q and 1 for k (y inv exactly, as put_qk's k), or
+// y itself in the bf16 form.
+template <typename E>
+__device__ __forceinline__ void store_qk(float* p, const float (&y)[8], const Vec8<E>&, float inv,
+                                         float fs) {
+  float n[8];
+#pragma unroll
+  for (int m = 0; m < 8; ++m) n[m] = (y[m] * inv) * fs;
+  st8(p, pack8<float>(n));
+}
+__device__ __forceinline__ void store_qk(__nv_bfloat16* p, const float (&)[8],
+                                         const Vec8<__nv_bfloat16>& yv, float, float) {
+  st8(p, yv);
+}
+
+// The conv of one group's kTileGroup tokens from the group's rows s0 .. s0 + kTileGroup + K - 2 of
+// this thread's column: acc[i] = sum over taps j = 0..K-1 (in that order, from +0) of
+// w[j] x[row s0 + i + j], each row widened once. kMasked: tap j of token i only where K - 1 - j <=
+// p[i] (the generic kernel's condition); without it every tap is taken (all p[i] >= K - 1).
+template <bool kMasked, typename E, int P>
+__device__ __forceinline__ void conv_group(const uint4 (*tile)[P][kTileThreads], int s0, int tid,
+                                           const float (&cw)[8][kConvK], const int (&p)[kTileGroup],
+                                           float (&acc)[kTileGroup][8]) {
+#pragma unroll
+  for (int i = 0; i < kTileGroup; ++i)
+#pragma unroll
+    for (int m = 0; m < 8; ++m) acc[i][m] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kTileGroup + kTileHalo; ++r) {
+    uint4 pc[P];
+#pragma unroll
+    for (int q = 0; q < P; ++q) pc[q] = tile[s0 + r][q][tid];
+    float x[8];
+    unpack8(chunk_of(pc), x);
+#pragma unroll
+    for (int i = 0; i < kTileGroup; ++i) {
+      const int j = r - i;  // row s0 + r is tap j of token i
+      if (j < 0 || j >= kConvK) continue;
+      if (kMasked && kConvK - 1 - j > p[i]) continue;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) acc[i][m] += cw[m][j] * x[m];
     }
   }
-  const int c = blockIdx.y * kPrepThreads + threadIdx.x;  // chunk: channels [8c, 8c + 8)
+}
+
+// 5 blocks per SM (at most 102 registers; shared memory allows 5 at n = 16 too).
+template <typename E, typename Out>
+__global__ void __launch_bounds__(kTileThreads, 5)
+    gdn_conv_prep_tile_kernel(const E* __restrict__ proj, const E* __restrict__ conv_w,
+                              const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+                              GdnPrepArgs a, int n, int lpg, Out out) {
+  constexpr int P = sizeof(E) / 2;  // 16-byte pieces per chunk
+  // tile[s][q][thread]: piece q of the thread's chunk of proj row t0 - 3 + s; a warp's accesses
+  // to one (s, q) are 512 contiguous bytes (no bank conflicts).
+  __shared__ uint4 tile[tile_max_tokens<E>() + kTileHalo][P][kTileThreads];
+  const int Cq = a.Hk * a.dk, Cv = a.Hv * a.dv, nc = (2 * Cq + Cv) / 8;
+  const int tid = threadIdx.x, t0 = blockIdx.x * n, nt = min(n, a.T - t0);
+  const int c = blockIdx.y * kTileThreads + tid;  // chunk: channels [8c, 8c + 8)
   const bool active = c < nc;
   const int ch = 8 * c;
-  const int kind = ch < Cq ? 0 : (ch < 2 * Cq ? 1 : 2);  // q, k, v (a chunk never straddles)
+  const int ng = (nt + kTileGroup - 1) / kTileGroup;  // groups holding tokens < T
+  {
+    // Every copy first. Rows outside [0, T) and idle lanes are zero-filled (src-size 0, nothing
+    // read): tokens never take such rows (taps stop at the sequence start), but the tile is then
+    // never read uninitialised.
+    const auto stage = [&](int s) {
+      const int t = t0 - kTileHalo + s;
+      const bool ok = active && t >= 0 && t < a.T;
+      const E* src = ok ? proj + static_cast<size_t>(t) * a.ld + ch : proj;
+#pragma unroll
+      for (int q = 0; q < P; ++q)
+        cp_async16(&tile[s][q][tid], ok ? src + q * 16 / sizeof(E) : src, ok ? 16 : 0);
+    };
+#pragma unroll
+    for (int s = 0; s < kTileGroup + kTileHalo; ++s) stage(s);
+    cp_async_commit();
+    for (int gi = 1; gi < ng; ++gi) {
+#pragma unroll
+      for (int s = 0; s < kTileGroup; ++s) stage(kTileHalo + gi * kTileGroup + s);
+      cp_async_commit();
+    }
+  }
+  // g and beta of the block's tokens while the rows arrive, spread over the channel blocks.
+  for (int e = blockIdx.y * kTileThreads + tid; e < nt * a.Hv; e += gridDim.y * kTileThreads) {
+    const int t = t0 + e / a.Hv, head = e % a.Hv;
+    const size_t row = static_cast<size_t>(t) * a.ld;
+    const float b = to_f(proj[row + a.b_offset + head]);
+    const float av = to_f(proj[row + a.a_offset + head]);
+    out.beta[static_cast<size_t>(t) * a.Hv + head] = rnd<E>(sigmoid_f(b));
+    out.g[static_cast<size_t>(t) * a.Hv + head] =
+        -expf(A_log[head]) * softplus_f(av + dt_bias[head]);
+  }
+  const int kind = ch < Cq ? 0 : (ch < 2 * Cq ? 1 : 2);      // q, k, v (a chunk never straddles)
+  const int col = kind == 2 ? ch - 2 * Cq : ch - kind * Cq;  // channel within q, k or v
+  const size_t stride = kind == 2 ? Cv : Cq;
+  auto* const dst = chunk_dst(out, kind) + col;
+  // The head's first lane writes its factor (rq = inv / sqrt(dk), rk = inv; none in fp32 form).
+  float* const fdst = kind != 2 && col % a.dk == 0 ? factor_dst(out, kind) : nullptr;
+  const int head = kind == 2 ? 0 : col / a.dk;
   // Taps: conv_w[(ch + m) * K + j] = element m * K + j of the 32 contiguous values at ch * K.
   float cw[8][kConvK];
   {
@@ -176,53 +349,67 @@ __global__ void __launch_bounds__(kPrepThreads)
 #pragma unroll
     for (int m = 0; m < 8; ++m)
 #pragma unroll
-      for (int j = 0; j < kConvK; ++j) cw[m][j] = f[(m * kConvK + j) / 8][(m * kConvK + j) % 8];
+      for (int j = 0; j < kConvK; ++j) {
+        cw[m][j] = f[(m * kConvK + j) / 8][(m * kConvK + j) % 8];
+        // Opaque, so the 32 taps stay widened in registers: otherwise the compiler re-widens them
+        // from the bf16 words at every use (one more integer op per multiply-add).
+        asm("" : "+f"(cw[m][j]));
+      }
   }
-  const E* col = proj + ch;
-  auto load_row = [&](int t) {  // zeros outside [0, t1): never used (history) or never loaded
-    return active && t >= 0 && t < t1 ? ld8(col + static_cast<size_t>(t) * a.ld) : Vec8<E>{};
+  // Positions (taps reach back at most p rows), one group ahead; past T: all taps (unused).
+  const auto pos = [&](int t) {
+    return t >= a.T ? kTileHalo : (a.positions ? __ldg(a.positions + t) : t);
   };
-  // r0..r3 = rows t-3..t, r4, r5 = t+1, t+2 (in flight)
-  Vec8<E> r0 = load_row(t0 - 3), r1 = load_row(t0 - 2), r2 = load_row(t0 - 1), r3 = load_row(t0),
-          r4 = load_row(t0 + 1), r5 = load_row(t0 + 2);
-  const float scale = rsqrtf(static_cast<float>(a.dk));
-  for (int t = t0; t < t1; ++t) {
-    const Vec8<E> r6 = load_row(t + 3);
-    float x[kConvK][8];
-    unpack8(r0, x[0]);
-    unpack8(r1, x[1]);
-    unpack8(r2, x[2]);
-    unpack8(r3, x[3]);
-    float y[8];
-    float ss = 0.0f;
-    const int p = a.positions ? a.positions[t] : t;  // taps reach back at most p rows
+  int p[kTileGroup];
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      float acc = 0.0f;
+  for (int i = 0; i < kTileGroup; ++i) p[i] = pos(t0 + i);
+  const float fs = kind == 0 ? rsqrtf(static_cast<float>(a.dk)) : 1.0f;  // see store_qk
+  for (int gi = 0; gi < ng; ++gi) {
+    const int tg = t0 + gi * kTileGroup;
+    int pn[kTileGroup];
 #pragma unroll
-      for (int j = 0; j < kConvK; ++j)
-        if (kConvK - 1 - j <= p) acc += cw[m][j] * x[j][m];
-      y[m] = rnd<E>(silu_f(rnd<E>(acc)));
-      ss += y[m] * y[m];
-    }
-    ss = group_sum(ss, lpg);  // every lane (v and inactive ones too): the shuffles need them all
-    if (active) {
-      if (kind == 2) {
-        put_v8(out, static_cast<size_t>(t) * Cv + (ch - 2 * Cq), y);
-      } else {
-        const float inv = rsqrtf(ss + 1e-6f);
-        const int cq = ch - kind * Cq;  // channel within q or k
-        put_qk8(out, kind, static_cast<size_t>(t) * Cq + cq, y, inv, scale);
-        if (cq % a.dk == 0)  // the head's first lane
-          put_factor(out, kind, static_cast<size_t>(t) * a.Hk + cq / a.dk, inv, scale);
+    for (int i = 0; i < kTileGroup; ++i) pn[i] = pos(tg + kTileGroup + i);
+    cp_async_wait_upto(ng - 1 - gi);  // this group's rows have landed (the later ones may not)
+    bool full = true;
+#pragma unroll
+    for (int i = 0; i < kTileGroup; ++i) full &= p[i] >= kTileHalo;
+    float acc[kTileGroup][8];
+    if (full)
+      conv_group<false, E, P>(tile, gi * kTileGroup, tid, cw, p, acc);
+    else
+      conv_group<true, E, P>(tile, gi * kTileGroup, tid, cw, p, acc);
+#pragma unroll
+    for (int i = 0; i < kTileGroup; ++i) {
+      const int t = tg + i;
+      rnd8<E>(acc[i]);
+      float s[8];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) s[m] = silu_f(acc[i][m]);
+      const Vec8<E> yv = pack8_pairs<E>(s);
+      float y[8];
+      unpack8(yv, y);  // rnd<E>(silu_f(rnd<E>(acc)))
+      float ss = 0.0f;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) ss += y[m] * y[m];
+      ss = group_sum_unrolled(ss, lpg);  // every lane: the shuffles need them all
+      if (active && t < a.T) {
+        const size_t row = static_cast<size_t>(t);
+        if (kind == 2) {
+          store_v(dst + row * stride, y, yv);
+        } else {
+          const float inv = rsqrtf(ss + 1e-6f);
+          store_qk(dst + row * stride, y, yv, inv, fs);
+          if (fdst) fdst[row * a.Hk + head] = inv * fs;
+        }
       }
     }
-    r0 = r1, r1 = r2, r2 = r3, r3 = r4, r4 = r5, r5 = r6;
+#pragma unroll
+    for (int i = 0; i < kTileGroup; ++i) p[i] = pn[i];
   }
 }
 
-bool gdn_conv_prep_vec8_shape(const GdnPrepArgs& a) {
-  const int lpg = a.dk / 8;  // lanes per q/k head in the vec8 variant
+bool gdn_conv_prep_tile_shape(const GdnPrepArgs& a) {
+  const int lpg = a.dk / 8;  // lanes per q/k head in the tile variant
   return a.K == kConvK && a.dk % 8 == 0 && lpg <= 32 && (lpg & (lpg - 1)) == 0 &&
          (a.Hv * a.dv) % 8 == 0 && a.ld % 8 == 0;
 }
@@ -234,12 +421,23 @@ bool aligned16(const Bf16xOut& o) {
   return aligned16(o.xq) && aligned16(o.xk) && aligned16(o.xv);
 }
 
-// Whether the vec8 variant runs (the factors and g, beta are stored one by one: any alignment).
+// Whether the tile variant runs (the factors and g, beta are stored one by one: any alignment).
 template <typename E, typename Out>
-bool takes_vec8(const E* proj, const E* conv_w, const GdnPrepArgs& a, const Out& out,
+bool takes_tile(const E* proj, const E* conv_w, const GdnPrepArgs& a, const Out& out,
                 KernelPath path) {
-  return path == KernelPath::Auto && gdn_conv_prep_vec8_shape(a) && aligned16(proj) &&
+  return path == KernelPath::Auto && gdn_conv_prep_tile_shape(a) && aligned16(proj) &&
          aligned16(conv_w) && aligned16(out);
+}
+
+// Tokens per tile block: the most (fewest halo re-reads, most bytes in flight per thread) that
+// still give kTileMinBlocks blocks. Flash shape (8 channel blocks): n = 8 at T = 361 (368 blocks),
+// 16 from T = 657 on (T = 961: 488 blocks, 3.7 per SM).
+template <typename E>
+int tile_tokens(int T, int gy) {
+  int n = tile_max_tokens<E>();
+  while (n > kTileGroup && static_cast<long long>((T + n - 1) / n) * gy < kTileMinBlocks)
+    n -= kTileGroup;
+  return n;
 }
 
 template <typename E, typename Out>
@@ -248,16 +446,16 @@ void launch_prep(const E* proj, const E* conv_w, const float* A_log, const float
   if (a.T <= 0) return;
   if (a.dk > 128 * kMaxPerThread || a.dv > 128 * kMaxPerThread)
     throw std::invalid_argument("gdn_conv_prep: head dim above 512");
-  if (takes_vec8(proj, conv_w, a, out, path)) {
+  if (takes_tile(proj, conv_w, a, out, path)) {
     const int lpg = a.dk / 8;  // lanes per q/k head
     const int nc = (2 * a.Hk * a.dk + a.Hv * a.dv) / 8;
-    const int gy = (nc + kPrepThreads - 1) / kPrepThreads;
-    // Tokens per block: up to 16 (halo re-reads 3/16, mostly L2 hits), fewer when T is short so
-    // that about 2048 blocks still fill the GPU.
-    const long long want = (static_cast<long long>(a.T) * gy + 2047) / 2048;
-    const int tpb = static_cast<int>(std::min<long long>(16, std::max<long long>(4, want)));
-    gdn_conv_prep_vec8_kernel<E, Out><<<dim3((a.T + tpb - 1) / tpb, gy), kPrepThreads, 0, s>>>(
-        proj, conv_w, A_log, dt_bias, a, tpb, lpg, out);
+    const int gy = (nc + kTileThreads - 1) / kTileThreads;
+    const int n = a.tile_tokens ? a.tile_tokens : tile_tokens<E>(a.T, gy);
+    if (n % kTileGroup != 0 || n < kTileGroup || n > tile_max_tokens<E>())
+      throw std::invalid_argument("gdn_conv_prep: tile_tokens not a multiple of 4 in [4, " +
+                                  std::to_string(tile_max_tokens<E>()) + "]");
+    gdn_conv_prep_tile_kernel<E, Out><<<dim3((a.T + n - 1) / n, gy), kTileThreads, 0, s>>>(
+        proj, conv_w, A_log, dt_bias, a, n, lpg, out);
     CLEF_CUDA_LAUNCH_CHECK();
     return;
   }
@@ -269,12 +467,12 @@ void launch_prep(const E* proj, const E* conv_w, const float* A_log, const float
 }  // namespace
 
 const char* gdn_conv_prep_variant(const GdnPrepArgs& a, KernelPath path) {
-  return path == KernelPath::Auto && gdn_conv_prep_vec8_shape(a) ? "gdn_conv_prep_vec8"
+  return path == KernelPath::Auto && gdn_conv_prep_tile_shape(a) ? "gdn_conv_prep_tile"
                                                                  : "gdn_conv_prep_generic";
 }
 
 const char* gdn_conv_prep_bf16x_variant(const GdnPrepArgs& a, KernelPath path) {
-  return path == KernelPath::Auto && gdn_conv_prep_vec8_shape(a) ? "gdn_conv_prep_bf16x_vec8"
+  return path == KernelPath::Auto && gdn_conv_prep_tile_shape(a) ? "gdn_conv_prep_bf16x_tile"
                                                                  : "gdn_conv_prep_bf16x_generic";
 }
 

@@ -1,5 +1,6 @@
 // Gated DeltaNet input preparation (docs/spec/model.md §3), storage type E as in norm.h; generic
-// and vec8 variants picked by `path` (kernel_path.h).
+// and tile (16-byte vector, loads staged in shared memory) variants picked by `path`
+// (kernel_path.h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,6 +23,9 @@ struct GdnPrepArgs {
   // device [T]: each row's position in its sequence (packed sequences restart at 0, so no tap
   // reaches into the previous sequence); null = the row index (one sequence).
   const int32_t* positions = nullptr;
+  // The tile variant's tokens per block: 4, 8, 12 or 16 (fp32 storage: 4 or 8), the same outputs
+  // bit for bit; 0 = picked from T and the grid. For the tests and workbench_gdn_prep's sweep.
+  int tile_tokens = 0;
 };
 template <typename E>
 void gdn_conv_prep(const E* proj, const E* conv_w, const float* A_log, const float* dt_bias,
@@ -43,9 +47,9 @@ struct GdnPrepBf16Out {
 void gdn_conv_prep_bf16x(const __nv_bfloat16* proj, const __nv_bfloat16* conv_w, const float* A_log,
                          const float* dt_bias, const GdnPrepArgs& a, const GdnPrepBf16Out& out,
                          KernelPath path, cudaStream_t s);
-// "gdn_conv_prep_vec8" or "gdn_conv_prep_generic" for these shapes (16-byte aligned pointers).
+// "gdn_conv_prep_tile" or "gdn_conv_prep_generic" for these shapes (16-byte aligned pointers).
 const char* gdn_conv_prep_variant(const GdnPrepArgs& a, KernelPath path);
-// The same for gdn_conv_prep_bf16x: "gdn_conv_prep_bf16x_vec8" or "gdn_conv_prep_bf16x_generic".
+// The same for gdn_conv_prep_bf16x: "gdn_conv_prep_bf16x_tile" or "gdn_conv_prep_bf16x_generic".
 const char* gdn_conv_prep_bf16x_variant(const GdnPrepArgs& a, KernelPath path);
 
 }  // namespace clef::engine::cuda
