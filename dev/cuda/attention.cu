@@ -33,8 +33,6 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-constexpr Peak kMmaSync{"bf16 mma.sync 660 TFLOP/s", 660e12, true};
-
 // What one row runs: attention_core_bf16 (its own pick), one bf16 variant, or attention_core_f32.
 struct Kernel {
   enum Kind { kAuto, kVariant, kF32 } kind = kAuto;

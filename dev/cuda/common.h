@@ -41,7 +41,8 @@ struct Peak {
 };
 constexpr Peak kHbm{"HBM 4.8 TB/s", 4.8e12, false};
 constexpr Peak kBf16Tensor{"bf16 tensor 989 TFLOP/s", 989e12, true};
-constexpr Peak kTf32Tensor{"TF32 tensor 494 TFLOP/s", 494e12, true};
+// the dense bf16 rate of mma.sync m16n8k16 (the GDN and backbone attention kernels' instruction)
+constexpr Peak kMmaSync{"bf16 mma.sync 660 TFLOP/s", 660e12, true};
 constexpr Peak kFp32Simt{"fp32 SIMT 67 TFLOP/s", 67e12, true};
 
 // ---- shapes ------------------------------------------------------------------------------------

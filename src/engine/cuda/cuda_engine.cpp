@@ -226,8 +226,8 @@ EngineInfo CudaEngineImpl::info() const {
   const bool tc =
       v.contains("gdn_chunked") && v.at("gdn_chunked") == std::string("gdn_tensor_core");
   i.kernels["linear_attention"] =
-      tc ? "chunked gated delta rule (chunk 64, fp32 state, 3xTF32 mma.sync: parallel prep, "
-           "warp-specialised scan, parallel output)"
+      tc ? "chunked gated delta rule (chunk 64, fp32 state, bf16 mma.sync with fp32 operands in "
+           "split bf16 terms: parallel prep, warp-specialised scan, parallel output)"
          : "chunked gated delta rule (chunk 64, fp32 SIMT, value columns split)";
   if (vision_) v.merge(vision_->kernel_variants());
   std::string ew;
