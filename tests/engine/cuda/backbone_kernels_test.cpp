@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn/tensor_core.h"
@@ -148,6 +150,22 @@ constexpr ConvPrepShape kConvPrepShapes[] = {
     {1000, 16, 32, 128, 128, 0}, {500, 16, 32, 128, 128, 0}, {363, 16, 32, 128, 128, 0},
     {100, 16, 32, 128, 128, 0}};
 
+// gdn_conv_prep's fp32-form outputs q, k, v, g, beta on `path` (into poisoned buffers), on the
+// host.
+template <typename E>
+std::array<std::vector<float>, 5> run_conv_prep(const DeviceBuffer& dp, const DeviceBuffer& dc,
+                                                const DeviceBuffer& da, const DeviceBuffer& db,
+                                                const GdnPrepArgs& a, KernelPath path) {
+  const size_t nq = size_t(a.T) * a.Hk * a.dk, nv = size_t(a.T) * a.Hv * a.dv,
+               ng = size_t(a.T) * a.Hv;
+  auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
+       g = poisoned<float>(ng), beta = poisoned<float>(ng);
+  gdn_conv_prep<E>(dp.get<E>(), dc.get<E>(), da.get<float>(), db.get<float>(), a, q.get<float>(),
+                   k.get<float>(), v.get<float>(), g.get<float>(), beta.get<float>(), path, 0);
+  return {to_host<float>(q, nq), to_host<float>(k, nq), to_host<float>(v, nv),
+          to_host<float>(g, ng), to_host<float>(beta, ng)};
+}
+
 TYPED_TEST(BackboneKernels, GdnConvPrep) {
   using E = TypeParam;
   CLEF_REQUIRE_GPU();
@@ -176,17 +194,12 @@ TYPED_TEST(BackboneKernels, GdnConvPrep) {
                            rv.data(), rg.data(), rb.data());
     for (KernelPath path : kPaths) {
       SCOPED_TRACE(gdn_conv_prep_variant(a, path));
-      auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
-           g = poisoned<float>(ng), beta = poisoned<float>(ng);
-      gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
-                       db.template get<float>(), a, q.template get<float>(),
-                       k.template get<float>(), v.template get<float>(), g.template get<float>(),
-                       beta.template get<float>(), path, 0);
-      CLEF_EXPECT_CLOSE(to_host<float>(q, nq), rq, kTol<E>);
-      CLEF_EXPECT_CLOSE(to_host<float>(k, nq), rk, kTol<E>);
-      CLEF_EXPECT_CLOSE(to_host<float>(v, nv), rv, kTol<E>);
-      CLEF_EXPECT_CLOSE(to_host<float>(g, ng), rg, 1e-5);
-      CLEF_EXPECT_CLOSE(to_host<float>(beta, ng), rb, kTol<E>);
+      const auto got = run_conv_prep<E>(dp, dc, da, db, a, path);
+      CLEF_EXPECT_CLOSE(got[0], rq, kTol<E>);
+      CLEF_EXPECT_CLOSE(got[1], rk, kTol<E>);
+      CLEF_EXPECT_CLOSE(got[2], rv, kTol<E>);
+      CLEF_EXPECT_CLOSE(got[3], rg, 1e-5);
+      CLEF_EXPECT_CLOSE(got[4], rb, kTol<E>);
     }
   }
 }
@@ -344,22 +357,15 @@ void expect_packed_gdn_prep(std::mt19937_64& rng, const PackedPositions& pp, int
   auto da = to_device<float>(A_log), db = to_device<float>(dtb);
   for (KernelPath path : kPaths) {
     auto run = [&](const int32_t* positions) {
-      GdnPrepArgs a{T, ld, Hk, Hv, dk, dv, K, b_off, a_off, positions};
-      auto q = poisoned<float>(nq), k = poisoned<float>(nq), v = poisoned<float>(nv),
-           g = poisoned<float>(ng), beta = poisoned<float>(ng);
-      gdn_conv_prep<E>(dp.template get<E>(), dc.template get<E>(), da.template get<float>(),
-                       db.template get<float>(), a, q.template get<float>(),
-                       k.template get<float>(), v.template get<float>(), g.template get<float>(),
-                       beta.template get<float>(), path, 0);
-      return std::vector<std::vector<float>>{to_host<float>(q, nq), to_host<float>(k, nq),
-                                             to_host<float>(v, nv), to_host<float>(beta, ng)};
+      return run_conv_prep<E>(dp, dc, da, db,
+                              GdnPrepArgs{T, ld, Hk, Hv, dk, dv, K, b_off, a_off, positions}, path);
     };
     SCOPED_TRACE(gdn_conv_prep_variant(GdnPrepArgs{T, ld, Hk, Hv, dk, dv, K, b_off, a_off}, path));
     const auto packed = run(dpos.get<int32_t>());
     CLEF_EXPECT_CLOSE(packed[0], rq, kTol<E>);
     CLEF_EXPECT_CLOSE(packed[1], rk, kTol<E>);
     CLEF_EXPECT_CLOSE(packed[2], rv, kTol<E>);
-    CLEF_EXPECT_CLOSE(packed[3], rb, kTol<E>);
+    CLEF_EXPECT_CLOSE(packed[4], rb, kTol<E>);
     EXPECT_EQ(run(diota.get<int32_t>()), run(nullptr)) << "explicit 0..T-1 differs from none";
   }
 }

@@ -58,6 +58,20 @@ __device__ __forceinline__ void put_factor(const Bf16xOut& o, int kind, size_t r
     o.rk[row] = inv;
 }
 
+// beta = sigmoid(b) (rounded to E) and g = -e^A_log softplus(a + dt_bias) of token t, value head
+// `head` (both variants).
+template <typename E, typename Out>
+__device__ __forceinline__ void put_g_beta(const E* __restrict__ proj,
+                                           const float* __restrict__ A_log,
+                                           const float* __restrict__ dt_bias, const GdnPrepArgs& a,
+                                           int t, int head, const Out& out) {
+  const size_t row = static_cast<size_t>(t) * a.ld;
+  const float b = to_f(proj[row + a.b_offset + head]);
+  const float av = to_f(proj[row + a.a_offset + head]);
+  out.beta[static_cast<size_t>(t) * a.Hv + head] = rnd<E>(sigmoid_f(b));
+  out.g[static_cast<size_t>(t) * a.Hv + head] = -expf(A_log[head]) * softplus_f(av + dt_bias[head]);
+}
+
 // grid (T, 2*Hk + Hv): one block per token and head of q, k or v.
 template <typename E, typename Out>
 __global__ void gdn_conv_prep_generic_kernel(const E* __restrict__ proj,
@@ -102,14 +116,7 @@ __global__ void gdn_conv_prep_generic_kernel(const E* __restrict__ proj,
       const int i = threadIdx.x + r * blockDim.x;
       if (i < hdim) put_v(out, (static_cast<size_t>(t) * a.Hv + head) * a.dv + i, val[r]);
     }
-    if (threadIdx.x == 0) {
-      const size_t row = static_cast<size_t>(t) * a.ld;
-      const float b = to_f(proj[row + a.b_offset + head]);
-      const float av = to_f(proj[row + a.a_offset + head]);
-      out.beta[static_cast<size_t>(t) * a.Hv + head] = rnd<E>(sigmoid_f(b));
-      out.g[static_cast<size_t>(t) * a.Hv + head] =
-          -expf(A_log[head]) * softplus_f(av + dt_bias[head]);
-    }
+    if (threadIdx.x == 0) put_g_beta(proj, A_log, dt_bias, a, t, head, out);
     return;
   }
   const float inv = rsqrtf(block_sum(ss, scratch) + 1e-6f);
@@ -323,15 +330,8 @@ __global__ void __launch_bounds__(kTileThreads, 5)
     }
   }
   // g and beta of the block's tokens while the rows arrive, spread over the channel blocks.
-  for (int e = blockIdx.y * kTileThreads + tid; e < nt * a.Hv; e += gridDim.y * kTileThreads) {
-    const int t = t0 + e / a.Hv, head = e % a.Hv;
-    const size_t row = static_cast<size_t>(t) * a.ld;
-    const float b = to_f(proj[row + a.b_offset + head]);
-    const float av = to_f(proj[row + a.a_offset + head]);
-    out.beta[static_cast<size_t>(t) * a.Hv + head] = rnd<E>(sigmoid_f(b));
-    out.g[static_cast<size_t>(t) * a.Hv + head] =
-        -expf(A_log[head]) * softplus_f(av + dt_bias[head]);
-  }
+  for (int e = blockIdx.y * kTileThreads + tid; e < nt * a.Hv; e += gridDim.y * kTileThreads)
+    put_g_beta(proj, A_log, dt_bias, a, t0 + e / a.Hv, e % a.Hv, out);
   const int kind = ch < Cq ? 0 : (ch < 2 * Cq ? 1 : 2);      // q, k, v (a chunk never straddles)
   const int col = kind == 2 ? ch - 2 * Cq : ch - kind * Cq;  // channel within q, k or v
   const size_t stride = kind == 2 ? Cv : Cq;
