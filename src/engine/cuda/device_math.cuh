@@ -72,9 +72,11 @@ __device__ __forceinline__ float block_sum_once(float v, float* scratch) {
 }
 
 // Sum over aligned groups of `lanes` lanes (a power of two <= 32); every lane of the warp must
-// call.
+// call. Unrolled (the shuffles lanes / 2, ..., 1 in that order, no loop branch).
 __device__ __forceinline__ float group_sum(float v, int lanes) {
-  for (int o = lanes >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < lanes) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
@@ -126,16 +128,18 @@ __device__ __forceinline__ void unpack8(const Vec8<float>& v, float (&f)[8]) {
   f[4] = v.b.x, f[5] = v.b.y, f[6] = v.b.z, f[7] = v.b.w;
 }
 
-// Rounds each value to E exactly like from_f<E>.
+// Rounds each value to E exactly like from_f<E> (bf16: two per conversion, the same
+// round-to-nearest-even as one by one).
 template <typename E>
 __device__ __forceinline__ Vec8<E> pack8(const float (&f)[8]);
 template <>
 __device__ __forceinline__ Vec8<__nv_bfloat16> pack8<__nv_bfloat16>(const float (&f)[8]) {
   unsigned w[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
-    w[j] = static_cast<unsigned>(__bfloat16_as_ushort(from_f<__nv_bfloat16>(f[2 * j]))) |
-           (static_cast<unsigned>(__bfloat16_as_ushort(from_f<__nv_bfloat16>(f[2 * j + 1]))) << 16);
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+    w[j] = *reinterpret_cast<const unsigned*>(&v);
+  }
   return {make_uint4(w[0], w[1], w[2], w[3])};
 }
 template <>

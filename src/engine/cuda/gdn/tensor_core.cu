@@ -193,6 +193,12 @@ __device__ __forceinline__ void lower_xyt(const bf16* X, const bf16* Y, int d, i
   }
 }
 
+// Lane offset of ldmatrix_x4_trans over a [k][n] bf16 tile (row stride ld) giving the B fragments
+// of n8 tiles 2 np and 2 np + 1 at k16 step k0: {b0, b1} of the first, then of the second.
+__device__ __forceinline__ int b_pair_offset(int k0, int np, int ld, int lane) {
+  return (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16);
+}
+
 // out[64 x d] = (L diag(f)) X for the lower-triangular L (64 x 64 fp32, row stride lda) and X (64 x
 // d bf16, rows kLdx apart, d % 16 == 0): L diag(f) split into three bf16 terms (fp32 accuracy), X
 // exact. Warp w takes row tiles {0, 3} (w < 4) or {1, 2} (five k16 steps either way) and columns
@@ -225,8 +231,7 @@ __device__ __forceinline__ void lower_times(const float* L, int lda, const float
       for (int np = 0; np < 2; ++np) {
         if (np == 1 && !on1) break;
         uint32_t b[4];
-        ldmatrix_x4_trans(b, X + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kLdx + c0 + 16 * np +
-                                 8 * (lane / 16));
+        ldmatrix_x4_trans(b, X + c0 + b_pair_offset(16 * kk, np, kLdx, lane));
 #pragma unroll
         for (int p = 0; p < 3; ++p) {
           const uint32_t a[4] = {p0[p], p1[p], p2[p], p3[p]};
@@ -441,12 +446,6 @@ __device__ __forceinline__ void bar_arrive(int id) {
 }
 __device__ __forceinline__ void bar_wait(int id) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kScanThreads) : "memory");
-}
-
-// Lane offset of ldmatrix_x4_trans over a [k][n] bf16 tile (row stride ld) giving the B fragments
-// of n8 tiles 2 np and 2 np + 1 at k16 step k0: {b0, b1} of the first, then of the second.
-__device__ __forceinline__ int b_pair_offset(int k0, int np, int ld, int lane) {
-  return (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16);
 }
 
 // (x0, x1) split into two bf16 terms at element `off` of the two planes.

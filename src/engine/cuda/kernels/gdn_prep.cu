@@ -157,22 +157,16 @@ constexpr int tile_max_tokens() {
 // T = 361 (n = 8) still spreads over every SM.
 constexpr long long kTileMinBlocks = 330;
 
-// cp.async.wait_group as a compiler memory barrier too: the shared reads after it must not move
-// above it (the copies are invisible to the compiler).
-template <int N>
-__device__ __forceinline__ void cp_async_wait_mem() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 // Waits until at most `pending` (0..3, warp-uniform) of this thread's newest groups are in flight.
 __device__ __forceinline__ void cp_async_wait_upto(int pending) {
   if (pending >= 3)
-    cp_async_wait_mem<3>();
+    cp_async_wait<3>();
   else if (pending == 2)
-    cp_async_wait_mem<2>();
+    cp_async_wait<2>();
   else if (pending == 1)
-    cp_async_wait_mem<1>();
+    cp_async_wait<1>();
   else
-    cp_async_wait_mem<0>();
+    cp_async_wait<0>();
 }
 
 // The 8 values of a chunk from its 16-byte pieces in shared memory (bf16 one, fp32 two).
@@ -202,27 +196,6 @@ __device__ __forceinline__ void rnd8<__nv_bfloat16>(float (&v)[8]) {
     v[2 * j + 1] = __uint_as_float(w & 0xffff0000u);
   }
 }
-// pack8 with the bf16 pairs converted together (same bits).
-template <typename E>
-__device__ __forceinline__ Vec8<E> pack8_pairs(const float (&f)[8]);
-template <>
-__device__ __forceinline__ Vec8<float> pack8_pairs<float>(const float (&f)[8]) {
-  return pack8<float>(f);
-}
-template <>
-__device__ __forceinline__ Vec8<__nv_bfloat16> pack8_pairs<__nv_bfloat16>(const float (&f)[8]) {
-  return {make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]),
-                     pack_bf16(f[6], f[7]))};
-}
-
-// group_sum unrolled (lanes warp-uniform): the same shuffles in the same order, no loop.
-__device__ __forceinline__ float group_sum_unrolled(float v, int lanes) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    if (o < lanes) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // Tile variant stores: a thread's chunk goes to one tensor, column col, one row per token;
 // chunk_dst(o, kind) + col is set up once, then row t is at + t * stride. y: the chunk's 8 values,
 // yv: the same values packed in E (the bf16 form stores those bits).
@@ -385,13 +358,13 @@ __global__ void __launch_bounds__(kTileThreads, 5)
       float s[8];
 #pragma unroll
       for (int m = 0; m < 8; ++m) s[m] = silu_f(acc[i][m]);
-      const Vec8<E> yv = pack8_pairs<E>(s);
+      const Vec8<E> yv = pack8<E>(s);
       float y[8];
       unpack8(yv, y);  // rnd<E>(silu_f(rnd<E>(acc)))
       float ss = 0.0f;
 #pragma unroll
       for (int m = 0; m < 8; ++m) ss += y[m] * y[m];
-      ss = group_sum_unrolled(ss, lpg);  // every lane: the shuffles need them all
+      ss = group_sum(ss, lpg);  // every lane: the shuffles need them all
       if (active && t < a.T) {
         const size_t row = static_cast<size_t>(t);
         if (kind == 2) {
