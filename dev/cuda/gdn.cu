@@ -5,7 +5,9 @@
 // the sequential scan and the rest (the tensor-core output kernel; nothing for SIMT).
 // CLEF_BENCH_T=<T> CLEF_BENCH_SKIP_CHECK=1 (scripts/device/ncu_gdn.sh): one length, no checks,
 // the tensor-core path first with 2 warm-up runs of 3 kernels each. Last, the tensor-core output
-// kernel with the gated RMSNorm fused (gdn.h GdnGatedNorm) vs the output kernel + gated_rms_norm.
+// kernel with the gated RMSNorm fused (gdn.h GdnGatedNorm) vs the output kernel + gated_rms_norm,
+// and the scan that forms o itself (GdnOutputMode::InScan) + gated_rms_norm: the whole GDN core
+// (prep to y) of each, and whether its y equals the output kernel's.
 #include <cstdio>
 #include <string>
 #include <type_traits>
@@ -194,48 +196,66 @@ int main() {
     auto y = poisoned<bf16>(size_t(Tmax) * kGdnHv * kGdnD);
     const bf16* zs = z.get<bf16>() + kGdnCqkv;
     const GdnGatedNorm nrm{zs, ldz, w.get<float>(), kEps};
+    const bool in_scan = gdn::tc_scan_output_supported(kGdnD, kGdnD);
     for (int T : tokens) {
       const size_t no = size_t(T) * kGdnHv * kGdnD;
-      float tail[2] = {};
-      for (int fused = 0; fused < 2; ++fused) {
+      // forms: 0 output kernel + gated_rms_norm, 1 the norm fused into the output kernel, 2 the
+      // in-scan output + gated_rms_norm
+      float tail[3] = {}, total[3] = {};
+      std::vector<float> y_of[3];
+      for (int form = 0; form < (in_scan ? 3 : 2); ++form) {
         auto launch = [&](cudaEvent_t between, cudaEvent_t after) {
-          if (fused) {
+          if (form == 1) {
             gdn_chunked<bf16>(in.form(true, KernelPath::Auto), T, in.Hk, in.Hv, in.dk, in.dv,
                               y.get<bf16>(), in.ws.get(), KernelPath::Auto, 0, between, after,
-                              nullptr, &nrm);
+                              nullptr, &nrm, GdnOutputMode::Kernel);
           } else {
-            run<bf16>(in, T, o.get<bf16>(), KernelPath::Auto, between, after);
+            gdn_chunked<bf16>(in.form(true, KernelPath::Auto), T, in.Hk, in.Hv, in.dk, in.dv,
+                              o.get<bf16>(), in.ws.get(), KernelPath::Auto, 0, between, after,
+                              nullptr, nullptr,
+                              form == 2 ? GdnOutputMode::InScan : GdnOutputMode::Kernel);
             gated_rms_norm<bf16>(o.get<bf16>(), zs, ldz, w.get<float>(), y.get<bf16>(), T, kGdnHv,
                                  kGdnD, kEps, KernelPath::Auto, 0);
           }
         };
-        std::vector<float> rest;
+        std::vector<float> rest, all;
         for (int rep = 0; rep < 2 + 10; ++rep) {  // 2 warm-up runs
           DEV_CUDA_CHECK(cudaEventRecord(e0, 0));
           launch(e1, e2);
           DEV_CUDA_CHECK(cudaEventRecord(e3, 0));
           DEV_CUDA_CHECK(cudaEventSynchronize(e3));
-          float c = 0;
+          float c = 0, a = 0;
           DEV_CUDA_CHECK(cudaEventElapsedTime(&c, e2, e3));
-          if (rep >= 2) rest.push_back(c);
+          DEV_CUDA_CHECK(cudaEventElapsedTime(&a, e0, e3));
+          if (rep >= 2) rest.push_back(c), all.push_back(a);
         }
         std::sort(rest.begin(), rest.end());
-        tail[fused] = 1e3f * rest[rest.size() / 2];
+        std::sort(all.begin(), all.end());
+        tail[form] = 1e3f * rest[rest.size() / 2];
+        total[form] = 1e3f * all[all.size() / 2];
+        y_of[form] = to_host<bf16>(y, no);
       }
-      const auto y_fused = to_host<bf16>(y, no);  // the last run above was the fused one
-      run<bf16>(in, T, o.get<bf16>(), KernelPath::Auto);
-      gated_rms_norm<bf16>(o.get<bf16>(), zs, ldz, w.get<float>(), y.get<bf16>(), T, kGdnHv, kGdnD,
-                           kEps, KernelPath::Auto, 0);
-      const auto y_plain = to_host<bf16>(y, no);
-      size_t differ = 0;
-      for (size_t i = 0; i < no; ++i) differ += y_fused[i] != y_plain[i];
-      char line[256];
+      auto differ = [&](int a, int b) {
+        size_t n = 0;
+        for (size_t i = 0; i < no; ++i) n += y_of[a][i] != y_of[b][i];
+        return n;
+      };
+      char line[320];
       std::snprintf(line, sizeof line,
                     "[gdn gated norm] T %5d: output + gated_rms_norm %.1f us, fused %.1f us "
                     "(%+.1f us, x24 %+.3f ms); %zu of %zu y values differ",
-                    T, tail[0], tail[1], tail[1] - tail[0], 24e-3 * (tail[1] - tail[0]), differ,
-                    no);
+                    T, tail[0], tail[1], tail[1] - tail[0], 24e-3 * (tail[1] - tail[0]),
+                    differ(1, 0), no);
       splits.push_back(line);
+      if (in_scan) {
+        std::snprintf(line, sizeof line,
+                      "[gdn in-scan output] T %5d: whole core to y: output kernel + norm %.1f us, "
+                      "fused norm %.1f us, in-scan + norm %.1f us (%+.1f us vs fused, x24 %+.3f "
+                      "ms); y differs from the output kernel's in %zu of %zu",
+                      T, total[0], total[1], total[2], total[2] - total[1],
+                      24e-3 * (total[2] - total[1]), differ(2, 0), no);
+        splits.push_back(line);
+      }
     }
   }
   std::printf("\n");

@@ -17,6 +17,7 @@
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn_test_inputs.h"
 #include "engine/cuda/gpu_test_util.h"
+#include "engine/cuda/pack_test_util.h"
 #include "engine/cuda/packing.h"
 #include "support/ref/attention_ref.h"
 #include "support/ref/backbone_ref.h"
@@ -28,37 +29,6 @@ using namespace clef::engine::cuda;
 using namespace clef::gputest;
 namespace ref = clef::engine::ref;
 using bf16 = __nv_bfloat16;
-
-// Packings: fixed edge cases, then random ones (1..12 sequences, lengths 1..400, a long one
-// sometimes), each with a few rows of bucket padding.
-std::vector<std::vector<int>> packings(std::mt19937_64& rng) {
-  std::vector<std::vector<int>> out = {
-      {1, 63, 64, 65}, {65, 1}, {64, 64, 64}, {1, 1, 1, 1, 1}, {300, 7, 129, 1, 700}};
-  std::uniform_int_distribution<int> count(1, 12), len(1, 400), coin(0, 3);
-  for (int i = 0; i < 4; ++i) {
-    std::vector<int> p(count(rng));
-    for (int& l : p) l = coin(rng) == 0 ? len(rng) * 4 : len(rng);
-    out.push_back(p);
-  }
-  return out;
-}
-
-// The device copy of a packing's tables (what the engine uploads into its workspace).
-struct DeviceTables {
-  DeviceBuffer row0, valid, seq0, tiles;
-  GdnSequences gdn;
-  AttnSequences attn;
-  explicit DeviceTables(const PackTables& t) {
-    auto up = [](DeviceBuffer& b, const std::vector<int32_t>& v) {
-      b.resize(std::max<size_t>(v.size(), 1) * 4);
-      CLEF_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
-      return b.get<int32_t>();
-    };
-    gdn = {up(row0, t.chunk_row0), up(valid, t.chunk_valid), up(seq0, t.seq_chunk0), t.chunk_slots,
-           t.seq_slots};
-    attn = {up(tiles, t.tiles), t.tile_slots};
-  }
-};
 
 TEST(PackTables, CoverEverySequenceWithoutStraddling) {
   auto rng = fresh_rng();

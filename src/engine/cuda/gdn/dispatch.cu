@@ -2,6 +2,8 @@
 // (gdn/simt.h) path of the chunked gated delta rule (see gdn/gdn.h).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <type_traits>
 
@@ -30,8 +32,17 @@ size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv, int sequences) {
   return sizeof(float) * std::max(simt, tc);
 }
 
+bool gdn_scan_output_by_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("CLEF_GDN_SCAN_OUTPUT");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
-  return use_tc(dk, dv, bf16, path);
+  return use_tc(dk, dv, bf16, path) &&
+         !(gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));
 }
 
 bool gdn_takes_bf16_inputs(int dk, int dv, bool bf16, KernelPath path) {
@@ -45,8 +56,17 @@ const char* gdn_chunked_variant(int dk, int dv, bool bf16, KernelPath path) {
 template <typename E>
 void gdn_chunked(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace,
                  KernelPath path, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                 const GdnSequences* seqs, const GdnGatedNorm* norm) {
+                 const GdnSequences* seqs, const GdnGatedNorm* norm, GdnOutputMode mode) {
   const bool tc = use_tc(dk, dv, std::is_same_v<E, __nv_bfloat16>, path);
+  if (mode == GdnOutputMode::InScan) {
+    if (!tc || norm || !gdn::tc_scan_output_supported(dk, dv))
+      throw std::invalid_argument(
+          "gdn_chunked: the in-scan output needs the tensor-core path, no gated norm epilogue and "
+          "the device's shared memory for it");
+  }
+  const bool scan_output = mode == GdnOutputMode::InScan ||
+                           (mode == GdnOutputMode::Default && tc && !norm &&
+                            gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));
   if (norm) {
     if (!tc)
       throw std::invalid_argument(
@@ -79,7 +99,8 @@ void gdn_chunked(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, E* 
   float* ws = static_cast<float*>(workspace);
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
     if (tc) {
-      gdn::chunked_tc(in, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs, norm);
+      gdn::chunked_tc(in, T, Hk, Hv, dk, dv, o, ws, s, between, after_scan, seqs, norm,
+                      scan_output);
       return;
     }
   }
@@ -89,9 +110,9 @@ void gdn_chunked(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, E* 
 
 template void gdn_chunked<float>(const GdnInputs&, int, int, int, int, int, float*, void*,
                                  KernelPath, cudaStream_t, cudaEvent_t, cudaEvent_t,
-                                 const GdnSequences*, const GdnGatedNorm*);
+                                 const GdnSequences*, const GdnGatedNorm*, GdnOutputMode);
 template void gdn_chunked<__nv_bfloat16>(const GdnInputs&, int, int, int, int, int, __nv_bfloat16*,
                                          void*, KernelPath, cudaStream_t, cudaEvent_t, cudaEvent_t,
-                                         const GdnSequences*, const GdnGatedNorm*);
+                                         const GdnSequences*, const GdnGatedNorm*, GdnOutputMode);
 
 }  // namespace clef::engine::cuda

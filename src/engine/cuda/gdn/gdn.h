@@ -51,7 +51,21 @@ struct GdnGatedNorm {
   float eps = 0.0f;
 };
 
-// Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs).
+// Where the tensor-core path forms o = diag(e^gamma) Q S + P Vn. Kernel: a parallel output kernel
+// after the scan, from the states the scan publishes to memory (the only mode with the gated norm
+// epilogue). InScan: four more warps in every scan CTA form o a chunk behind the recurrence from
+// the state and Vn in its shared memory (no published states, no output kernel; bit for bit the
+// Kernel mode's o; needs gdn::tc_scan_output_supported). Default: InScan where the process was
+// started with CLEF_GDN_SCAN_OUTPUT=1 (read once; the experiment's switch until the H200 says
+// which is faster) and it applies (no gated norm, supported), else Kernel. The SIMT path has one
+// mode; asking it for InScan is an error.
+enum class GdnOutputMode { Default, Kernel, InScan };
+
+// Whether CLEF_GDN_SCAN_OUTPUT=1 asks for GdnOutputMode::InScan by default.
+bool gdn_scan_output_by_default();
+
+// Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
+// default output mode is not InScan: the engine then runs the separate gated norm).
 bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path);
 
 // Scratch for either path (the larger of the two) for up to `sequences` packed sequences, fp32;
@@ -87,12 +101,13 @@ bool gdn_takes_bf16_inputs(int dk, int dv, bool bf16, KernelPath path);
 // o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128. `between` and
 // `after_scan` (optional, profiling) are recorded on s after the parallel prep kernel and after
 // the sequential scan. `seqs` (optional): the packed sequences of the T rows. `norm` (optional,
-// only where gdn_fuses_gated_norm): o receives the gated norm's y instead.
+// only where gdn_fuses_gated_norm): o receives the gated norm's y instead. mode: GdnOutputMode
+// (InScan: `after_scan` is recorded after the scan, which is then the end).
 template <typename E>
 void gdn_chunked(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, E* o, void* workspace,
                  KernelPath path, cudaStream_t s, cudaEvent_t between = nullptr,
                  cudaEvent_t after_scan = nullptr, const GdnSequences* seqs = nullptr,
-                 const GdnGatedNorm* norm = nullptr);
+                 const GdnGatedNorm* norm = nullptr, GdnOutputMode mode = GdnOutputMode::Default);
 
 // The path gdn_chunked runs for these head dims on the current device: "gdn_tensor_core" (bf16,
 // KernelPath::Auto, gdn::tc_supported) or "gdn_simt".

@@ -26,6 +26,7 @@ constexpr int kThreads = kTileThreads;  // prep kernel
 static_assert(kThreads == 256, "prep: one thread per element of a 16x16 block");
 constexpr int kOutThreads = 256;   // output kernel
 constexpr int kScanThreads = 256;  // 4 value warps + 4 state warps (8 value warps: no faster)
+constexpr int kScanOutThreads = kScanThreads + 128;  // + 4 output warps (scan_outputs)
 using bf16 = __nv_bfloat16;
 // bf16 row strides of the prep and output kernels' shared tiles: an odd number of 16-byte chunks,
 // so the 8 rows one ldmatrix 8x8 matrix reads start in 8 different 4-bank groups.
@@ -420,32 +421,55 @@ template <int NT>
 constexpr int scan_ld() {
   return 8 * NT + 8;
 }
-template <int NT>
+// kOut (the scan that also forms o, scan_outputs): the published state in kStates buffers (the
+// state before chunk c in buffer c % 4: the output warps read it up to two steps behind the
+// recurrence), plus Vn itself (not diag(F) Vn) in two slots, and the output warps' own copies of
+// each chunk's queries, keys and row factors in two slots (196.5 KiB at NT = 4).
+template <int NT, bool kOut = false>
 struct ScanSmem {
-  bf16 *Sh, *Sl;  // [kMaxHeadDim][scan_ld] the published state's two terms
+  static constexpr int kStates = kOut ? 4 : 1;
+  static constexpr int kState = 2 * kMaxHeadDim * scan_ld<NT>();  // bf16 per buffer: hi, then lo
+  bf16 *Sh, *Sl;  // [kMaxHeadDim][scan_ld] the published state's two terms (buffer 0)
   bf16 *Vh, *Vl;  // [C][scan_ld] diag(F) Vn's two terms
   bf16* Xk;       // [C][kLdx] the chunk's keys (each state warp copies its own columns)
+  bf16* Vp;       // kOut: [2 slots][hi, lo][C][scan_ld] Vn's two terms
+  bf16* Oq;       // kOut: [2 slots][Xq, Xk][C][kLdx] the output warps' tiles
+  float* Ov;      // kOut: [2 slots][rq, rk, gamma][C]
   __device__ explicit ScanSmem(void* p) {
     Sh = static_cast<bf16*>(p);
     Sl = Sh + kMaxHeadDim * scan_ld<NT>();
-    Vh = Sl + kMaxHeadDim * scan_ld<NT>();
+    Vh = Sh + kStates * kState;
     Vl = Vh + C * scan_ld<NT>();
     Xk = Vl + C * scan_ld<NT>();
+    Vp = Xk + C * kLdx;
+    Oq = Vp + (kOut ? 4 * C * scan_ld<NT>() : 0);
+    Ov = reinterpret_cast<float*>(Oq + (kOut ? 4 * C * kLdx : 0));
   }
+  // The hi term of state buffer b (its lo term follows kMaxHeadDim rows later).
+  __device__ bf16* state(int b) const { return Sh + (kOut ? b : 0) * kState; }
   static constexpr size_t bytes() {
-    return sizeof(bf16) * (2 * (kMaxHeadDim + C) * scan_ld<NT>() + C * kLdx);
+    return sizeof(bf16) * (kStates * kState + 2 * C * scan_ld<NT>() + C * kLdx +
+                           (kOut ? 4 * C * scan_ld<NT>() + 4 * C * kLdx : 0)) +
+           (kOut ? sizeof(float) * 6 * C : 0);
   }
 };
 
 // Named barriers between the two warp roles (256 threads each: 128 arrive, 128 wait). The state is
 // published in two halves (rows 0..63, then 64..127) so that the value warps start on the first
 // half while the state warps still update the second.
-constexpr int kBarTop = 1, kBarBottom = 2, kBarVn = 3;
+// kOut: value warps and output warps hand Vn's slot s back and forth on kBarFull + s (Vn of the
+// chunk and its state are in shared memory) and kBarEmpty + s (the output warps are done with
+// them); one pair of barriers per slot, so neither side can arrive twice on one barrier before the
+// other has waited. The output warps alone sync on kBarOut (128 threads).
+constexpr int kBarTop = 1, kBarBottom = 2, kBarVn = 3, kBarFull = 4, kBarEmpty = 6, kBarOut = 8;
 __device__ __forceinline__ void bar_arrive(int id) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kScanThreads) : "memory");
 }
 __device__ __forceinline__ void bar_wait(int id) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kScanThreads) : "memory");
+}
+__device__ __forceinline__ void bar_outputs() {
+  asm volatile("bar.sync %0, %1;" ::"n"(kBarOut), "n"(kScanOutThreads - kScanThreads) : "memory");
 }
 
 // (x0, x1) split into two bf16 terms at element `off` of the two planes.
@@ -456,11 +480,12 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
   *reinterpret_cast<uint32_t*>(lo + off) = p[1];
 }
 
-// Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3).
-template <int NT>
+// Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3). kOut: Vn also to its shared
+// slot for the output warps instead of to global memory.
+template <int NT, bool kOut>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
                                          int warp, int lane, int first, int nC, int kgs,
-                                         ScanSmem<NT> sm) {
+                                         ScanSmem<NT, kOut> sm) {
   constexpr int ld = scan_ld<NT>();
   const int g = lane / 4, t = lane % 4;
   const size_t r0 = static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
@@ -468,7 +493,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   const size_t w_chunk = static_cast<size_t>(C) * dk / 4;  // uint4 per chunk slot
   const float* Up = ws.U + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
   const float* Fp = ws.F + r0 + 16 * warp + g;
-  float* Vp = ws.Vn + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
+  [[maybe_unused]] float* Vp = ws.Vn + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
   uint4 wa[kMaxHeadDim / 16][2];
   float2 ua[2][NT];
   float fa[2];
@@ -486,6 +511,8 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   CLEF_PHASE_CLOCK(16, 2, nC, 0);
   for (int chunk = 0; chunk < nC; ++chunk) {
     float hh[NT][4] = {}, cr[NT][4] = {};  // W S = hh + cr (the hi x hi products, the others)
+    const bf16* Sh = sm.state(chunk % ScanSmem<NT, kOut>::kStates);
+    const bf16* Sl = Sh + kMaxHeadDim * ld;
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
       if (kg == 0) {
@@ -505,8 +532,8 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t bh[4], bl[4];
         const int off = b_pair_offset(16 * kg, np, ld, lane);
-        ldmatrix_x4_trans(bh, sm.Sh + off);
-        ldmatrix_x4_trans(bl, sm.Sl + off);
+        ldmatrix_x4_trans(bh, Sh + off);
+        ldmatrix_x4_trans(bl, Sl + off);
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           const int n = 2 * np + q;
@@ -530,26 +557,47 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
     }
     CLEF_PHASE(5);  // value: Vn to shared
     bar_arrive(kBarVn);
-    // Vn's global copy (the output kernel's) and the next chunk's operands only now: issuing them
-    // stalls while the memory system is busy, and that must not delay the hand-off.
-    float* vp = Vp + static_cast<size_t>(chunk) * C * dv;
+    if constexpr (kOut) {
+      // The next chunk's operands first (the chain's), then Vn for the output warps in slot
+      // chunk % 2, once they are done with the chunk two back that used it.
+      if (chunk + 1 < nC) load(chunk + 1);
+      const int slot = chunk % 2;
+      if (chunk >= 2) bar_wait(kBarEmpty + slot);
+      bf16* vh = sm.Vp + slot * 2 * C * ld;
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      *reinterpret_cast<float2*>(vp + 8 * n) = vn[0][n];
-      *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = vn[1][n];
+      for (int n = 0; n < NT; ++n) {
+        put_terms(vh, vh + C * ld, r * ld + 8 * n + 2 * t, vn[0][n].x, vn[0][n].y);
+        put_terms(vh, vh + C * ld, (r + 8) * ld + 8 * n + 2 * t, vn[1][n].x, vn[1][n].y);
+      }
+      bar_arrive(kBarFull + slot);
+      CLEF_PHASE(6);  // value: next loads issued, Vn to the output warps' slot
+    } else {
+      // Vn's global copy (the output kernel's) and the next chunk's operands only now: issuing
+      // them stalls while the memory system is busy, and that must not delay the hand-off.
+      float* vp = Vp + static_cast<size_t>(chunk) * C * dv;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        *reinterpret_cast<float2*>(vp + 8 * n) = vn[0][n];
+        *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = vn[1][n];
+      }
+      CLEF_PHASE(6);  // value: Vn's global copy
+      if (chunk + 1 < nC) load(chunk + 1);
     }
-    CLEF_PHASE(6);  // value: Vn's global copy
-    if (chunk + 1 < nC) load(chunk + 1);
+  }
+  if constexpr (kOut) {
+    // The last two chunks' hand-backs, so that every arrival on a barrier is matched.
+    for (int c = nC < 2 ? 0 : nC - 2; c < nC; ++c) bar_wait(kBarEmpty + c % 2);
   }
 }
 
 // S = e^{gamma_C} S + Xk^T diag(F) Vn, published per chunk in two halves (state warps 4..7; half
-// mi holds the m16 row tiles sw + 4 mi).
-template <int NT>
+// mi holds the m16 row tiles sw + 4 mi). kOut: the state before chunk c to shared buffer c % 4
+// only (the output warps read it there; no global copy).
+template <int NT, bool kOut>
 __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
                                          int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
                                          int c0, int warp, int lane, int first, int nC, int kgs,
-                                         ScanSmem<NT> sm) {
+                                         ScanSmem<NT, kOut> sm) {
   constexpr int ld = scan_ld<NT>();
   const int sw = warp - 4, g = lane / 4, t = lane % 4, kh = h / (Hv / Hk);
   // this sequence's slots [first, first + nC) of the Tc / C in the scratch
@@ -574,9 +622,11 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
   // hand-off, off the chain) to the published states the output kernel reads.
   auto publish = [&](int chunk, int mi, bool global) {
     const int mt = sw + 4 * mi;
-    if (mt >= kgs) return;
+    if (mt >= kgs || (kOut && global)) return;
     const int d = 16 * mt + g;
     float* hp = Hp + (static_cast<size_t>(chunk) * dk + d) * dv;
+    bf16* sh = sm.state(chunk % ScanSmem<NT, kOut>::kStates);
+    bf16* sl = sh + kMaxHeadDim * ld;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       const int col = 8 * n + 2 * t;
@@ -584,8 +634,8 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
         *reinterpret_cast<float2*>(hp + 8 * n) = make_float2(s[mi][n][0], s[mi][n][1]);
         *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = make_float2(s[mi][n][2], s[mi][n][3]);
       } else {
-        put_terms(sm.Sh, sm.Sl, d * ld + col, s[mi][n][0], s[mi][n][1]);
-        put_terms(sm.Sh, sm.Sl, (d + 8) * ld + col, s[mi][n][2], s[mi][n][3]);
+        put_terms(sh, sl, d * ld + col, s[mi][n][0], s[mi][n][1]);
+        put_terms(sh, sl, (d + 8) * ld + col, s[mi][n][2], s[mi][n][3]);
       }
     }
   };
@@ -646,14 +696,180 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
   }
 }
 
-// One CTA per SM either way (NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32).
+// 4-byte async copy (the row factors, one float a row Hk apart); src_bytes 0 zero-fills.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(src_bytes));
+}
+
+// The scan's outputs (kOut, output warps 8..11, warp ow owns chunk rows 16 ow .. +15 of the CTA's
+// 8 NT columns), a chunk behind the recurrence:
+//   O = diag(e^gamma rq) (Xq S) + P Vn,  P = (Xq Xk^T) o (rq rk Gamma) (lower triangle),
+// S and Vn from the shared buffers the value and state warps fill, Xq, Xk, rq, rk, gamma by
+// cp.async into the warps' own slots a chunk ahead. Every product, split and rounding is the
+// output kernel's in the same order (P's tiles as lower_xyt, S and Vn in the same two terms, the
+// same three products a k16 step), so o is bit for bit what the output kernel writes; P stays in
+// registers (its m16n8 accumulators are the A fragments of P Vn).
+struct ScanOutArgs {
+  const bf16* xq = nullptr;
+  const float* rq = nullptr;
+  const float* rk = nullptr;
+  bf16* o = nullptr;  // [T, Hv, dv]
+};
 template <int NT>
-__global__ void __launch_bounds__(kScanThreads, 1)
+__device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
+                                          int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
+                                          int c0, int ow, int lane, int first, int nC, int kgs,
+                                          ScanSmem<NT, true> sm, ScanOutArgs oa) {
+  constexpr int ld = scan_ld<NT>();
+  const int g = lane / 4, t = lane % 4, kh = h / (Hv / Hk), otid = 32 * ow + lane;
+  const float* Gh = ws.G + static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
+  auto load = [&](int chunk) {  // into slot chunk % 2, one cp.async group
+    int t0, valid;
+    map.chunk(first + chunk, t0, valid);
+    bf16* dq = sm.Oq + (chunk % 2) * 2 * C * kLdx;
+    bf16* dk_ = dq + C * kLdx;
+    float* v = sm.Ov + (chunk % 2) * 3 * C;
+    const size_t stride = static_cast<size_t>(Hk) * dk;
+    const bf16* sq = oa.xq + (static_cast<size_t>(t0) * Hk + kh) * dk;
+    const bf16* sk = xk + (static_cast<size_t>(t0) * Hk + kh) * dk;
+    const int c8 = dk / 8;
+    for (int e = otid; e < C * c8; e += 128) {
+      const int i = e / c8, c = (e % c8) * 8;
+      const bool in = i < valid;
+      cp_async16(dq + i * kLdx + c, in ? sq + i * stride + c : sq, in ? 16 : 0);
+      cp_async16(dk_ + i * kLdx + c, in ? sk + i * stride + c : sk, in ? 16 : 0);
+    }
+    if (otid < C) {
+      const bool in = otid < valid;
+      const size_t f = static_cast<size_t>(in ? t0 + otid : t0) * Hk + kh;
+      cp_async4(v + otid, oa.rq + f, in ? 4 : 0);
+      cp_async4(v + C + otid, oa.rk + f, in ? 4 : 0);
+    } else if (otid < C + C / 4) {  // gamma: defined on all 64 rows of the slot (prep)
+      const int i = 4 * (otid - C);
+      cp_async16(v + 2 * C + i, Gh + static_cast<size_t>(chunk) * C + i, 16);
+    }
+    cp_async_commit();
+  };
+  load(0);
+  for (int chunk = 0; chunk < nC; ++chunk) {
+    int t0, valid;
+    map.chunk(first + chunk, t0, valid);
+    const int slot = chunk % 2;
+    cp_async_wait<0>();
+    bar_outputs();  // the chunk's tiles visible to all four warps, every read of slot 1 - slot done
+    if (chunk + 1 < nC) load(chunk + 1);
+    const bf16* Xq = sm.Oq + slot * 2 * C * kLdx;
+    const bf16* Xk = Xq + C * kLdx;
+    const float* rqs = sm.Ov + slot * 3 * C;
+    const float* rks = rqs + C;
+    const float* gam = rks + C;
+    // P's row tile ow: n8 tiles 0 .. 2 ow + 1, exact products, fp32 sums (lower_xyt's order)
+    float p[8][4] = {};
+    for (int kg = 0; kg < kgs; ++kg) {
+      uint32_t a[4];
+      ldmatrix_x4(a, Xq + (16 * ow + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        if (jp > ow) break;
+        uint32_t b[4];
+        ldmatrix_x4(
+            b, Xk + (16 * jp + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * kg + 8 * ((lane / 8) % 2));
+        mma_bf16(p[2 * jp], a, b[0], b[1]);
+        mma_bf16(p[2 * jp + 1], a, b[2], b[3]);
+      }
+    }
+    // (Xq Xk^T)_ij rq_i rk_j e^{gamma_i - gamma_j} (i >= j), as A fragments in two bf16 terms
+    uint32_t pa[4][2][4];
+    const int i0 = 16 * ow + g;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if (kk > ow) break;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int n = 2 * kk + half;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int i = i0 + 8 * hr, j = 8 * n + 2 * t;
+          auto pv = [&](int jj, float xx) {
+            return i >= jj ? (xx * rqs[i] * rks[jj]) * __expf(gam[i] - gam[jj]) : 0.0f;
+          };
+          uint32_t terms[2];
+          split_pair(pv(j, p[n][2 * hr]), pv(j + 1, p[n][2 * hr + 1]), terms);
+          pa[kk][0][2 * half + hr] = terms[0];
+          pa[kk][1][2 * half + hr] = terms[1];
+        }
+      }
+    }
+    const float sc0 = __expf(gam[i0]) * rqs[i0], sc1 = __expf(gam[i0 + 8]) * rqs[i0 + 8];
+    bar_wait(kBarFull + slot);  // Vn of the chunk in its slot, the state before it in its buffer
+    const bf16* Sh = sm.state(chunk % ScanSmem<NT, true>::kStates);
+    const bf16* Sl = Sh + kMaxHeadDim * ld;
+    float acc[NT][4] = {};
+    for (int kg = 0; kg < kgs; ++kg) {  // Xq S (the output kernel's times_global_b<false, 1>)
+      uint32_t a[4];
+      ldmatrix_x4(a, Xq + (16 * ow + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t bh[4], bl[4];
+        const int off = b_pair_offset(16 * kg, np, ld, lane);
+        ldmatrix_x4_trans(bh, Sh + off);
+        ldmatrix_x4_trans(bl, Sl + off);
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          mma_bf16(acc[2 * np + q], a, bh[2 * q], bh[2 * q + 1]);
+          mma_bf16(acc[2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      acc[n][0] *= sc0, acc[n][1] *= sc0;
+      acc[n][2] *= sc1, acc[n][3] *= sc1;
+    }
+    const bf16* Vh = sm.Vp + slot * 2 * C * ld;
+    const bf16* Vl = Vh + C * ld;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // + P Vn (times_global_b<true, 2>)
+      if (kk > ow) break;
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t bh[4], bl[4];
+        const int off = b_pair_offset(16 * kk, np, ld, lane);
+        ldmatrix_x4_trans(bh, Vh + off);
+        ldmatrix_x4_trans(bl, Vl + off);
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          float(&d)[4] = acc[2 * np + q];
+          mma_bf16(d, pa[kk][0], bh[2 * q], bh[2 * q + 1]);
+          mma_bf16(d, pa[kk][0], bl[2 * q], bl[2 * q + 1]);
+          mma_bf16(d, pa[kk][1], bh[2 * q], bh[2 * q + 1]);
+        }
+      }
+    }
+    bar_arrive(kBarEmpty + slot);  // every read of the slot and of the state buffer is done
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = i0 + 8 * hr;
+      if (i >= valid) continue;
+      bf16* dst = oa.o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + c0 + 2 * t;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * n) =
+            __floats2bfloat162_rn(acc[n][2 * hr], acc[n][2 * hr + 1]);
+    }
+  }
+}
+
+// One CTA per SM either way (NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32). kOut
+// (NT = 4): 4 more warps form o from the state and Vn in shared memory (scan_outputs).
+template <int NT, bool kOut>
+__global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, 1)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
-                Ws ws) {
+                Ws ws, ScanOutArgs oa) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
-  const ScanSmem<NT> sm(smem);
+  const ScanSmem<NT, kOut> sm(smem);
   const int h = blockIdx.y, c0 = blockIdx.x * 8 * NT;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kgs = dk / 16;
@@ -662,10 +878,14 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   if (nC <= 0) return;  // an unused sequence slot (the whole CTA leaves before any barrier)
 
   // separate functions: each role gets its own register allocation
-  if (warp < 4)
-    scan_values<NT>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
-  else
-    scan_states<NT>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
+  if (warp < 4) {
+    scan_values<NT, kOut>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
+  } else if (warp < 8) {
+    scan_states<NT, kOut>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
+  } else if constexpr (kOut) {
+    scan_outputs<NT>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp - 8, lane, first, nC, kgs, sm,
+                     oa);
+  }
 }
 
 // ---- output: grid (nC, Hv), kOutThreads (8 warps, three CTAs per SM so that one CTA's loads
@@ -865,25 +1085,34 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   }
 }
 
-template <int NT>
+template <int NT, bool kOut>
 void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
-                    int dv, const Ws& ws, cudaStream_t s) {
-  constexpr size_t bytes = ScanSmem<NT>::bytes();
-  CLEF_CUDA_CHECK(cudaFuncSetAttribute(scan_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes)));
-  scan_kernel<NT>
-      <<<dim3(dv / (8 * NT), Hv, seqs), kScanThreads, bytes, s>>>(xk, map, Tc, Hk, Hv, dk, dv, ws);
+                    int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s) {
+  constexpr size_t bytes = ScanSmem<NT, kOut>::bytes();
+  CLEF_CUDA_CHECK(cudaFuncSetAttribute(
+      scan_kernel<NT, kOut>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  scan_kernel<NT, kOut>
+      <<<dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s>>>(
+          xk, map, Tc, Hk, Hv, dk, dv, ws, oa);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
+// oa.o set: the scan that also forms o (kOut).
 void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
-                 int dv, const Ws& ws, cudaStream_t s) {
+                 int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s) {
   // 32 columns per CTA where dv allows: half the CTAs re-reading each chunk's W and keys from L2,
   // which bounds the scan's step time (H200, 961 tokens: 94 -> 86-90 us per layer).
-  if (dv % 32 == 0)
-    launch_scan_nt<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, s);
-  else
-    launch_scan_nt<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, s);
+  if (dv % 32 == 0) {
+    if (oa.o)
+      launch_scan_nt<4, true>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s);
+    else
+      launch_scan_nt<4, false>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s);
+  } else {
+    if (oa.o)
+      launch_scan_nt<2, true>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s);
+    else
+      launch_scan_nt<2, false>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s);
+  }
 }
 
 // Fixed sizes (the tiles take kMaxHeadDim columns): 55.25 KiB (four CTAs per SM) and 53 KiB
@@ -895,18 +1124,28 @@ constexpr size_t output_smem() {
   return sizeof(float) * 4 * C + sizeof(bf16) * (2 * C * kLdx + 2 * C * kLdp);
 }
 
+// The current device's opt-in shared memory per block, 0 when it cannot be queried.
+size_t smem_optin() {
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
+    return 0;
+  }
+  return static_cast<size_t>(optin);
+}
+
 }  // namespace
 
 bool tc_supported(int dk, int dv) {
   if (dk % 16 != 0 || dv % 16 != 0 || dk < 16 || dv < 16 || dk > kMaxHeadDim || dv > kMaxHeadDim)
     return false;
-  int dev = 0, optin = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
-    return false;
-  }
-  return std::max({prep_smem(), output_smem(), ScanSmem<4>::bytes()}) <= static_cast<size_t>(optin);
+  return std::max({prep_smem(), output_smem(), ScanSmem<4>::bytes()}) <= smem_optin();
+}
+
+bool tc_scan_output_supported(int dk, int dv) {
+  const size_t need = dv % 32 == 0 ? ScanSmem<4, true>::bytes() : ScanSmem<2, true>::bytes();
+  return tc_supported(dk, dv) && need <= smem_optin();
 }
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
@@ -933,7 +1172,7 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
 
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
                 float* workspace, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                const GdnSequences* seqs, const GdnGatedNorm* norm) {
+                const GdnSequences* seqs, const GdnGatedNorm* norm, bool scan_output) {
   const ChunkMap map = seqs ? ChunkMap{seqs->chunk_row0, seqs->chunk_valid, seqs->seq_chunk0, T}
                             : ChunkMap{nullptr, nullptr, nullptr, T};
   const int nC = seqs ? seqs->chunk_slots : (T + C - 1) / C, Tc = nC * C;
@@ -949,7 +1188,12 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
                                                  Hv, dk, dv, ws);
   CLEF_CUDA_LAUNCH_CHECK();
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
-  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, s);
+  if (scan_output) {  // o straight from the scan: no published states, no output kernel
+    launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s);
+    if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
+    return;
+  }
+  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   out<<<dim3(nC, Hv), kOutThreads, os, s>>>(in.xq, in.xk, in.rq, in.rk, map, Tc, Hk, Hv, dk, dv, ws,
                                             norm ? *norm : GdnGatedNorm{}, o);

@@ -23,6 +23,10 @@ namespace clef::engine::cuda::gdn {
 // (at most ~56 KiB per block).
 bool tc_supported(int dk, int dv);
 
+// tc_supported, and the device grants the scan that also forms o its 196.5 KiB (dv % 32 == 0) or
+// 152.5 KiB per block (dv % 32 == 16) (gdn.h GdnOutputMode::InScan).
+bool tc_scan_output_supported(int dk, int dv);
+
 // Floats of scratch for Tc (= T rounded up to 64) rows: W, U, the decayed keys' row factors, gamma,
 // the per-chunk states and the corrected values Vn.
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
@@ -35,9 +39,12 @@ std::vector<double> phase_cycles();
 #endif
 
 // Same contract as gdn_chunked() (gdn/gdn.h) with the bf16 form of GdnInputs; with `norm`, the
-// output kernel's epilogue writes the gated RMSNorm of o instead of o.
+// output kernel's epilogue writes the gated RMSNorm of o instead of o. scan_output (no `norm`,
+// tc_scan_output_supported): the scan forms o itself (GdnOutputMode::InScan), bit for bit the
+// output kernel's o; `after_scan` is then recorded at the end.
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
                 float* workspace, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                const GdnSequences* seqs, const GdnGatedNorm* norm = nullptr);
+                const GdnSequences* seqs, const GdnGatedNorm* norm = nullptr,
+                bool scan_output = false);
 
 }  // namespace clef::engine::cuda::gdn

@@ -1,0 +1,48 @@
+// Packed batches for the GPU tests (engine/cuda/packing.h): the packings the varlen kernels are
+// checked on, and the device copy of a packing's tables.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/packing.h"
+
+namespace clef::gputest {
+
+// Packings: fixed edge cases, then random ones (1..12 sequences, lengths 1..400, a long one
+// sometimes), each with a few rows of bucket padding.
+inline std::vector<std::vector<int>> packings(std::mt19937_64& rng) {
+  std::vector<std::vector<int>> out = {
+      {1, 63, 64, 65}, {65, 1}, {64, 64, 64}, {1, 1, 1, 1, 1}, {300, 7, 129, 1, 700}};
+  std::uniform_int_distribution<int> count(1, 12), len(1, 400), coin(0, 3);
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> p(count(rng));
+    for (int& l : p) l = coin(rng) == 0 ? len(rng) * 4 : len(rng);
+    out.push_back(p);
+  }
+  return out;
+}
+
+// The device copy of a packing's tables (what the engine uploads into its workspace).
+struct DeviceTables {
+  engine::cuda::DeviceBuffer row0, valid, seq0, tiles;
+  engine::cuda::GdnSequences gdn;
+  engine::cuda::AttnSequences attn;
+  explicit DeviceTables(const engine::cuda::PackTables& t) {
+    auto up = [](engine::cuda::DeviceBuffer& b, const std::vector<int32_t>& v) {
+      b.resize(std::max<size_t>(v.size(), 1) * 4);
+      CLEF_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+      return b.get<int32_t>();
+    };
+    gdn = {up(row0, t.chunk_row0), up(valid, t.chunk_valid), up(seq0, t.seq_chunk0), t.chunk_slots,
+           t.seq_slots};
+    attn = {up(tiles, t.tiles), t.tile_slots};
+  }
+};
+
+}  // namespace clef::gputest
