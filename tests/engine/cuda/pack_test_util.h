@@ -1,5 +1,6 @@
 // Packed batches for the GPU tests (engine/cuda/packing.h): the packings the varlen kernels are
-// checked on, and the device copy of a packing's tables.
+// checked on, the device copy of a packing's tables, and the delta rule's reference run on each
+// sequence alone.
 #pragma once
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn_test_inputs.h"
 #include "engine/cuda/packing.h"
+#include "support/ref/backbone_ref.h"
 
 namespace clef::gputest {
 
@@ -44,5 +47,21 @@ struct DeviceTables {
     attn = {up(tiles, t.tiles), t.tile_slots};
   }
 };
+
+// The exact recurrence (support/ref) over each sequence of the packing alone, from a zero state:
+// o [T, Hv, dv] as the packed GDN must write it.
+inline std::vector<float> gdn_reference_per_sequence(const GdnTestInputs& in,
+                                                     const engine::cuda::PackTables& t, int T,
+                                                     int Hk, int Hv, int dk, int dv) {
+  std::vector<float> out(size_t(T) * Hv * dv);
+  for (size_t s = 0; s + 1 < t.begin.size(); ++s) {
+    const size_t b = size_t(t.begin[s]);
+    const int n = t.begin[s + 1] - t.begin[s];
+    engine::ref::gated_delta_rule_ref(
+        in.q.data() + b * Hk * dk, in.k.data() + b * Hk * dk, in.v.data() + b * Hv * dv,
+        in.g.data() + b * Hv, in.beta.data() + b * Hv, n, Hk, Hv, dk, dv, out.data() + b * Hv * dv);
+  }
+  return out;
+}
 
 }  // namespace clef::gputest

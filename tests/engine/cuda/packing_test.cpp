@@ -174,15 +174,8 @@ TYPED_TEST(PackedKernels, GdnChunkedPerSequence) {
       const PackTables t = pack_tables(lengths, T, slots, 64);
       DeviceTables dt(t);
       const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
-      std::vector<float> expect(size_t(T) * sh.Hv * sh.dv);
-      for (int s = 0; s < S; ++s) {
-        const int b = t.begin[s], n = t.begin[s + 1] - b;
-        ref::gated_delta_rule_ref(
-            in.q.data() + size_t(b) * sh.Hk * sh.dk, in.k.data() + size_t(b) * sh.Hk * sh.dk,
-            in.v.data() + size_t(b) * sh.Hv * sh.dv, in.g.data() + size_t(b) * sh.Hv,
-            in.beta.data() + size_t(b) * sh.Hv, n, sh.Hk, sh.Hv, sh.dk, sh.dv,
-            expect.data() + size_t(b) * sh.Hv * sh.dv);
-      }
+      const std::vector<float> expect =
+          gdn_reference_per_sequence(in, t, T, sh.Hk, sh.Hv, sh.dk, sh.dv);
       for (KernelPath path : {KernelPath::Auto, KernelPath::Generic}) {
         SCOPED_TRACE(gdn_chunked_variant(sh.dk, sh.dv, kIsBf16<E>, path));
         DeviceBuffer ws(gdn_workspace_bytes(T, sh.Hv, sh.dk, sh.dv, slots));

@@ -710,6 +710,29 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_by
 // output kernel's in the same order (P's tiles as lower_xyt, S and Vn in the same two terms, the
 // same three products a k16 step), so o is bit for bit what the output kernel writes; P stays in
 // registers (its m16n8 accumulators are the A fragments of P Vn).
+// acc[n] += A B over the k16 step at row k0 of B, the output kernel's products in its order: A in
+// registers as its hi term (and lo term when kTwoA), B as two bf16 terms in shared [k][n] tiles
+// (row stride scan_ld): hi x hi, hi x lo (and lo x hi) per n8 tile.
+template <int NT, bool kTwoA>
+__device__ __forceinline__ void times_terms(float (&acc)[NT][4], const uint32_t (&ah)[4],
+                                            const uint32_t (&al)[4], const bf16* Bh, const bf16* Bl,
+                                            int k0, int lane) {
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    uint32_t bh[4], bl[4];
+    const int off = b_pair_offset(k0, np, scan_ld<NT>(), lane);
+    ldmatrix_x4_trans(bh, Bh + off);
+    ldmatrix_x4_trans(bl, Bl + off);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      float(&d)[4] = acc[2 * np + q];
+      mma_bf16(d, ah, bh[2 * q], bh[2 * q + 1]);
+      mma_bf16(d, ah, bl[2 * q], bl[2 * q + 1]);
+      if (kTwoA) mma_bf16(d, al, bh[2 * q], bh[2 * q + 1]);
+    }
+  }
+}
+
 struct ScanOutArgs {
   const bf16* xq = nullptr;
   const float* rq = nullptr;
@@ -809,18 +832,7 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
     for (int kg = 0; kg < kgs; ++kg) {  // Xq S (the output kernel's times_global_b<false, 1>)
       uint32_t a[4];
       ldmatrix_x4(a, Xq + (16 * ow + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
-#pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        uint32_t bh[4], bl[4];
-        const int off = b_pair_offset(16 * kg, np, ld, lane);
-        ldmatrix_x4_trans(bh, Sh + off);
-        ldmatrix_x4_trans(bl, Sl + off);
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          mma_bf16(acc[2 * np + q], a, bh[2 * q], bh[2 * q + 1]);
-          mma_bf16(acc[2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
-        }
-      }
+      times_terms<NT, false>(acc, a, a, Sh, Sl, 16 * kg, lane);
     }
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
@@ -832,20 +844,7 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {  // + P Vn (times_global_b<true, 2>)
       if (kk > ow) break;
-#pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        uint32_t bh[4], bl[4];
-        const int off = b_pair_offset(16 * kk, np, ld, lane);
-        ldmatrix_x4_trans(bh, Vh + off);
-        ldmatrix_x4_trans(bl, Vl + off);
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          float(&d)[4] = acc[2 * np + q];
-          mma_bf16(d, pa[kk][0], bh[2 * q], bh[2 * q + 1]);
-          mma_bf16(d, pa[kk][0], bl[2 * q], bl[2 * q + 1]);
-          mma_bf16(d, pa[kk][1], bh[2 * q], bh[2 * q + 1]);
-        }
-      }
+      times_terms<NT, true>(acc, pa[kk][0], pa[kk][1], Vh, Vl, 16 * kk, lane);
     }
     bar_arrive(kBarEmpty + slot);  // every read of the slot and of the state buffer is done
 #pragma unroll
