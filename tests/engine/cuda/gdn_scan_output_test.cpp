@@ -8,7 +8,6 @@
 // the published states nor Vn from memory, and must write every row.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -36,50 +35,35 @@ struct Shape {
 };
 
 // o of one mode on the inputs (fresh NaN-poisoned workspace and output).
-std::vector<uint16_t> run_mode(const GdnTestInputs& in, const Shape& sh, int T, int slots,
-                               const GdnSequences* seqs, GdnOutputMode mode) {
+DeviceBuffer run_mode(const GdnTestInputs& in, const Shape& sh, int T, int slots,
+                      const GdnSequences* seqs, GdnOutputMode mode) {
   DeviceBuffer ws(gdn_workspace_bytes(T, sh.Hv, sh.dk, sh.dv, slots));
   CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
-  const size_t no = size_t(T) * sh.Hv * sh.dv;
-  auto o = poisoned<bf16>(no);
+  auto o = poisoned<bf16>(size_t(T) * sh.Hv * sh.dv);
   gdn_chunked<bf16>(in.form(true), T, sh.Hk, sh.Hv, sh.dk, sh.dv, o.get<bf16>(), ws.get(),
                     KernelPath::Auto, 0, nullptr, nullptr, seqs, nullptr, mode);
-  CLEF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint16_t> bits(no);
-  CLEF_CUDA_CHECK(cudaMemcpy(bits.data(), o.get(), no * 2, cudaMemcpyDeviceToHost));
-  return bits;
-}
-
-std::vector<float> widen(const std::vector<uint16_t>& bits) {
-  std::vector<float> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) {
-    const uint32_t u = uint32_t(bits[i]) << 16;
-    std::memcpy(&out[i], &u, 4);
-  }
-  return out;
+  return o;
 }
 
 // In-scan o equals the output kernel's bit for bit, and the reference within the GDN tests' bf16
 // bound; `expect` is the reference for the rows.
 void expect_in_scan_matches(const GdnTestInputs& in, const Shape& sh, int T, int slots,
                             const GdnSequences* seqs, const std::vector<float>& expect) {
+  const size_t no = size_t(T) * sh.Hv * sh.dv;
   const auto kernel = run_mode(in, sh, T, slots, seqs, GdnOutputMode::Kernel);
   const auto in_scan = run_mode(in, sh, T, slots, seqs, GdnOutputMode::InScan);
+  const auto a = bytes_to_host(kernel, 2 * no), b = bytes_to_host(in_scan, 2 * no);
   size_t differ = 0, first = 0;
-  for (size_t i = 0; i < kernel.size(); ++i)
-    if (kernel[i] != in_scan[i] && differ++ == 0) first = i;
-  EXPECT_EQ(differ, 0u) << "of " << kernel.size() << " values; first at " << first << " (row "
+  for (size_t i = 0; i < no; ++i)
+    if ((a[2 * i] != b[2 * i] || a[2 * i + 1] != b[2 * i + 1]) && differ++ == 0) first = i;
+  EXPECT_EQ(differ, 0u) << "of " << no << " values; first at " << first << " (row "
                         << first / (size_t(sh.Hv) * sh.dv) << ")";
-  CLEF_EXPECT_CLOSE(widen(in_scan), expect, 1e-2);
-}
-
-bool in_scan_here(const Shape& sh) {
-  return gdn::tc_supported(sh.dk, sh.dv) && gdn::tc_scan_output_supported(sh.dk, sh.dv);
+  CLEF_EXPECT_CLOSE(to_host<bf16>(in_scan, no), expect, 1e-2);
 }
 
 TEST(GdnScanOutput, MatchesTheOutputKernelBitForBit) {
   CLEF_REQUIRE_GPU();
-  if (!in_scan_here({16, 32, 128, 128}))
+  if (!gdn::tc_scan_output_supported(128, 128))
     GTEST_SKIP() << "this device does not grant the in-scan output's shared memory";
   auto rng = fresh_rng();
   struct Case {
@@ -96,7 +80,7 @@ TEST(GdnScanOutput, MatchesTheOutputKernelBitForBit) {
   for (const Case& c : cases) {
     SCOPED_TRACE("T " + std::to_string(c.T) + " dk " + std::to_string(c.sh.dk) + " dv " +
                  std::to_string(c.sh.dv) + " g_min " + std::to_string(c.g_min));
-    ASSERT_TRUE(in_scan_here(c.sh));
+    ASSERT_TRUE(gdn::tc_scan_output_supported(c.sh.dk, c.sh.dv));
     const GdnTestInputs in = gdn_test_inputs(rng, c.T, c.sh.Hk, c.sh.Hv, c.sh.dk, c.sh.dv, c.g_min);
     std::vector<float> expect(size_t(c.T) * c.sh.Hv * c.sh.dv);
     ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
@@ -107,7 +91,7 @@ TEST(GdnScanOutput, MatchesTheOutputKernelBitForBit) {
 
 TEST(GdnScanOutput, PackedSequencesMatchTheOutputKernelBitForBit) {
   CLEF_REQUIRE_GPU();
-  if (!in_scan_here({16, 32, 128, 128}))
+  if (!gdn::tc_scan_output_supported(128, 128))
     GTEST_SKIP() << "this device does not grant the in-scan output's shared memory";
   auto rng = fresh_rng();
   for (Shape sh : {Shape{16, 32, 128, 128}, Shape{2, 6, 32, 48}}) {

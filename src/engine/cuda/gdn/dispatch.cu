@@ -58,15 +58,15 @@ void gdn_chunked(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, E* 
                  KernelPath path, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
                  const GdnSequences* seqs, const GdnGatedNorm* norm, GdnOutputMode mode) {
   const bool tc = use_tc(dk, dv, std::is_same_v<E, __nv_bfloat16>, path);
-  if (mode == GdnOutputMode::InScan) {
-    if (!tc || norm || !gdn::tc_scan_output_supported(dk, dv))
-      throw std::invalid_argument(
-          "gdn_chunked: the in-scan output needs the tensor-core path, no gated norm epilogue and "
-          "the device's shared memory for it");
-  }
-  const bool scan_output = mode == GdnOutputMode::InScan ||
-                           (mode == GdnOutputMode::Default && tc && !norm &&
-                            gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));
+  // The in-scan output where asked for (an error where it does not apply) or where the process's
+  // default asks for it and it applies.
+  const bool wants_in_scan = mode == GdnOutputMode::InScan ||
+                             (mode == GdnOutputMode::Default && gdn_scan_output_by_default());
+  const bool scan_output = wants_in_scan && tc && !norm && gdn::tc_scan_output_supported(dk, dv);
+  if (mode == GdnOutputMode::InScan && !scan_output)
+    throw std::invalid_argument(
+        "gdn_chunked: the in-scan output needs the tensor-core path, no gated norm epilogue and "
+        "the device's shared memory for it");
   if (norm) {
     if (!tc)
       throw std::invalid_argument(

@@ -429,7 +429,7 @@ template <int NT, bool kOut = false>
 struct ScanSmem {
   static constexpr int kStates = kOut ? 4 : 1;
   static constexpr int kState = 2 * kMaxHeadDim * scan_ld<NT>();  // bf16 per buffer: hi, then lo
-  bf16 *Sh, *Sl;  // [kMaxHeadDim][scan_ld] the published state's two terms (buffer 0)
+  bf16* Sh;       // [kStates][hi, lo][kMaxHeadDim][scan_ld] the published state's two terms
   bf16 *Vh, *Vl;  // [C][scan_ld] diag(F) Vn's two terms
   bf16* Xk;       // [C][kLdx] the chunk's keys (each state warp copies its own columns)
   bf16* Vp;       // kOut: [2 slots][hi, lo][C][scan_ld] Vn's two terms
@@ -437,7 +437,6 @@ struct ScanSmem {
   float* Ov;      // kOut: [2 slots][rq, rk, gamma][C]
   __device__ explicit ScanSmem(void* p) {
     Sh = static_cast<bf16*>(p);
-    Sl = Sh + kMaxHeadDim * scan_ld<NT>();
     Vh = Sh + kStates * kState;
     Vl = Vh + C * scan_ld<NT>();
     Xk = Vl + C * scan_ld<NT>();
@@ -702,14 +701,6 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_by
                "r"(src_bytes));
 }
 
-// The scan's outputs (kOut, output warps 8..11, warp ow owns chunk rows 16 ow .. +15 of the CTA's
-// 8 NT columns), a chunk behind the recurrence:
-//   O = diag(e^gamma rq) (Xq S) + P Vn,  P = (Xq Xk^T) o (rq rk Gamma) (lower triangle),
-// S and Vn from the shared buffers the value and state warps fill, Xq, Xk, rq, rk, gamma by
-// cp.async into the warps' own slots a chunk ahead. Every product, split and rounding is the
-// output kernel's in the same order (P's tiles as lower_xyt, S and Vn in the same two terms, the
-// same three products a k16 step), so o is bit for bit what the output kernel writes; P stays in
-// registers (its m16n8 accumulators are the A fragments of P Vn).
 // acc[n] += A B over the k16 step at row k0 of B, the output kernel's products in its order: A in
 // registers as its hi term (and lo term when kTwoA), B as two bf16 terms in shared [k][n] tiles
 // (row stride scan_ld): hi x hi, hi x lo (and lo x hi) per n8 tile.
@@ -733,12 +724,21 @@ __device__ __forceinline__ void times_terms(float (&acc)[NT][4], const uint32_t 
   }
 }
 
+// The in-scan output's operands beyond the scan's (o set: kOut).
 struct ScanOutArgs {
   const bf16* xq = nullptr;
   const float* rq = nullptr;
   const float* rk = nullptr;
   bf16* o = nullptr;  // [T, Hv, dv]
 };
+// The scan's outputs (kOut, output warps 8..11, warp ow owns chunk rows 16 ow .. +15 of the CTA's
+// 8 NT columns), a chunk behind the recurrence:
+//   O = diag(e^gamma rq) (Xq S) + P Vn,  P = (Xq Xk^T) o (rq rk Gamma) (lower triangle),
+// S and Vn from the shared buffers the value and state warps fill, Xq, Xk, rq, rk, gamma by
+// cp.async into the warps' own slots a chunk ahead. Every product, split and rounding is the
+// output kernel's in the same order (P's tiles as lower_xyt, S and Vn in the same two terms, the
+// same three products a k16 step), so o is bit for bit what the output kernel writes; P stays in
+// registers (its m16n8 accumulators are the A fragments of P Vn).
 template <int NT>
 __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
                                           int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
@@ -747,6 +747,9 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
   constexpr int ld = scan_ld<NT>();
   const int g = lane / 4, t = lane % 4, kh = h / (Hv / Hk), otid = 32 * ow + lane;
   const float* Gh = ws.G + static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
+  auto xq_frag = [&](const bf16* Xq, int kg, uint32_t(&a)[4]) {  // row tile ow, k16 step kg
+    ldmatrix_x4(a, Xq + (16 * ow + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+  };
   auto load = [&](int chunk) {  // into slot chunk % 2, one cp.async group
     int t0, valid;
     map.chunk(first + chunk, t0, valid);
@@ -791,7 +794,7 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
     float p[8][4] = {};
     for (int kg = 0; kg < kgs; ++kg) {
       uint32_t a[4];
-      ldmatrix_x4(a, Xq + (16 * ow + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+      xq_frag(Xq, kg, a);
 #pragma unroll
       for (int jp = 0; jp < 4; ++jp) {
         if (jp > ow) break;
@@ -831,7 +834,7 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
     float acc[NT][4] = {};
     for (int kg = 0; kg < kgs; ++kg) {  // Xq S (the output kernel's times_global_b<false, 1>)
       uint32_t a[4];
-      ldmatrix_x4(a, Xq + (16 * ow + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+      xq_frag(Xq, kg, a);
       times_terms<NT, false>(acc, a, a, Sh, Sl, 16 * kg, lane);
     }
 #pragma unroll
@@ -860,8 +863,8 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
   }
 }
 
-// One CTA per SM either way (NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32). kOut
-// (NT = 4): 4 more warps form o from the state and Vn in shared memory (scan_outputs).
+// One CTA per SM either way (NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32). kOut:
+// 4 more warps form o from the state and Vn in shared memory (scan_outputs).
 template <int NT, bool kOut>
 __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, 1)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
@@ -1134,17 +1137,22 @@ size_t smem_optin() {
   return static_cast<size_t>(optin);
 }
 
+// The head dims the tensor-core kernels are built for.
+bool tc_shapes(int dk, int dv) {
+  return dk % 16 == 0 && dv % 16 == 0 && dk >= 16 && dv >= 16 && dk <= kMaxHeadDim &&
+         dv <= kMaxHeadDim;
+}
+
 }  // namespace
 
 bool tc_supported(int dk, int dv) {
-  if (dk % 16 != 0 || dv % 16 != 0 || dk < 16 || dv < 16 || dk > kMaxHeadDim || dv > kMaxHeadDim)
-    return false;
-  return std::max({prep_smem(), output_smem(), ScanSmem<4>::bytes()}) <= smem_optin();
+  return tc_shapes(dk, dv) &&
+         std::max({prep_smem(), output_smem(), ScanSmem<4>::bytes()}) <= smem_optin();
 }
 
 bool tc_scan_output_supported(int dk, int dv) {
-  const size_t need = dv % 32 == 0 ? ScanSmem<4, true>::bytes() : ScanSmem<2, true>::bytes();
-  return tc_supported(dk, dv) && need <= smem_optin();
+  const size_t scan = dv % 32 == 0 ? ScanSmem<4, true>::bytes() : ScanSmem<2, true>::bytes();
+  return tc_shapes(dk, dv) && std::max({prep_smem(), output_smem(), scan}) <= smem_optin();
 }
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
