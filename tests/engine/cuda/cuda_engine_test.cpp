@@ -268,7 +268,11 @@ TEST_P(CudaEngineGolden, HiddenStatesMatchCpuEngineOnRandomIds) {
     EXPECT_EQ(g32, g32b);
     const auto e32 = gputest::compare(g32, cpu);
     EXPECT_EQ(e32.non_finite, 0u);
-    EXPECT_LE(e32.rel_l2, 1e-5);
+    // fp32 on both sides, summed in other orders (the chunked GDN against the CPU's step-by-step
+    // recurrence, cuBLAS's GEMM splits): fresh ids gave 0.6e-6 .. 1.07e-5 over 8 layers (H200,
+    // session 17; 1.07e-5 once failed the old 1e-5). A real fault (a position, a mask, a state
+    // handed to the wrong chunk) is >= 1e-3.
+    EXPECT_LE(e32.rel_l2, 3e-5);
     const auto e16 = gputest::compare(diag(*b16).last_hidden_state(ids), cpu);
     EXPECT_EQ(e16.non_finite, 0u);
     // A bf16 run of these tiny random models drifts several % from fp32 (the reference's own bf16
