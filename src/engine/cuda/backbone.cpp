@@ -117,6 +117,11 @@ bool is_fp8(const GemmProblem& p) {
 
 }  // namespace
 
+AttnVariant CudaBackbone::attention_kernel(int Tp) const {
+  return attention_core_bf16_pick(Tp, cfg_.num_attention_heads, cfg_.head_dim,
+                                  path_ == KernelPath::Generic, cfg_.head_dim % 16 == 0);
+}
+
 std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
   const auto& c = cfg_;
   const bool is_bf16 = w_.activations == DataType::BF16;
@@ -142,9 +147,10 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
               ? "gated_rms_norm_in_gdn_output"
               : gated_rms_norm_variant(n_in, dv, path_);
     } else if (!L.linear && !v.contains("attn_prep")) {
-      const AttnPrepArgs pa{
+      AttnPrepArgs pa{
           0,           n_in, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
           rotary_dim_, 0.f,  w_.rope_inv_freq};
+      pa.kv_tiled = is_bf16 && attention_kernel(4096).kv_tiled;
       v["attn_prep"] = attn_prep_variant(pa, path_);
       v["attn_output_gate"] = attn_output_gate_variant(n_in, c.head_dim, path_);
     }
@@ -338,13 +344,20 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       E* q = static_cast<E*>(a.attn_q);
       E* k = static_cast<E*>(a.attn_k);
       E* v = static_cast<E*>(a.attn_v);
+      // bf16: K and V in key tiles where the kernel reads them so (the workspace holds
+      // kv_tiled_elems for them).
+      AttnVariant kernel;
+      if constexpr (std::is_same_v<E, bf16>) {
+        kernel = attention_kernel(Tp);
+        pa.kv_tiled = kernel.kv_tiled;
+      }
       attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, path_, s);
       mark("norms_elementwise");
       const AttnSequences* as = pack ? &pack->attn : nullptr;
       if constexpr (std::is_same_v<E, float>)
         attention_core_f32(q, k, v, mid, Tp, nh, nkv, hd, s, as);
       else
-        attention_core_bf16(q, k, v, mid, Tp, nh, nkv, hd, s, as, path_ == KernelPath::Generic);
+        attention_core_bf16_variant(kernel, q, k, v, mid, Tp, nh, nkv, hd, s, as);
       mark("attention");
       bool gated = false;
       if constexpr (std::is_same_v<E, bf16>) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/kernel_path.h"
 #include "engine/cuda/packing.h"
@@ -63,6 +64,10 @@ class CudaBackbone {
   // The variant each kernel dispatcher runs at this model's shapes under path(), by op name
   // (as the dispatchers name them).
   std::map<std::string, std::string> kernel_variants() const;
+  // The bf16 attention kernel of the full-attention layers at Tp rows (tuning.h): the pick where
+  // attn_prep can write K and V in key tiles (head dims that are a multiple of 16), so wg64te at
+  // the flash shape on sm_90 (attn_prep then writes the tiles).
+  AttnVariant attention_kernel(int Tp) const;
 
   const BackboneWeights& weights() const { return w_; }
   KernelPath path() const { return path_; }

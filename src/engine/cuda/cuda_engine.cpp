@@ -239,8 +239,7 @@ EngineInfo CudaEngineImpl::info() const {
     // tuning.h's names: w* mma.sync (sm_80+), wg* the Hopper warpgroup-MMA kernel (sm_90).
     std::string a =
         "flash attention bf16: backbone " +
-        attention_variant_name(attention_core_bf16_pick(
-            4096, cfg_.num_attention_heads, cfg_.head_dim, config_.kernels == KernelPath::Generic));
+        attention_variant_name(backbone_->attention_kernel(4096));
     if (vision_) a += ", vision tower " + vision_->attention_kernel();
     i.kernels["attention"] = a + " (w*: mma.sync, sm_80+; wg*: warpgroup MMA, sm_90)";
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/packing.h"
 
@@ -46,8 +47,10 @@ bool Workspace::reserve(int tokens) {
           gdn_workspace_bytes(tokens, c.linear_num_value_heads, c.linear_key_head_dim,
                               c.linear_value_head_dim, kMaxPackedSequences));
     carve(a_.attn_q, T * c.num_attention_heads * c.head_dim * es);
-    carve(a_.attn_k, T * c.num_key_value_heads * c.head_dim * es);
-    carve(a_.attn_v, T * c.num_key_value_heads * c.head_dim * es);
+    // (k and v: room for key tiles, attention/kv_tiles.h, which the bf16 backbone may write)
+    const size_t kv = kv_tiled_elems(static_cast<int>(T), c.num_key_value_heads, c.head_dim) * es;
+    carve(a_.attn_k, std::max(kv, T * c.num_key_value_heads * c.head_dim * es));
+    carve(a_.attn_v, std::max(kv, T * c.num_key_value_heads * c.head_dim * es));
     carve(a_.ids, T * 4);
     const size_t chunks = gdn_chunk_slots(tokens, kMaxPackedSequences);
     carve(a_.positions, T * 4);

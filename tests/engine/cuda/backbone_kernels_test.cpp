@@ -11,11 +11,13 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/gdn_test_inputs.h"
@@ -295,6 +297,67 @@ TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
       CLEF_EXPECT_CLOSE(drop_front(to_host<E>(dattn1, nq + 1), 1), got, 0.0);  // exact
     }
   }
+}
+
+// attn_prep with kv_tiled (the backbone's K and V for wg64te): on both paths, every K and V value
+// is the row layout's (the same call without kv_tiled), bit for bit, at kv_tiled_index; the rows of
+// the last key tile past T are zeros (NaN-poisoned buffers first); q is unchanged. T around the
+// 64-row tiles; hd 256 (the flash shape), 128 and 64; a head dim that is not a multiple of 16 is
+// refused.
+TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
+  using E = TypeParam;
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Shape {
+    int T, nh, nkv, hd, rd;
+  };
+  for (Shape sh : {Shape{300, 16, 4, 256, 64}, Shape{64, 16, 4, 256, 64}, Shape{1, 4, 1, 256, 64},
+                   Shape{65, 8, 2, 128, 32}, Shape{130, 4, 2, 64, 64}}) {
+    SCOPED_TRACE("T=" + std::to_string(sh.T) + " hd=" + std::to_string(sh.hd));
+    const int ld = sh.nh * 2 * sh.hd + 2 * sh.nkv * sh.hd;
+    auto dp = to_device<E>(rand_e<E>(rng, size_t(sh.T) * ld, 1.5f));
+    auto qw = randn(rng, sh.hd, 0.3f), kw = randn(rng, sh.hd, 0.3f);
+    auto dqw = to_device<float>(qw), dkw = to_device<float>(kw);
+    auto dinv = to_device<float>(rope_inv_freq(sh.rd, 1e7));
+    const size_t nq = size_t(sh.T) * sh.nh * sh.hd, nk = size_t(sh.T) * sh.nkv * sh.hd;
+    const size_t nt = kv_tiled_elems(sh.T, sh.nkv, sh.hd);
+    for (KernelPath path : kPaths) {
+      AttnPrepArgs a{sh.T, ld, sh.nh, sh.nkv, sh.hd, sh.rd, 1e-6f, dinv.template get<float>()};
+      auto q = poisoned<E>(nq), k = poisoned<E>(nk), v = poisoned<E>(nk);
+      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), a,
+                   q.template get<E>(), k.template get<E>(), v.template get<E>(), path, 0);
+      a.kv_tiled = true;
+      SCOPED_TRACE(attn_prep_variant(a, path));
+      auto qt = poisoned<E>(nq), kt = poisoned<E>(nt), vt = poisoned<E>(nt);
+      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), a,
+                   qt.template get<E>(), kt.template get<E>(), vt.template get<E>(), path, 0);
+      CLEF_EXPECT_CLOSE(to_host<E>(qt, nq), to_host<E>(q, nq), 0.0);
+      for (int which = 0; which < 2; ++which) {
+        SCOPED_TRACE(which ? "v" : "k");
+        const auto rows = to_host<E>(which ? v : k, nk);
+        const auto tiles = to_host<E>(which ? vt : kt, nt);
+        size_t misplaced = 0, nonzero_pad = 0, seen = 0;
+        for (int t = 0; t < kv_tile_blocks(sh.T) * kKvTileRows; ++t)
+          for (int h = 0; h < sh.nkv; ++h)
+            for (int c = 0; c < sh.hd; ++c, ++seen) {
+              const float got = tiles[kv_tiled_index(t, h, c, sh.T, sh.hd)];
+              if (t >= sh.T)
+                nonzero_pad += !(got == 0.0f);
+              else
+                misplaced += std::memcmp(&got, &rows[(size_t(t) * sh.nkv + h) * sh.hd + c],
+                                         sizeof(float)) != 0;
+            }
+        EXPECT_EQ(seen, nt) << "every tiled element visited";
+        EXPECT_EQ(misplaced, 0u);
+        EXPECT_EQ(nonzero_pad, 0u) << "rows past T must be zeros";
+      }
+    }
+  }
+  AttnPrepArgs bad{4, 2 * 2 * 40 + 2 * 40, 2, 1, 40, 0, 1e-6f, nullptr};
+  bad.kv_tiled = true;
+  EXPECT_THROW(attn_prep<E>(nullptr, nullptr, nullptr, bad, nullptr, nullptr, nullptr,
+                            KernelPath::Auto, 0),
+               std::invalid_argument);
 }
 
 // The packed tests' sequences (by default lengths 37, 2, 58, 19: 2 tokens < K - 1, then across

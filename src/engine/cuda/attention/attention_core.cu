@@ -286,14 +286,13 @@ AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool gene
     hopper.stages = hopper.wgmma_overlap ? 3 : 2;
     AttnVariant wide = hopper;
     wide.warps = 16;
-    // Where the caller writes K and V in key tiles (the tower): wg64o4te, 175.6 us at one 4096-row
-    // segment against 211.8 for wg64o4t (the same tiles, a CTA barrier per key tile) and 254.8 for
-    // wg64o4 (perf-log v14b).
-    AttnVariant tiled = wide;
+    // Where the caller writes K and V in key tiles (the tower at 72 / 80, the backbone at 256):
+    // wg64o4te, 175.6 us at one 4096-row segment against 211.8 for wg64o4t (the same tiles, a CTA
+    // barrier per key tile) and 254.8 for wg64o4 (perf-log v14b); at 256 wg64te (perf-log v17a).
+    AttnVariant tiled = hopper.wgmma_overlap ? wide : hopper;
     tiled.kv_tiled = true;
     tiled.release_barriers = true;
-    if (kv_tiled_ok && hopper.wgmma_overlap && attention_variant_supported(tiled, head_dim))
-      return tiled;
+    if (kv_tiled_ok && attention_variant_supported(tiled, head_dim)) return tiled;
     if (hopper.wgmma_overlap && attention_variant_supported(wide, head_dim)) return wide;
     if (attention_variant_supported(hopper, head_dim)) return hopper;
   }

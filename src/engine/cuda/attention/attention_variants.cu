@@ -24,7 +24,7 @@ namespace {
 using namespace flash;
 
 // Every built variant (attention_bf16_variants), the default shapes first.
-constexpr std::array<AttnVariant, 18> kVariants = {
+constexpr std::array<AttnVariant, 19> kVariants = {
     {{4, 1, false, 1},
      {8, 1, false, 1},
      {4, 1, true, 1},
@@ -42,7 +42,8 @@ constexpr std::array<AttnVariant, 18> kVariants = {
      {8, 3, false, 1, false, 64, true},
      {16, 3, false, 1, false, 64, true},
      {16, 3, false, 1, false, 64, true, true},
-     {16, 3, false, 1, false, 64, true, true, true}}};
+     {16, 3, false, 1, false, 64, true, true, true},
+     {8, 2, false, 1, false, 64, false, true, true}}};
 
 constexpr AttnVariant kTowerPick{4, 1, false, 2, false};  // w4m2s1, the only variant built at 72
 
@@ -165,8 +166,9 @@ void attention_core_bf16_variant(const AttnVariant& variant, const __nv_bfloat16
                                  int T, int n_heads, int n_kv_heads, int head_dim,
                                  cudaStream_t stream, const AttnSequences* seqs) {
   if (variant.kv_tiled)
-    return attention_core_bf16_wgmma_kv_tiled(q, k, v, out, T, n_heads, n_kv_heads, head_dim,
-                                              stream, seqs, variant.release_barriers);
+    return attention_core_bf16_wgmma_kv_tiled(variant.wgmma_overlap, variant.warps / 4, q, k, v,
+                                              out, T, n_heads, n_kv_heads, head_dim, stream, seqs,
+                                              variant.release_barriers);
   if (variant.wgmma_key_tile)
     return attention_core_bf16_wgmma(variant.wgmma_overlap, variant.warps / 4, q, k, v, out, T,
                                      n_heads, n_kv_heads, head_dim, stream, seqs);

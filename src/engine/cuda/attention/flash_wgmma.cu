@@ -344,13 +344,18 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
 #ifdef CLEF_WGMMA_AVAILABLE
   constexpr int HDK = padded_k(HD), kStages = OVERLAP ? 3 : 2, kBr = br(WG), kThreads = threads(WG);
   static_assert(HD % 8 == 0 && BC % 16 == 0, "n8 tiles, k16 steps");
-  constexpr bool KVT = KV != 0, RELEASE = KV == 2;
-  static_assert(!KVT || (OVERLAP && BC == kKvTileRows && HDK == kv_tile_cols(HD)),
-                "key tiles are the overlapped kernel's stages");
+  constexpr bool KVT = KV != 0, RELEASE = KV == 2, REFILL = RELEASE && !OVERLAP;
+  static_assert(!KVT || (BC == kKvTileRows && HDK == kv_tile_cols(HD)), "key tiles are stages");
+  static_assert(!KVT || OVERLAP || RELEASE, "the plain key-tiled kernel releases on mbarriers");
   constexpr uint32_t kStageBytes = BC * HDK * 2;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t bars = smem_addr(smem_raw);  // kStages "full" mbarriers (KVT)
   const uint32_t empties = bars + 64;         // kStages "empty" mbarriers (KV 2)
+  // REFILL (two stages): K's full barriers at bars, V's at bars + 16; then per tensor and stage
+  // the count of warps that have released it, ever (K stage 0, 1, V stage 0, 1).
+  auto bar_k = [&](int tile) { return bars + static_cast<uint32_t>(tile % kStages) * 8; };
+  auto bar_v = [&](int tile) { return bar_k(tile) + 16; };
+  uint32_t* released = reinterpret_cast<uint32_t*>(smem_raw + 32);
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw + (KVT ? kBarBytes : 0));
   __nv_bfloat16* sK = sQ + kBr * HDK;           // [kStages][BC * HDK]
   __nv_bfloat16* sV = sK + kStages * BC * HDK;  // [kStages][BC * HDK]
@@ -376,6 +381,14 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   // K and V heads start at the same offset in their rows: one shift for both.
   const Plan plan(kv_stride,
                   (HD / 8) % 2 ? static_cast<int>((reinterpret_cast<uintptr_t>(kh) >> 4) & 1) : 0);
+  // One tensor's tile (REFILL: K or V on its own barrier), by one thread.
+  auto load_tiled = [&](int tile, bool is_v) {
+    const uint32_t st = static_cast<uint32_t>(tile % kStages) * kStageBytes;
+    const uint32_t bar = is_v ? bar_v(tile) : bar_k(tile);
+    const size_t at = static_cast<size_t>(key_base / BC + tile) * BC * HDK;
+    mbar_expect_tx(bar, kStageBytes);
+    bulk_copy_g2s((is_v ? sV_addr : sK_addr) + st, (is_v ? vh : kh) + at, kStageBytes, bar);
+  };
   auto load_kv = [&](int tile) {
     const uint32_t st = static_cast<uint32_t>(tile % kStages) * kStageBytes;
     if constexpr (KVT) {  // thread 0 only
@@ -395,7 +408,17 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
       mbar_wait(bars + static_cast<uint32_t>(tile % kStages) * 8,
                 static_cast<uint32_t>(tile / kStages) & 1);
   };
-  if constexpr (KVT) {
+  if constexpr (REFILL) {
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < kStages; ++i) {
+        mbar_init(bar_k(i), 1);
+        mbar_init(bar_v(i), 1);
+        released[i] = released[kStages + i] = 0;
+      }
+      mbar_init_fence();
+      for (int t = 0; t < kStages && t < n_tiles; ++t) load_tiled(t, false), load_tiled(t, true);
+    }
+  } else if constexpr (KVT) {
     if (threadIdx.x == 0) {
       for (int i = 0; i < kStages; ++i) {
         mbar_init(bars + 8 * i, 1);
@@ -457,7 +480,44 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   for (int i = 0; i < BC / 2; ++i) s[i] = 0.f;  // (overwritten by the first k-step: scale_d 0)
   uint32_t p[BC / 16][4];
 
-  if constexpr (!OVERLAP) {
+  if constexpr (REFILL) {
+    // No producer: the last warp to release a stage (its products have read it) issues the copy of
+    // the tile two ahead into it, K after S and V after P V, so no warp ever waits for another's
+    // release. (A producer warp past the 8 would leave one SM sub-partition three warps: 168
+    // registers a thread, and spills.) Only a warpgroup's last tile can lie past its rows (causal):
+    // that tile is never released, and no later tile needs its stage.
+    auto release = [&](int tile, bool is_v) {
+      constexpr uint32_t kWarps = kThreads / 32;
+      if (lane != 0) return;
+      const uint32_t before = atomicAdd(released + (is_v ? kStages : 0) + tile % kStages, 1u);
+      if (before % kWarps == kWarps - 1 && tile + kStages < n_tiles)
+        load_tiled(tile + kStages, is_v);
+    };
+    cp_async_wait<0>();  // Q
+    fence_proxy_async();
+    __syncthreads();  // ... and the barriers' initialisation, for every thread
+    for (int j = 0; j < n_tiles; ++j) {
+      if (!visible(j)) break;
+      const uint32_t phase = static_cast<uint32_t>(j / kStages) & 1;
+      mbar_wait(bar_k(j), phase);
+      wgmma_fence();
+      issue_s(s, j);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(s);
+      release(j, false);
+      softmax(s, j);
+      pack_p<BC>(s, p);
+      rescale<HD>(o, alpha);
+      mbar_wait(bar_v(j), phase);
+      wgmma_fence();
+      issue_pv(p, j);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
+      release(j, true);
+    }
+  } else if constexpr (!OVERLAP) {
     for (int j = 0; j < n_tiles; ++j) {
       cp_async_wait<0>();   // K_j, V_j (and Q) have landed for this thread's copies
       fence_proxy_async();  // ... and are visible to the async proxy that wgmma reads through
@@ -616,7 +676,9 @@ bool device_is_sm90() {
 }  // namespace
 
 bool wgmma_attention_built(int head_dim, bool overlap, int warpgroups, bool kv_tiled) {
-  if (kv_tiled) return warpgroups == 4 && overlap && (head_dim == 72 || head_dim == 80);
+  if (kv_tiled)
+    return warpgroups == 4 ? overlap && (head_dim == 72 || head_dim == 80)
+                           : warpgroups == 2 && !overlap && head_dim == 256;
   if (warpgroups == 4) return overlap && (head_dim == 64 || head_dim == 72 || head_dim == 80);
   if (warpgroups != 2) return false;
   if (overlap) return head_dim == 64 || head_dim == 72 || head_dim == 80 || head_dim == 128;
@@ -655,19 +717,23 @@ void attention_core_bf16_wgmma(bool overlap, int warpgroups, const __nv_bfloat16
   return launch_hd<80, true, 4>(q, k, v, out, T, n_heads, n_kv_heads, seqs, kWgmmaLayout, stream);
 }
 
-void attention_core_bf16_wgmma_kv_tiled(const __nv_bfloat16* q, const __nv_bfloat16* k_tiles,
-                                        const __nv_bfloat16* v_tiles, __nv_bfloat16* out, int T,
-                                        int n_heads, int n_kv_heads, int head_dim,
-                                        cudaStream_t stream, const AttnSequences* seqs,
-                                        bool release_barriers) {
+void attention_core_bf16_wgmma_kv_tiled(bool overlap, int warpgroups, const __nv_bfloat16* q,
+                                        const __nv_bfloat16* k_tiles, const __nv_bfloat16* v_tiles,
+                                        __nv_bfloat16* out, int T, int n_heads, int n_kv_heads,
+                                        int head_dim, cudaStream_t stream,
+                                        const AttnSequences* seqs, bool release_barriers) {
   check_shape(T, n_heads, n_kv_heads, head_dim);
   check_sequences(seqs);
-  if (!wgmma_attention_supported(head_dim, true, 4, true))
+  if (!wgmma_attention_supported(head_dim, overlap, warpgroups, true) ||
+      (!overlap && !release_barriers))
     throw std::invalid_argument("attention_core_bf16: no key-tiled wgmma kernel for head_dim " +
                                 std::to_string(head_dim) + " on this device");
   if ((reinterpret_cast<uintptr_t>(k_tiles) | reinterpret_cast<uintptr_t>(v_tiles)) % 16 != 0)
     throw std::invalid_argument("attention_core_bf16: key tiles must be 16-byte aligned");
   if (T == 0) return;
+  if (head_dim == 256)  // (supported: two warpgroups, not overlapped, released on mbarriers)
+    return launch_hd<256, false, 2, 2>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs,
+                                       kWgmmaLayout, stream);
 #define CLEF_TILED(HD, KV)                                                                    \
   if (head_dim == HD && (KV == 2) == release_barriers)                                        \
     return launch_hd<HD, true, 4, KV>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs, \

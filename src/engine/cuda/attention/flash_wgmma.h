@@ -21,7 +21,8 @@ constexpr int kWgmmaLayout = 0;
 // Head dims there is a kernel for (two warpgroups: 64, 72, 80, 128, 256; overlapped: 64, 72, 80,
 // 128; four warpgroups: overlapped at 64, 72, 80; key tiles of 64), and whether this device runs
 // it (sm_90, shared memory). A CTA of W warpgroups takes 64 W query rows.
-// kv_tiled: K and V in key tiles (kv_tiles.h; four warpgroups, overlapped, head dims 72 and 80).
+// kv_tiled: K and V in key tiles (kv_tiles.h; four warpgroups, overlapped, head dims 72 and 80;
+// two, not overlapped, at 256).
 bool wgmma_attention_built(int head_dim, bool overlap, int warpgroups = 2, bool kv_tiled = false);
 bool wgmma_attention_supported(int head_dim, bool overlap, int warpgroups = 2,
                                bool kv_tiled = false);
@@ -35,14 +36,17 @@ void attention_core_bf16_wgmma(bool overlap, int warpgroups, const __nv_bfloat16
                                int T, int n_heads, int n_kv_heads, int head_dim,
                                cudaStream_t stream, const AttnSequences* seqs = nullptr);
 
-// The four-warpgroup overlapped kernel reading K and V in key tiles (kv_tiles.h: k_tiles and
-// v_tiles hold kv_tiled_elems(T, n_kv_heads, head_dim) elements, made for this T), each stage one
-// pair of bulk copies. q, out and seqs as attention_core.h. release_barriers: each stage refilled
-// once every warp has released it on an mbarrier, instead of after a CTA barrier per key tile.
-void attention_core_bf16_wgmma_kv_tiled(const __nv_bfloat16* q, const __nv_bfloat16* k_tiles,
-                                        const __nv_bfloat16* v_tiles, __nv_bfloat16* out, int T,
-                                        int n_heads, int n_kv_heads, int head_dim,
-                                        cudaStream_t stream, const AttnSequences* seqs = nullptr,
+// The kernel reading K and V in key tiles (kv_tiles.h: k_tiles and v_tiles hold
+// kv_tiled_elems(T, n_kv_heads, head_dim) elements, made for this T), each stage one pair of bulk
+// copies: four warpgroups, overlapped, at head dims 72 and 80 (wg64o4t / wg64o4te); two, not
+// overlapped, with a producer warp and release_barriers, at 256 (wg64te). q, out and seqs as
+// attention_core.h. release_barriers: each stage refilled once every warp has released it on an
+// mbarrier, instead of after a CTA barrier per key tile.
+void attention_core_bf16_wgmma_kv_tiled(bool overlap, int warpgroups, const __nv_bfloat16* q,
+                                        const __nv_bfloat16* k_tiles, const __nv_bfloat16* v_tiles,
+                                        __nv_bfloat16* out, int T, int n_heads, int n_kv_heads,
+                                        int head_dim, cudaStream_t stream,
+                                        const AttnSequences* seqs = nullptr,
                                         bool release_barriers = false);
 
 // The kernel with another descriptor convention (the probe test; the kernel's shared-memory slack

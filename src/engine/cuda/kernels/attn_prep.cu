@@ -4,6 +4,10 @@
 
 #include <cmath>
 
+#include <stdexcept>
+#include <string>
+
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/common.cuh"
 #include "engine/cuda/kernels/fp8_rows.cuh"
@@ -17,16 +21,29 @@ namespace {
 struct AttnPrepHead {
   enum Kind { Q, K, V } kind;
   size_t src;  // into proj
-  size_t dst;  // into q, k or v
+  size_t dst;  // into q, k or v: element 0 of the head's row (key tiles: column c at kv_dst(c))
+  int head;    // within its kind
 };
 __device__ __forceinline__ AttnPrepHead attn_prep_head(const AttnPrepArgs& a, int t, int hy) {
   const size_t row = static_cast<size_t>(t) * a.ld;
   if (hy < a.nh)
-    return {AttnPrepHead::Q, row + hy * 2 * a.hd, (static_cast<size_t>(t) * a.nh + hy) * a.hd};
+    return {AttnPrepHead::Q, row + hy * 2 * a.hd, (static_cast<size_t>(t) * a.nh + hy) * a.hd, hy};
   const int h = hy < a.nh + a.nkv ? hy - a.nh : hy - a.nh - a.nkv;
   const size_t dst = (static_cast<size_t>(t) * a.nkv + h) * a.hd;
-  if (hy < a.nh + a.nkv) return {AttnPrepHead::K, row + a.nh * 2 * a.hd + h * a.hd, dst};
-  return {AttnPrepHead::V, row + a.nh * 2 * a.hd + a.nkv * a.hd + h * a.hd, dst};
+  if (hy < a.nh + a.nkv) return {AttnPrepHead::K, row + a.nh * 2 * a.hd + h * a.hd, dst, h};
+  return {AttnPrepHead::V, row + a.nh * 2 * a.hd + a.nkv * a.hd + h * a.hd, dst, h};
+}
+
+// Where column c of row t's K or V head goes: its row (at.dst + c) or, with kv_tiled, its key
+// tile (kv_tiles.h; hd a multiple of 16, so the tiles have no padding columns).
+__device__ __forceinline__ size_t kv_dst(const AttnPrepArgs& a, const AttnPrepHead& at, int t,
+                                         int c) {
+  return a.kv_tiled ? kv_tiled_index(t, at.head, c, a.T, a.hd) : at.dst + c;
+}
+// Rows launched: T, or with kv_tiled every row of the last 64-row key tile (those past T hold
+// zeros in K and V).
+__host__ __device__ __forceinline__ int launched_rows(const AttnPrepArgs& a) {
+  return a.kv_tiled ? kv_tile_blocks(a.T) * kKvTileRows : a.T;
 }
 
 // Row t's rotary position for frequency fi: the multimodal axis of fi when 3-D positions are
@@ -50,15 +67,22 @@ __global__ void attn_prep_generic_kernel(const E* __restrict__ proj, const float
   __shared__ float scratch[32];
   const int t = blockIdx.x;
   const AttnPrepHead at = attn_prep_head(a, t, blockIdx.y);
-  const E* src = proj + at.src;
-  if (at.kind == AttnPrepHead::V) {  // plain copy
-    E* dst = v + at.dst;
-    for (int i = threadIdx.x; i < a.hd; i += blockDim.x) dst[i] = src[i];
+  const bool is_q = at.kind == AttnPrepHead::Q;
+  if (t >= a.T) {  // a key tile's rows past T (kv_tiled)
+    if (!is_q)
+      for (int i = threadIdx.x; i < a.hd; i += blockDim.x)
+        (at.kind == AttnPrepHead::V ? v : k)[kv_dst(a, at, t, i)] = from_f<E>(0.0f);
     return;
   }
-  const bool is_q = at.kind == AttnPrepHead::Q;
+  const E* src = proj + at.src;
+  if (at.kind == AttnPrepHead::V) {  // plain copy
+    for (int i = threadIdx.x; i < a.hd; i += blockDim.x) v[kv_dst(a, at, t, i)] = src[i];
+    return;
+  }
   const float* w = is_q ? qw : kw;
-  E* dst = (is_q ? q : k) + at.dst;
+  // q's row, or k's (row or key tile) through dst_at.
+  E* const out = is_q ? q : k;
+  auto dst_at = [&](int i) { return is_q ? at.dst + i : kv_dst(a, at, t, i); };
   float ss = 0.0f;
   for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
     const float x = to_f(src[i]);
@@ -71,14 +95,14 @@ __global__ void attn_prep_generic_kernel(const E* __restrict__ proj, const float
   const int half = a.rd / 2;
   for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
     if (i >= a.rd) {
-      dst[i] = from_f<E>(sm[i]);
+      out[dst_at(i)] = from_f<E>(sm[i]);
       continue;
     }
     const int fi = i < half ? i : i - half;
     const float ang = static_cast<float>(rope_position(a, t, fi)) * a.inv_freq[fi];
     const float c = rnd<E>(cosf(ang)), s = rnd<E>(sinf(ang));
     const float rh = i < half ? -sm[i + half] : sm[i - half];
-    dst[i] = from_f<E>(rnd<E>(sm[i] * c) + rnd<E>(rh * s));
+    out[dst_at(i)] = from_f<E>(rnd<E>(sm[i] * c) + rnd<E>(rh * s));
   }
 }
 
@@ -107,19 +131,23 @@ __global__ void attn_prep_vec8_kernel(const E* __restrict__ proj, const float* _
   const int lane = threadIdx.x & 31;
   const int nhy = a.nh + 2 * a.nkv;
   const size_t item = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  if (item >= static_cast<size_t>(a.T) * nhy) return;  // warp-uniform
+  if (item >= static_cast<size_t>(launched_rows(a)) * nhy) return;  // warp-uniform
   const int t = static_cast<int>(item / nhy), hy = static_cast<int>(item % nhy);
   const bool act = lane < a.hd / 8;
   const int i0 = 8 * lane;
   const AttnPrepHead at = attn_prep_head(a, t, hy);
-  const E* src = proj + at.src;
-  if (at.kind == AttnPrepHead::V) {  // plain copy
-    if (act) st8(v + at.dst + i0, ld8(src + i0));
+  const bool is_q = at.kind == AttnPrepHead::Q;
+  if (t >= a.T) {  // a key tile's rows past T (kv_tiled)
+    if (!is_q && act) st8((at.kind == AttnPrepHead::V ? v : k) + kv_dst(a, at, t, i0), Vec8<E>{});
     return;
   }
-  const bool is_q = at.kind == AttnPrepHead::Q;
+  const E* src = proj + at.src;
+  if (at.kind == AttnPrepHead::V) {  // plain copy
+    if (act) st8(v + kv_dst(a, at, t, i0), ld8(src + i0));
+    return;
+  }
   const float* w = is_q ? qw : kw;
-  E* dst = (is_q ? q : k) + at.dst;
+  E* dst = is_q ? q + at.dst + i0 : k + kv_dst(a, at, t, i0);
   float x[8];
   unpack8(act ? ld8(src + i0) : Vec8<E>{}, x);
   float ss = 0.0f;
@@ -157,7 +185,7 @@ __global__ void attn_prep_vec8_kernel(const E* __restrict__ proj, const float* _
       res[j] = rnd<E>(n[j] * c) + rnd<E>(rh * s);
     }
   }
-  st8(dst + i0, pack8<E>(res));
+  st8(dst, pack8<E>(res));
 }
 
 // grid (T, ceil(nh * hd / 8 / kVecChunks)); hd a multiple of 8, so a chunk lies in one head.
@@ -199,8 +227,9 @@ bool attn_output_gate_vec8_shape(int ld, int hd) {
 }  // namespace
 
 const char* attn_prep_variant(const AttnPrepArgs& a, KernelPath path) {
-  return path == KernelPath::Auto && attn_prep_vec8_shape(a) ? "attn_prep_vec8"
-                                                             : "attn_prep_generic";
+  const bool vec8 = path == KernelPath::Auto && attn_prep_vec8_shape(a);
+  if (a.kv_tiled) return vec8 ? "attn_prep_vec8_kv_tiles" : "attn_prep_generic_kv_tiles";
+  return vec8 ? "attn_prep_vec8" : "attn_prep_generic";
 }
 
 const char* attn_output_gate_variant(int ld, int hd, KernelPath path) {
@@ -213,15 +242,18 @@ template <typename E>
 void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, const AttnPrepArgs& a,
                E* q, E* k, E* v, KernelPath path, cudaStream_t s) {
   if (a.T <= 0) return;
+  if (a.kv_tiled && a.hd % 16 != 0)
+    throw std::invalid_argument("attn_prep: key tiles need a head dim that is a multiple of 16, not " +
+                                std::to_string(a.hd));
   if (path == KernelPath::Auto && attn_prep_vec8_shape(a) && aligned16(proj) &&
       aligned16(q_norm_w) && aligned16(k_norm_w) && aligned16(q) && aligned16(k) && aligned16(v)) {
-    const size_t warps = static_cast<size_t>(a.T) * (a.nh + 2 * a.nkv);
+    const size_t warps = static_cast<size_t>(launched_rows(a)) * (a.nh + 2 * a.nkv);
     attn_prep_vec8_kernel<E><<<static_cast<unsigned>((warps + 7) / 8), 256, 0, s>>>(
         proj, q_norm_w, k_norm_w, a, q, k, v);
     CLEF_CUDA_LAUNCH_CHECK();
     return;
   }
-  dim3 grid(a.T, a.nh + 2 * a.nkv);
+  dim3 grid(launched_rows(a), a.nh + 2 * a.nkv);
   attn_prep_generic_kernel<E>
       <<<grid, 128, a.hd * sizeof(float), s>>>(proj, q_norm_w, k_norm_w, a, q, k, v);
   CLEF_CUDA_LAUNCH_CHECK();

@@ -31,11 +31,15 @@ struct AttnPrepArgs {
   // (interleaved, docs/spec/media.md §6; CPU: mrope_tables).
   const int32_t* mrope_positions = nullptr;
   int mrope_section[3] = {0, 0, 0};  // e.g. {11, 11, 10}
+  // k and v written in key tiles (attention/kv_tiles.h: kv_tiled_elems(T, nkv, hd) elements
+  // each, the rows of the last tile past T zeros) for the Hopper kernel that reads them (wg64te);
+  // hd a multiple of 16.
+  bool kv_tiled = false;
 };
 template <typename E>
 void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, const AttnPrepArgs& a,
                E* q, E* k, E* v, KernelPath path, cudaStream_t s);
-// "attn_prep_vec8" or "attn_prep_generic".
+// "attn_prep_vec8" or "attn_prep_generic" (+ "_kv_tiles" with kv_tiled).
 const char* attn_prep_variant(const AttnPrepArgs& a, KernelPath path);
 
 // attn[t, h, :] *= sigmoid(gate[t, h, :]), gate at proj[t, h*2*hd + hd + i] (row stride ld).
