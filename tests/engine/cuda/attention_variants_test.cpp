@@ -7,10 +7,11 @@
 // GQA 1:1 and 4:1. The stage count, Q's place and the rescale skip (a multiplication by exactly 1
 // left out) change where operands wait (shared memory, registers, which buffer), never the
 // arithmetic or its order, so those variants must also equal the 1-stage kernel of their warps and
-// m-tiles bit for bit. The key-tiled Hopper variants (wg64o4t, wg64o4te; wg64te at 256) read K
-// and V made by tile_kv_bf16 (checked against kv_tiled_index below) and must equal the kernel they
-// tile (wg64o4; wg64) bit for bit wherever every sequence starts on a 64-row block (the same key
-// tiles); elsewhere its first tile also holds a neighbour's keys, masked.
+// m-tiles bit for bit. The key-tiled Hopper variants (wg64o4t, wg64o4te; wg64te, wg64ote at 256)
+// read K and V made by tile_kv_bf16 (checked against kv_tiled_index below) and must equal the
+// kernel they tile (wg64o4; wg64) bit for bit wherever every sequence starts on a 64-row block (the
+// same key tiles); elsewhere its first tile also holds a neighbour's keys, masked. wg64ote (the
+// softmax overlapped with P V) runs wg64te's operations on O in the same order: equal everywhere.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,7 +82,7 @@ void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool ca
   tile_kv_bf16(dv.get<bf16>(), dvt.get<bf16>(), T, s.nkv, s.hd, nullptr);
   bool block_aligned = true;  // every sequence starts on a 64-row block
   for (int i = 0, at = 0; i < S; at += lengths[i++]) block_aligned &= at % kKvTileRows == 0;
-  std::map<std::string, std::vector<float>> untiled;  // the Hopper kernels reading rows, by name
+  std::map<std::string, std::vector<float>> hopper;  // the Hopper kernels' outputs, by name
 
   // The 1-stage kernel's output (Q in shared memory, no rescale skip), by warps and m-tiles.
   std::vector<std::vector<float>> baseline(32);
@@ -132,19 +133,28 @@ void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool ca
     // attention_bf16_variants lists those 1-stage kernels before the variants of their shape.
     if (var.wgmma_key_tile) {
       // The Hopper kernel: other instructions, other summation order; the reference bounds only.
-      // A key-tiled one runs the arithmetic of the kernel it tiles (the same fields, reading rows)
-      // on the same tiles where the blocks align.
-      if (!var.kv_tiled) untiled[attention_variant_name(var)] = got;
+      // A key-tiled one runs the arithmetic of the kernel it tiles (the same fields reading rows;
+      // where that is not built, its form without the overlap) on the same tiles where the blocks
+      // align; the overlapped two-warpgroup one that of its plain form, everywhere.
+      hopper[attention_variant_name(var)] = got;
+      auto same_as = [&](const std::string& base, const char* where) {
+        ASSERT_TRUE(hopper.contains(base)) << base << " runs wherever " << where;
+        size_t differ = 0;
+        for (size_t i = 0; i < n; ++i)
+          differ += std::memcmp(&hopper[base][i], &got[i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0u) << attention_variant_name(var) << " differs from " << base << " ("
+                              << where << ")";
+      };
       if (var.kv_tiled && block_aligned) {
         AttnVariant rows = var;
         rows.kv_tiled = rows.release_barriers = false;
-        const std::string base = attention_variant_name(rows);
-        ASSERT_TRUE(untiled.contains(base)) << base << " runs wherever its key-tiled form does";
-        size_t differ = 0;
-        for (size_t i = 0; i < n; ++i)
-          differ += std::memcmp(&untiled[base][i], &got[i], sizeof(float)) != 0;
-        EXPECT_EQ(differ, 0u) << "key-tiled kernel differs from " << base
-                              << " on block-aligned sequences";
+        if (!attention_variant_supported(rows, s.hd)) rows.wgmma_overlap = false;
+        same_as(attention_variant_name(rows), "its key-tiled form does, block-aligned");
+      }
+      if (var.kv_tiled && var.wgmma_overlap && var.warps == 8) {
+        AttnVariant plain = var;
+        plain.wgmma_overlap = false;
+        same_as(attention_variant_name(plain), "the overlapped form does");
       }
       continue;
     }

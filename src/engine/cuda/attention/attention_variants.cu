@@ -24,7 +24,7 @@ namespace {
 using namespace flash;
 
 // Every built variant (attention_bf16_variants), the default shapes first.
-constexpr std::array<AttnVariant, 19> kVariants = {
+constexpr std::array<AttnVariant, 20> kVariants = {
     {{4, 1, false, 1},
      {8, 1, false, 1},
      {4, 1, true, 1},
@@ -43,7 +43,8 @@ constexpr std::array<AttnVariant, 19> kVariants = {
      {16, 3, false, 1, false, 64, true},
      {16, 3, false, 1, false, 64, true, true},
      {16, 3, false, 1, false, 64, true, true, true},
-     {8, 2, false, 1, false, 64, false, true, true}}};
+     {8, 2, false, 1, false, 64, false, true, true},
+     {8, 2, false, 1, false, 64, true, true, true}}};
 
 constexpr AttnVariant kTowerPick{4, 1, false, 2, false};  // w4m2s1, the only variant built at 72
 

@@ -48,8 +48,17 @@ constexpr int padded_k(int hd) {
 // kv_tiled: K and V arrive by bulk copies, counted by one "full" mbarrier a stage (and one
 // "empty" one where warps release stages) ahead of the tiles (kBarBytes).
 constexpr size_t kBarBytes = 128;
+// Two-warpgroup key-tiled kernels (head dim 256) refill each stage from the last warp to release it
+// and keep K and V on their own rings: two stages each, with the overlap too (K_{j+1} and V_j are
+// the two in use then; no third stage fits next to a 128 x 256 Q).
+constexpr bool refills(int wg, bool kv_tiled) {
+  return kv_tiled && wg == 2;
+}
+constexpr int kv_stages(bool overlap, int wg, bool kv_tiled) {
+  return overlap && !refills(wg, kv_tiled) ? 3 : 2;
+}
 constexpr size_t wgmma_smem_bytes(int hd, int bc, bool overlap, int wg, bool kv_tiled = false) {
-  const int stages = overlap ? 3 : 2;
+  const int stages = kv_stages(overlap, wg, kv_tiled);
   return static_cast<size_t>(br(wg) + 2 * stages * bc) * padded_k(hd) * 2 +
          (kv_tiled ? kBarBytes : 0);
 }
@@ -342,11 +351,12 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
                        int n_heads, int group, float scale_log2, const int4* __restrict__ tiles,
                        int layout) {
 #ifdef CLEF_WGMMA_AVAILABLE
-  constexpr int HDK = padded_k(HD), kStages = OVERLAP ? 3 : 2, kBr = br(WG), kThreads = threads(WG);
+  constexpr int HDK = padded_k(HD), kStages = kv_stages(OVERLAP, WG, KV != 0), kBr = br(WG),
+                kThreads = threads(WG);
   static_assert(HD % 8 == 0 && BC % 16 == 0, "n8 tiles, k16 steps");
-  constexpr bool KVT = KV != 0, RELEASE = KV == 2, REFILL = RELEASE && !OVERLAP;
+  constexpr bool KVT = KV != 0, RELEASE = KV == 2, REFILL = refills(WG, KVT);
+  static_assert(!REFILL || RELEASE, "the refilling kernels release on counters");
   static_assert(!KVT || (BC == kKvTileRows && HDK == kv_tile_cols(HD)), "key tiles are stages");
-  static_assert(!KVT || OVERLAP || RELEASE, "the plain key-tiled kernel releases on mbarriers");
   constexpr uint32_t kStageBytes = BC * HDK * 2;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t bars = smem_addr(smem_raw);  // kStages "full" mbarriers (KVT)
@@ -484,8 +494,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     // No producer: the last warp to release a stage (its products have read it) issues the copy of
     // the tile two ahead into it, K after S and V after P V, so no warp ever waits for another's
     // release. (A producer warp past the 8 would leave one SM sub-partition three warps: 168
-    // registers a thread, and spills.) Only a warpgroup's last tile can lie past its rows (causal):
-    // that tile is never released, and no later tile needs its stage.
+    // registers a thread, and spills.)
     auto release = [&](int tile, bool is_v) {
       constexpr uint32_t kWarps = kThreads / 32;
       if (lane != 0) return;
@@ -493,29 +502,70 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
       if (before % kWarps == kWarps - 1 && tile + kStages < n_tiles)
         load_tiled(tile + kStages, is_v);
     };
+    auto phase = [](int tile) { return static_cast<uint32_t>(tile / kStages) & 1; };
     cp_async_wait<0>();  // Q
     fence_proxy_async();
     __syncthreads();  // ... and the barriers' initialisation, for every thread
-    for (int j = 0; j < n_tiles; ++j) {
-      if (!visible(j)) break;
-      const uint32_t phase = static_cast<uint32_t>(j / kStages) & 1;
-      mbar_wait(bar_k(j), phase);
+    if constexpr (!OVERLAP) {
+      // Only a warpgroup's last tile can lie past its rows (causal): that tile is never released,
+      // and no later tile needs its stage.
+      for (int j = 0; j < n_tiles; ++j) {
+        if (!visible(j)) break;
+        mbar_wait(bar_k(j), phase(j));
+        wgmma_fence();
+        issue_s(s, j);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+        release(j, false);
+        softmax(s, j);
+        pack_p<BC>(s, p);
+        rescale<HD>(o, alpha);
+        mbar_wait(bar_v(j), phase(j));
+        wgmma_fence();
+        issue_pv(p, j);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(j, true);
+      }
+    } else {
+      // As the three-stage overlap below, on the two rings: S_{j+1} (K_{j+1}) and P_j V_j (V_j) in
+      // flight together, the softmax of tile j + 1 while P_j V_j runs. Tiles past a warpgroup's
+      // rows run masked (p 0, alpha 1), so every warp releases every tile.
+      mbar_wait(bar_k(0), 0);
       wgmma_fence();
-      issue_s(s, j);
+      issue_s(s, 0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(s);
-      release(j, false);
-      softmax(s, j);
+      release(0, false);
+      softmax(s, 0);
       pack_p<BC>(s, p);
-      rescale<HD>(o, alpha);
-      mbar_wait(bar_v(j), phase);
+      for (int j = 0; j + 1 < n_tiles; ++j) {
+        mbar_wait(bar_k(j + 1), phase(j + 1));
+        mbar_wait(bar_v(j), phase(j));
+        wgmma_fence();
+        issue_s(s, j + 1);
+        wgmma_commit();
+        issue_pv(p, j);
+        wgmma_commit();
+        wgmma_wait<1>();  // S_{j+1} (committed first); P_j V_j may still run
+        fence_regs(s);
+        release(j + 1, false);
+        softmax(s, j + 1);
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(j, true);
+        rescale<HD>(o, alpha);
+        pack_p<BC>(s, p);  // p is free: P_j V_j has read it
+      }
+      mbar_wait(bar_v(n_tiles - 1), phase(n_tiles - 1));
       wgmma_fence();
-      issue_pv(p, j);
+      issue_pv(p, n_tiles - 1);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(o);
-      release(j, true);
     }
   } else if constexpr (!OVERLAP) {
     for (int j = 0; j < n_tiles; ++j) {
@@ -678,7 +728,7 @@ bool device_is_sm90() {
 bool wgmma_attention_built(int head_dim, bool overlap, int warpgroups, bool kv_tiled) {
   if (kv_tiled)
     return warpgroups == 4 ? overlap && (head_dim == 72 || head_dim == 80)
-                           : warpgroups == 2 && !overlap && head_dim == 256;
+                           : warpgroups == 2 && head_dim == 256;
   if (warpgroups == 4) return overlap && (head_dim == 64 || head_dim == 72 || head_dim == 80);
   if (warpgroups != 2) return false;
   if (overlap) return head_dim == 64 || head_dim == 72 || head_dim == 80 || head_dim == 128;
@@ -725,13 +775,16 @@ void attention_core_bf16_wgmma_kv_tiled(bool overlap, int warpgroups, const __nv
   check_shape(T, n_heads, n_kv_heads, head_dim);
   check_sequences(seqs);
   if (!wgmma_attention_supported(head_dim, overlap, warpgroups, true) ||
-      (!overlap && !release_barriers))
+      (warpgroups == 2 && !release_barriers))
     throw std::invalid_argument("attention_core_bf16: no key-tiled wgmma kernel for head_dim " +
                                 std::to_string(head_dim) + " on this device");
   if ((reinterpret_cast<uintptr_t>(k_tiles) | reinterpret_cast<uintptr_t>(v_tiles)) % 16 != 0)
     throw std::invalid_argument("attention_core_bf16: key tiles must be 16-byte aligned");
   if (T == 0) return;
-  if (head_dim == 256)  // (supported: two warpgroups, not overlapped, released on mbarriers)
+  if (head_dim == 256 && overlap)  // (supported: two warpgroups, released stage by stage)
+    return launch_hd<256, true, 2, 2>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs,
+                                      kWgmmaLayout, stream);
+  if (head_dim == 256)
     return launch_hd<256, false, 2, 2>(q, k_tiles, v_tiles, out, T, n_heads, n_kv_heads, seqs,
                                        kWgmmaLayout, stream);
 #define CLEF_TILED(HD, KV)                                                                    \
