@@ -11,7 +11,7 @@ STEPS=${STEPS:-tests wb profile}
 start_check
 if has tests; then
   t0=$(date +%s)
-  F=${GTEST_FILTER:-AttentionVariants*:KvTiles*:AttentionPick*:AttentionVariantNames*:*AttnPrep*:*Golden*:*CudaEngine*:*Packed*:*PackTables*}
+  F=${GTEST_FILTER:-*AttentionVariants*:KvTiles*:AttentionPick*:AttentionVariantNames*:*AttnPrep*:*Golden*:*CudaEngine*:*Packed*:*PackTables*}
   timeout "${TEST_TIMEOUT:-300}" test_gpu --gtest_brief=1 --gtest_filter="$F" > "$L/test_gpu.log" 2>&1
   summary+=("test_gpu $F: rc $? in $(( $(date +%s) - t0 )) s :: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
   while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|bf16.*noise|max \|dp\|" "$L/test_gpu.log" | head -16)

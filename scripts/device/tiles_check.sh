@@ -9,7 +9,7 @@ source scripts/device/setup.sh > /dev/null
 M=/tmp/flash L=$OUT
 ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
 MK=$!
-timeout 300 test_gpu --gtest_brief=1 --gtest_filter='AttentionVariants*:KvTiles*:AttentionPick*:AttentionVariantNames*:*RopeSplit*:CudaMediaEngine*:VisionKernels*:SegmentAttention*' > "$L/test_gpu.log" 2>&1
+timeout 300 test_gpu --gtest_brief=1 --gtest_filter='*AttentionVariants*:KvTiles*:AttentionPick*:AttentionVariantNames*:*RopeSplit*:CudaMediaEngine*:VisionKernels*:SegmentAttention*' > "$L/test_gpu.log" 2>&1
 echo "test_gpu rc $?: $(grep -E '^\[  (PASSED|FAILED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')" > "$L/summary.txt"
 grep -E "FAILED|media on CUDA" "$L/test_gpu.log" | head -12 >> "$L/summary.txt"
 CLEF_ATTN_VARIANT=wg64o4,wg64o4t,wg64o4te timeout 120 workbench_attention > "$L/workbench.txt" 2>&1

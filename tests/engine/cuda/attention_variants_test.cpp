@@ -238,6 +238,8 @@ TEST(AttentionPick, PerDeviceAndStable) {
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(4096, 16, 72, true, true)),
                 "w4m2s1");
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256, false, true)),
+                hopper ? "wg64ote" : "w4s1");
+      EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(16384, 16, 256, false, true)),
                 hopper ? "wg64te" : "w4s1");
       EXPECT_EQ(attention_variant_name(attention_core_bf16_pick(5661, 16, 256, true, true)),
                 "w4s1");

@@ -288,10 +288,16 @@ AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool gene
     wide.warps = 16;
     // Where the caller writes K and V in key tiles (the tower at 72 / 80, the backbone at 256):
     // wg64o4te, 175.6 us at one 4096-row segment against 211.8 for wg64o4t (the same tiles, a CTA
-    // barrier per key tile) and 254.8 for wg64o4 (perf-log v14b); at 256 wg64te (perf-log v17a).
+    // barrier per key tile) and 254.8 for wg64o4 (perf-log v14b). At 256 (causal 16:4, perf-log
+    // v17a/b) wg64ote up to 8192 rows: 34.1 / 156.5 / 480.8 us at 961 / 2761 / 5661 against 35.6 /
+    // 166.0 / 516.0 for wg64te (wg64: 72.3 / 361.6 / 1203.7); past that wg64te, 3288 us at 16384
+    // against 3487.
     AttnVariant tiled = hopper.wgmma_overlap ? wide : hopper;
     tiled.kv_tiled = true;
     tiled.release_barriers = true;
+    if (head_dim == 256 && T <= 8192) tiled.wgmma_overlap = true;
+    if (kv_tiled_ok && attention_variant_supported(tiled, head_dim)) return tiled;
+    tiled.wgmma_overlap = hopper.wgmma_overlap;
     if (kv_tiled_ok && attention_variant_supported(tiled, head_dim)) return tiled;
     if (hopper.wgmma_overlap && attention_variant_supported(wide, head_dim)) return wide;
     if (attention_variant_supported(hopper, head_dim)) return hopper;

@@ -35,7 +35,8 @@ int attention_core_bf16_pick_warps(int T, int n_heads, int head_dim);
 // (kv_tiles.h), each stage one pair of bulk copies -- the caller passes k and v in that layout;
 // with release_barriers ("wg64o4te") a stage is refilled once every warp has released it on an
 // mbarrier instead of after a CTA barrier per key tile; "wg64te" (head dim 256): wg64 reading key
-// tiles, a producer warp issuing the copies, K and V released on their own mbarriers.
+// tiles, K and V on their own two-stage rings, each stage refilled by the last warp to release it;
+// "wg64ote" the same with the softmax overlapped (attn_prep writes the backbone's tiles).
 struct AttnVariant {
   int warps = 4;
   int stages = 1;
@@ -79,7 +80,7 @@ bool attention_variant_supported(const AttnVariant& v, int head_dim);
 // else the default shape of attention_core_bf16_pick_warps. CLEF_ATTN_PICK="80=w4s1,256=w8s2"
 // overrides it per head dim (a Hopper name is ignored with `generic`). kv_tiled_ok: the caller can
 // hand over K and V in key tiles (the vision tower, the backbone): on sm_90 wg64o4te then replaces
-// wg64o4 and wg64te wg64;
+// wg64o4 and wg64ote (up to 8192 rows) or wg64te wg64;
 // without it a kv_tiled variant is never picked (a CLEF_ATTN_PICK naming one is ignored).
 AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool generic = false,
                                      bool kv_tiled_ok = false);

@@ -988,12 +988,10 @@ __device__ __forceinline__ void gated_norm_rows(const bf16* Os, const GdnGatedNo
   }
 }
 
-// CTAs an SM the output kernel is compiled for (a workbench experiment builds it with 4).
-#ifndef CLEF_GDN_OUTPUT_MIN_BLOCKS
-#define CLEF_GDN_OUTPUT_MIN_BLOCKS 3
-#endif
+// 3 CTAs an SM: at 4 (64 registers, 84-136 bytes of spills) it measured slower, 48.6 -> 50.3 us
+// at 961 tokens and 190.7 -> 257.2 at 5661 (perf-log v17b).
 template <typename E, bool kNorm>
-__global__ void __launch_bounds__(kOutThreads, CLEF_GDN_OUTPUT_MIN_BLOCKS)
+__global__ void __launch_bounds__(kOutThreads, 3)
     output_kernel(const bf16* __restrict__ xq, const bf16* __restrict__ xk,
                   const float* __restrict__ rq, const float* __restrict__ rk, ChunkMap map, int Tc,
                   int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o) {
