@@ -490,82 +490,42 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   for (int i = 0; i < BC / 2; ++i) s[i] = 0.f;  // (overwritten by the first k-step: scale_d 0)
   uint32_t p[BC / 16][4];
 
-  if constexpr (REFILL) {
-    // No producer: the last warp to release a stage (its products have read it) issues the copy of
-    // the tile two ahead into it, K after S and V after P V, so no warp ever waits for another's
-    // release. (A producer warp past the 8 would leave one SM sub-partition three warps: 168
-    // registers a thread, and spills.)
-    auto release = [&](int tile, bool is_v) {
-      constexpr uint32_t kWarps = kThreads / 32;
-      if (lane != 0) return;
-      const uint32_t before = atomicAdd(released + (is_v ? kStages : 0) + tile % kStages, 1u);
-      if (before % kWarps == kWarps - 1 && tile + kStages < n_tiles)
-        load_tiled(tile + kStages, is_v);
-    };
-    auto phase = [](int tile) { return static_cast<uint32_t>(tile / kStages) & 1; };
+  // REFILL: no producer: the last warp to release a stage (its products have read it) issues the
+  // copy of the tile two ahead into it, K after S and V after P V, so no warp ever waits for
+  // another's release. (A producer warp past the 8 would leave one SM sub-partition three warps:
+  // 168 registers a thread, and spills.)
+  auto release = [&](int tile, bool is_v) {
+    constexpr uint32_t kWarps = kThreads / 32;
+    if (lane != 0) return;
+    const uint32_t before = atomicAdd(released + (is_v ? kStages : 0) + tile % kStages, 1u);
+    if (before % kWarps == kWarps - 1 && tile + kStages < n_tiles) load_tiled(tile + kStages, is_v);
+  };
+  auto phase = [](int tile) { return static_cast<uint32_t>(tile / kStages) & 1; };
+  if constexpr (REFILL && !OVERLAP) {
     cp_async_wait<0>();  // Q
     fence_proxy_async();
     __syncthreads();  // ... and the barriers' initialisation, for every thread
-    if constexpr (!OVERLAP) {
-      // Only a warpgroup's last tile can lie past its rows (causal): that tile is never released,
-      // and no later tile needs its stage.
-      for (int j = 0; j < n_tiles; ++j) {
-        if (!visible(j)) break;
-        mbar_wait(bar_k(j), phase(j));
-        wgmma_fence();
-        issue_s(s, j);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(s);
-        release(j, false);
-        softmax(s, j);
-        pack_p<BC>(s, p);
-        rescale<HD>(o, alpha);
-        mbar_wait(bar_v(j), phase(j));
-        wgmma_fence();
-        issue_pv(p, j);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(j, true);
-      }
-    } else {
-      // As the three-stage overlap below, on the two rings: S_{j+1} (K_{j+1}) and P_j V_j (V_j) in
-      // flight together, the softmax of tile j + 1 while P_j V_j runs. Tiles past a warpgroup's
-      // rows run masked (p 0, alpha 1), so every warp releases every tile.
-      mbar_wait(bar_k(0), 0);
+    // Only a warpgroup's last tile can lie past its rows (causal): that tile is never released,
+    // and no later tile needs its stage.
+    for (int j = 0; j < n_tiles; ++j) {
+      if (!visible(j)) break;
+      mbar_wait(bar_k(j), phase(j));
       wgmma_fence();
-      issue_s(s, 0);
+      issue_s(s, j);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(s);
-      release(0, false);
-      softmax(s, 0);
+      release(j, false);
+      softmax(s, j);
       pack_p<BC>(s, p);
-      for (int j = 0; j + 1 < n_tiles; ++j) {
-        mbar_wait(bar_k(j + 1), phase(j + 1));
-        mbar_wait(bar_v(j), phase(j));
-        wgmma_fence();
-        issue_s(s, j + 1);
-        wgmma_commit();
-        issue_pv(p, j);
-        wgmma_commit();
-        wgmma_wait<1>();  // S_{j+1} (committed first); P_j V_j may still run
-        fence_regs(s);
-        release(j + 1, false);
-        softmax(s, j + 1);
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(j, true);
-        rescale<HD>(o, alpha);
-        pack_p<BC>(s, p);  // p is free: P_j V_j has read it
-      }
-      mbar_wait(bar_v(n_tiles - 1), phase(n_tiles - 1));
+      rescale<HD>(o, alpha);
+      mbar_wait(bar_v(j), phase(j));
       wgmma_fence();
-      issue_pv(p, n_tiles - 1);
+      issue_pv(p, j);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(o);
+      release(j, true);
     }
   } else if constexpr (!OVERLAP) {
     for (int j = 0; j < n_tiles; ++j) {
@@ -593,12 +553,13 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     // Tile 0's scores and softmax first; then per tile j: wait for K/V_{j+1}, start the loads of
     // tile j + 2 (its stage last held tile j - 1, whose product every warpgroup has finished),
     // issue S_{j+1} and P_j V_j, softmax of tile j + 1 while P_j V_j runs, then rescale O. Tiles
-    // past the warpgroup's rows (causal) run masked: all their p are 0 and alpha 1.
+    // past the warpgroup's rows (causal) run masked: all their p are 0 and alpha 1. REFILL (two
+    // rings): the two stages in use are K_{j+1} and V_j, each released by every warp.
     cp_async_wait<0>();  // Q (and without KVT K/V_0)
     fence_proxy_async();
     __syncthreads();  // (KVT: also the barriers' initialisation)
     if constexpr (KVT) {
-      wait_kv(0);
+      wait_kv(0);  // (REFILL: K_0's barrier)
     } else {
       if (n_tiles > 1) load_kv(1);
       cp_async_commit();
@@ -608,12 +569,16 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
+    if constexpr (REFILL) release(0, false);
     softmax(s, 0);
     pack_p<BC>(s, p);
     // (The last tile's P V is peeled off the loop: a branch-free body lets ptxas keep the
     // products of one iteration in flight together instead of serialising them.)
     for (int j = 0; j + 1 < n_tiles; ++j) {
-      if constexpr (RELEASE) {
+      if constexpr (REFILL) {
+        mbar_wait(bar_k(j + 1), phase(j + 1));
+        mbar_wait(bar_v(j), phase(j));
+      } else if constexpr (RELEASE) {
         // Tile j + 2 takes the stage of tile j - 1 once every warp has released it: the
         // ((j + 2) / 3 - 1)-th phase of its empty barrier.
         if (threadIdx.x == 0 && j + 2 < n_tiles) {
@@ -641,14 +606,18 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
       wgmma_commit();
       wgmma_wait<1>();  // S_{j+1} (committed first); P_j V_j may still run
       fence_regs(s);
+      if constexpr (REFILL) release(j + 1, false);
       softmax(s, j + 1);
       wgmma_wait<0>();
       fence_regs(o);
-      if constexpr (RELEASE)  // this warp is done with K_j and V_j (S_j waited for last iteration)
+      if constexpr (REFILL)
+        release(j, true);
+      else if constexpr (RELEASE)  // done with K_j and V_j (S_j waited for last iteration)
         if (lane == 0) mbar_arrive(empties + static_cast<uint32_t>(j % kStages) * 8);
       rescale<HD>(o, alpha);
       pack_p<BC>(s, p);  // p is free: P_j V_j has read it
     }
+    if constexpr (REFILL) mbar_wait(bar_v(n_tiles - 1), phase(n_tiles - 1));
     wgmma_fence();
     issue_pv(p, n_tiles - 1);
     wgmma_commit();
