@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call for the backbone's attention at head dim 256 (perf-log v17a: wg64te, key tiles
 # written by attn_prep): the tests that touch it (or GTEST_FILTER), workbench_attention rows of
-# wg64 / wg64te / w4s1, and `clefserve profile` of text with the backbone on wg64 (CLEF_ATTN_PICK)
-# and on the default pick (or PICKS), in the same build, alternated (PROFILE_ROUNDS); `gdn`:
-# workbench_gdn and any carried workbench_gdn_* experiment builds. Logs in $OUT.
+# w4s1 / wg64 / wg64te / wg64ote, and `clefserve profile` of text with the backbone on wg64 (CLEF_ATTN_PICK)
+# and on the default pick (or PICKS), in the same build, alternated (PROFILE_ROUNDS). (The GDN
+# workbenches, with carried experiment builds: gdn_check.sh STEPS=wb.) Logs in $OUT.
 # Usage (repo root on the device): [STEPS="tests wb profile"] [GTEST_FILTER=...] scripts/device/attn256_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
@@ -17,19 +17,10 @@ if has tests; then
   while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|bf16.*noise|max \|dp\|" "$L/test_gpu.log" | head -16)
 fi
 if has wb; then
-  CLEF_ATTN_VARIANT=${WB_VARIANTS:-w4s1,wg64,wg64te} timeout 150 workbench_attention > "$L/workbench_attention.txt" 2>&1
+  CLEF_ATTN_VARIANT=${WB_VARIANTS:-w4s1,wg64,wg64te,wg64ote} timeout 150 workbench_attention > "$L/workbench_attention.txt" 2>&1
   summary+=("workbench_attention rc $?")
 fi
-if has gdn; then
-  for b in /tmp/c/bin/workbench_gdn /tmp/c/bin/workbench_gdn_*; do
-    [ -x "$b" ] || continue
-    timeout 90 "$b" > "$L/$(basename "$b").txt" 2>&1; summary+=("$(basename "$b") rc $?")
-  done
-fi
-if [ -n "$MK" ]; then
-  wait $MK
-  summary+=("model: $(ls $M 2>/dev/null | wc -l) files in $M")
-fi
+wait_model
 if has profile; then
   for r in $(seq 1 ${PROFILE_ROUNDS:-1}); do
     for pick in ${PICKS:-256=wg64 default}; do
@@ -44,5 +35,4 @@ fi
 print_summary
 [ -f "$L/profile.txt" ] && grep -E "^## |^\| [0-9]|attention" "$L/profile.txt" | head -60
 [ -f "$L/workbench_attention.txt" ] && grep -E "hd 256|T=|causal|FAIL|fail|wg64|w4s1" "$L/workbench_attention.txt" | head -40
-for f in "$L"/workbench_gdn*.txt; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E "^\[gdn split\]|FAIL|fail" "$f" | tail -8; }; done
 exit 0

@@ -32,10 +32,7 @@ if has wb; then
     timeout 90 "$b" > "$L/$(basename "$b").txt" 2>&1; summary+=("$(basename "$b") rc $?")
   done
 fi
-if [ -n "$MK" ]; then
-  wait $MK
-  summary+=("model: $(ls $M 2>/dev/null | wc -l) files in $M")
-fi
+wait_model
 if has profile; then
   for b in ${PROFILE_BINS:-clefserve clefserve_before}; do
     [ -x /tmp/c/bin/$b ] || continue

@@ -33,6 +33,13 @@ start_check() {
     MK=$!
   fi
 }
+# wait_model: waits for start_check's make-model (if it started one) and notes the folder in the
+# summary.
+wait_model() {
+  [ -n "$MK" ] || return 0
+  wait $MK
+  summary+=("model: $(ls $M 2>/dev/null | wc -l) files in $M")
+}
 # serve_decide LABEL PORT MANIFEST TIMEOUT TRIES SERVE_ARGS...: `clefserve serve SERVE_ARGS --port
 # PORT` (log $OUT/serve_LABEL.log), its /health polled TRIES times 0.5 s apart (saved as
 # /tmp/health_LABEL.json) unless it exits, one `clefserve bench` pass of MANIFEST at concurrency 1

@@ -147,9 +147,8 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
               ? "gated_rms_norm_in_gdn_output"
               : gated_rms_norm_variant(n_in, dv, path_);
     } else if (!L.linear && !v.contains("attn_prep")) {
-      AttnPrepArgs pa{
-          0,           n_in, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-          rotary_dim_, 0.f,  w_.rope_inv_freq};
+      AttnPrepArgs pa{0,           n_in, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                      rotary_dim_, 0.f,  w_.rope_inv_freq};
       pa.kv_tiled = is_bf16 && attention_kernel(4096).kv_tiled;
       v["attn_prep"] = attn_prep_variant(pa, path_);
       v["attn_output_gate"] = attn_output_gate_variant(n_in, c.head_dim, path_);

@@ -237,9 +237,8 @@ EngineInfo CudaEngineImpl::info() const {
     i.kernels["attention"] = "flash attention fp32 SIMT (generic)";
   } else {
     // tuning.h's names: w* mma.sync (sm_80+), wg* the Hopper warpgroup-MMA kernel (sm_90).
-    std::string a =
-        "flash attention bf16: backbone " +
-        attention_variant_name(backbone_->attention_kernel(4096));
+    std::string a = "flash attention bf16: backbone " +
+                    attention_variant_name(backbone_->attention_kernel(4096));
     if (vision_) a += ", vision tower " + vision_->attention_kernel();
     i.kernels["attention"] = a + " (w*: mma.sync, sm_80+; wg*: warpgroup MMA, sm_90)";
   }

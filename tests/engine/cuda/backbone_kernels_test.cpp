@@ -355,9 +355,9 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
   }
   AttnPrepArgs bad{4, 2 * 2 * 40 + 2 * 40, 2, 1, 40, 0, 1e-6f, nullptr};
   bad.kv_tiled = true;
-  EXPECT_THROW(attn_prep<E>(nullptr, nullptr, nullptr, bad, nullptr, nullptr, nullptr,
-                            KernelPath::Auto, 0),
-               std::invalid_argument);
+  EXPECT_THROW(
+      attn_prep<E>(nullptr, nullptr, nullptr, bad, nullptr, nullptr, nullptr, KernelPath::Auto, 0),
+      std::invalid_argument);
 }
 
 // The packed tests' sequences (by default lengths 37, 2, 58, 19: 2 tokens < K - 1, then across

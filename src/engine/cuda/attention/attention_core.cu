@@ -293,11 +293,8 @@ AttnVariant attention_core_bf16_pick(int T, int n_heads, int head_dim, bool gene
     // 166.0 / 516.0 for wg64te (wg64: 72.3 / 361.6 / 1203.7); past that wg64te, 3288 us at 16384
     // against 3487.
     AttnVariant tiled = hopper.wgmma_overlap ? wide : hopper;
-    tiled.kv_tiled = true;
-    tiled.release_barriers = true;
-    if (head_dim == 256 && T <= 8192) tiled.wgmma_overlap = true;
-    if (kv_tiled_ok && attention_variant_supported(tiled, head_dim)) return tiled;
-    tiled.wgmma_overlap = hopper.wgmma_overlap;
+    tiled.kv_tiled = tiled.release_barriers = true;
+    if (head_dim == 256) tiled.wgmma_overlap = T <= 8192;  // (both forms: the same shared memory)
     if (kv_tiled_ok && attention_variant_supported(tiled, head_dim)) return tiled;
     if (hopper.wgmma_overlap && attention_variant_supported(wide, head_dim)) return wide;
     if (attention_variant_supported(hopper, head_dim)) return hopper;

@@ -24,27 +24,26 @@ namespace {
 using namespace flash;
 
 // Every built variant (attention_bf16_variants), the default shapes first.
-constexpr std::array<AttnVariant, 20> kVariants = {
-    {{4, 1, false, 1},
-     {8, 1, false, 1},
-     {4, 1, true, 1},
-     {8, 1, true, 1},
-     {4, 2, false, 1},
-     {8, 2, false, 1},
-     {4, 2, true, 1},
-     {8, 2, true, 1},
-     {4, 1, false, 2},
-     {4, 2, false, 2},
-     {8, 2, false, 2},
-     {4, 1, false, 2, true},
-     {8, 2, false, 1, true},
-     {8, 2, false, 1, false, 64},
-     {8, 3, false, 1, false, 64, true},
-     {16, 3, false, 1, false, 64, true},
-     {16, 3, false, 1, false, 64, true, true},
-     {16, 3, false, 1, false, 64, true, true, true},
-     {8, 2, false, 1, false, 64, false, true, true},
-     {8, 2, false, 1, false, 64, true, true, true}}};
+constexpr std::array<AttnVariant, 20> kVariants = {{{4, 1, false, 1},
+                                                    {8, 1, false, 1},
+                                                    {4, 1, true, 1},
+                                                    {8, 1, true, 1},
+                                                    {4, 2, false, 1},
+                                                    {8, 2, false, 1},
+                                                    {4, 2, true, 1},
+                                                    {8, 2, true, 1},
+                                                    {4, 1, false, 2},
+                                                    {4, 2, false, 2},
+                                                    {8, 2, false, 2},
+                                                    {4, 1, false, 2, true},
+                                                    {8, 2, false, 1, true},
+                                                    {8, 2, false, 1, false, 64},
+                                                    {8, 3, false, 1, false, 64, true},
+                                                    {16, 3, false, 1, false, 64, true},
+                                                    {16, 3, false, 1, false, 64, true, true},
+                                                    {16, 3, false, 1, false, 64, true, true, true},
+                                                    {8, 2, false, 1, false, 64, false, true, true},
+                                                    {8, 2, false, 1, false, 64, true, true, true}}};
 
 constexpr AttnVariant kTowerPick{4, 1, false, 2, false};  // w4m2s1, the only variant built at 72
 

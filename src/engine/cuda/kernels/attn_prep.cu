@@ -243,8 +243,9 @@ void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, cons
                E* q, E* k, E* v, KernelPath path, cudaStream_t s) {
   if (a.T <= 0) return;
   if (a.kv_tiled && a.hd % 16 != 0)
-    throw std::invalid_argument("attn_prep: key tiles need a head dim that is a multiple of 16, not " +
-                                std::to_string(a.hd));
+    throw std::invalid_argument(
+        "attn_prep: key tiles need a head dim that is a multiple of 16, not " +
+        std::to_string(a.hd));
   if (path == KernelPath::Auto && attn_prep_vec8_shape(a) && aligned16(proj) &&
       aligned16(q_norm_w) && aligned16(k_norm_w) && aligned16(q) && aligned16(k) && aligned16(v)) {
     const size_t warps = static_cast<size_t>(launched_rows(a)) * (a.nh + 2 * a.nkv);

@@ -32,8 +32,8 @@ struct AttnPrepArgs {
   const int32_t* mrope_positions = nullptr;
   int mrope_section[3] = {0, 0, 0};  // e.g. {11, 11, 10}
   // k and v written in key tiles (attention/kv_tiles.h: kv_tiled_elems(T, nkv, hd) elements
-  // each, the rows of the last tile past T zeros) for the Hopper kernel that reads them (wg64te);
-  // hd a multiple of 16.
+  // each, the rows of the last tile past T zeros) for the Hopper kernels that read them (wg64te,
+  // wg64ote); hd a multiple of 16.
   bool kv_tiled = false;
 };
 template <typename E>
