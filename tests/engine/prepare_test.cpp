@@ -37,17 +37,20 @@ TEST(TokenBuckets, EveryLengthFitsItsBucketAndBucketsAreFixedPoints) {
     const int b = bucket_tokens(T);
     while (all[k] < T) ++k;
     EXPECT_EQ(b, all[k]) << "T=" << T;  // the smallest listed bucket that holds T
-    // Padding bound: 7 tokens below 256, then 1/16 of the octave's start.
-    if (T < 256)
+    // Padding bound: 7 tokens below 512, then under 1/32 of the request.
+    if (T < 512)
       ASSERT_LE(b - T, 7) << T;
     else
-      ASSERT_LT(16.0 * (b - T), static_cast<double>(T)) << T;
+      ASSERT_LT(32.0 * (b - T), static_cast<double>(T)) << T;
   }
-  // 32 buckets below 256, then 16 per doubling: 128 up to 16384.
-  EXPECT_EQ(all.size(), 128u);
+  // 32 buckets up to 256, then 32 per doubling: 224 up to 16384.
+  EXPECT_EQ(all.size(), 224u);
+  EXPECT_EQ(bucket_tokens(5661), 5760);  // step 128 (16 per doubling gave 5888)
+  EXPECT_EQ(bucket_tokens(961), 976);    // step 16
+  EXPECT_EQ(bucket_tokens(511), 512);    // step 8 up to 511
   EXPECT_THROW(bucket_tokens(0), std::invalid_argument);
   EXPECT_EQ(all_buckets(1), std::vector<int>{8});
-  EXPECT_EQ(all_buckets(1000).back(), 1024);
+  EXPECT_EQ(all_buckets(1000).back(), 1008);  // step 16 from 512
 }
 
 // The padding bound: mean padding <= 3% of a request's tokens over public231-shape (manifests/, a

@@ -255,7 +255,7 @@ EngineInfo CudaEngineImpl::info() const {
         " the FP8 GEMM does not take and for GDN in_proj_b/a; fp32 accumulate, timed heuristic "
         "candidates";
   i.kernels["graphs"] =
-      "per token bucket (8-token steps below 256, then 16 per doubling) x packed-sequence bucket "
+      "per token bucket (8-token steps below 512, then 32 per doubling) x packed-sequence bucket "
       "(1, 2, 4, ... 64)";
   i.kernels["head"] = f32 ? "cuda joint head fp32" : "cuda joint head (bf16 T-row GEMMs)";
   i.kernels["mode"] = kernel_path_name(config_.kernels);

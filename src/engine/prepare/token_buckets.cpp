@@ -7,7 +7,7 @@
 namespace clef::engine {
 namespace {
 constexpr int kMinStep = 8;          // below 256 tokens: 8-token steps (mean padding <= 4 tokens)
-constexpr int kStepsPerOctave = 16;  // beyond: the step is 1/16 of the octave's start
+constexpr int kStepsPerOctave = 32;  // beyond: the step is 1/32 of the octave's start
 
 int step_for(int T) {
   int octave = 1;

@@ -248,12 +248,13 @@ TYPED_TEST(BackboneKernels, AttnPrepAndOutputGate) {
     int T, nh, nkv, hd, rd, extra;  // extra columns of proj
   };
   // attn_prep vector path: hd 256 (flash, rd 64), 128 (16 of 32 lanes), 64 with full rotary, 40
-  // with rd 0; scalar: rd / 2 not a multiple of 8 (32/8, 24/6), odd ld. attn_output_gate takes the
+  // with rd 0, and 1 + 2 x 1 heads (a block's 8 items span 4 rows: its shared cos/sin table's
+  // most); scalar: rd / 2 not a multiple of 8 (32/8, 24/6), odd ld. attn_output_gate takes the
   // vector path except for the odd ld.
   for (Shape sh :
        {Shape{50, 4, 2, 32, 8, 0}, Shape{300, 16, 4, 256, 64, 0}, Shape{40, 4, 2, 128, 32, 0},
         Shape{30, 3, 1, 64, 64, 0}, Shape{16, 2, 1, 40, 0, 0}, Shape{20, 2, 2, 24, 6, 0},
-        Shape{25, 2, 1, 64, 16, 3}}) {
+        Shape{25, 2, 1, 64, 16, 3}, Shape{37, 1, 1, 64, 32, 0}}) {
     SCOPED_TRACE("T=" + std::to_string(sh.T) + " hd=" + std::to_string(sh.hd) +
                  " rd=" + std::to_string(sh.rd) + " extra=" + std::to_string(sh.extra));
     const int rd = sh.rd, ld = sh.nh * 2 * sh.hd + 2 * sh.nkv * sh.hd + sh.extra;

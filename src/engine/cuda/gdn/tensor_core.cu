@@ -983,7 +983,7 @@ __device__ __forceinline__ void gated_norm_rows(const bf16* Os, const GdnGatedNo
       const float zw0 = rnd<bf16>(w[p].x * n0), zw1 = rnd<bf16>(w[p].y * n1);
       const float z0 = __uint_as_float(z[p] << 16), z1 = __uint_as_float(z[p] & 0xffff0000u);
       *reinterpret_cast<__nv_bfloat162*>(o + (row * Hv + h) * dv + c) =
-          __floats2bfloat162_rn(zw0 * silu_f(z0), zw1 * silu_f(z1));
+          __floats2bfloat162_rn(zw0 * silu_rounded_to<bf16>(z0), zw1 * silu_rounded_to<bf16>(z1));
     }
   }
 }

@@ -33,7 +33,7 @@ __global__ void swiglu_generic_kernel(const E* __restrict__ gu, E* __restrict__ 
   for (int r = 0; r < kSlice / kSliceThreads; ++r) {
     const int i = i0 + r * kSliceThreads;
     if (i >= I) break;
-    const float gt = rnd<E>(silu_f(to_f(gu[t * 2 * I + i])));
+    const float gt = rnd<E>(silu_rounded_to<E>(to_f(gu[t * 2 * I + i])));
     out[t * I + i] = from_f<E>(gt * to_f(gu[t * 2 * I + I + i]));
   }
 }
@@ -75,7 +75,7 @@ __global__ void swiglu_vec8_kernel(const E* __restrict__ gu, E* __restrict__ out
   pairwise_chunks<E>(
       blockIdx.y * kVecChunks + threadIdx.x, I / 8, [&](int c) { return row + 8 * c; },
       [&](int c) { return row + I + 8 * c; }, [&](int c) { return orow + 8 * c; },
-      [](float g, float u) { return rnd<E>(silu_f(g)) * u; });
+      [](float g, float u) { return rnd<E>(silu_rounded_to<E>(g)) * u; });
 }
 
 // n8 chunks of 8 by 16-byte accesses (grid-stride), then the n % 8 tail elements.
@@ -97,7 +97,7 @@ struct SwigluValue {
   int I;
   __device__ __nv_bfloat16 operator()(int t, int i) const {
     const size_t r = static_cast<size_t>(t) * 2 * I;
-    const float gt = rnd<__nv_bfloat16>(silu_f(to_f(gu[r + i])));
+    const float gt = rnd<__nv_bfloat16>(silu_rounded_to<__nv_bfloat16>(to_f(gu[r + i])));
     return from_f<__nv_bfloat16>(gt * to_f(gu[r + I + i]));
   }
 };

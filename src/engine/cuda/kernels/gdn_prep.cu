@@ -105,7 +105,7 @@ __global__ void gdn_conv_prep_generic_kernel(const E* __restrict__ proj,
           acc += to_f(conv_w[static_cast<size_t>(ch) * a.K + j]) *
                  to_f(proj[static_cast<size_t>(tt) * a.ld + ch]);
       }
-      const float y = rnd<E>(silu_f(rnd<E>(acc)));
+      const float y = rnd<E>(silu_rounded_to<E>(rnd<E>(acc)));
       val[r] = y;
       ss += y * y;
     }
@@ -357,10 +357,10 @@ __global__ void __launch_bounds__(kTileThreads, 5)
       rnd8<E>(acc[i]);
       float s[8];
 #pragma unroll
-      for (int m = 0; m < 8; ++m) s[m] = silu_f(acc[i][m]);
+      for (int m = 0; m < 8; ++m) s[m] = silu_rounded_to<E>(acc[i][m]);
       const Vec8<E> yv = pack8<E>(s);
       float y[8];
-      unpack8(yv, y);  // rnd<E>(silu_f(rnd<E>(acc)))
+      unpack8(yv, y);  // rnd<E>(silu_rounded_to<E>(rnd<E>(acc)))
       float ss = 0.0f;
 #pragma unroll
       for (int m = 0; m < 8; ++m) ss += y[m] * y[m];

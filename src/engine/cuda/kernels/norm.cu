@@ -82,7 +82,7 @@ __device__ __forceinline__ void gated_head_generic(const E* __restrict__ o, cons
       const float n = rnd<E>(val[r] * rs);
       const float zw = rnd<E>(w[i] * n);
       const float zz = to_f(z[t * ldz + h * dv + i]);
-      put(i, from_f<E>(zw * silu_f(zz)));
+      put(i, from_f<E>(zw * silu_rounded_to<E>(zz)));
     }
   }
 }
@@ -190,7 +190,7 @@ __device__ __forceinline__ Vec8<E> gated_chunk_vec8(const E* __restrict__ o,
   for (int j = 0; j < 8; ++j) {
     const float n = rnd<E>(val[j] * rs);
     const float zw = rnd<E>(wv[j] * n);
-    res[j] = zw * silu_f(zz[j]);
+    res[j] = zw * silu_rounded_to<E>(zz[j]);
   }
   return pack8<E>(res);
 }

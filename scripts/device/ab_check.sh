@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# One device call comparing carried clefserve builds (perf-log v18a: token buckets, SiLU form):
+# the GPU tests (GTEST_FILTER), the kernel workbenches of WB before / after (`wb`: carried
+# workbench_<family>_before and workbench_<family> binaries), `clefserve profile` of every binary in BINS (names under
+# .devcarry's bin/, alternated PROFILE_ROUNDS times in one call, so each process's GEMM choices
+# and clocks spread over all of them), and `serve`: the first of BINS served cold (no tuning cache)
+# with its start-up read from /health, then `clefserve bench` at each concurrency of CS over
+# public231-shape and at each of SHORT_CS over public231-short, with the /metrics batch counters.
+# Logs in $OUT.
+# Usage (repo root on the device):
+#   [STEPS="tests wb profile serve"] [BINS="clefserve clefserve_b"] scripts/device/ab_check.sh
+set -uo pipefail
+source scripts/device/setup.sh > /dev/null
+STEPS=${STEPS:-tests profile}
+BINS=${BINS:-clefserve}
+start_check
+if has serve && [ -z "$MK" ]; then
+  ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
+  MK=$!
+fi
+if has tests; then
+  t0=$(date +%s)
+  F=${GTEST_FILTER:-*GdnConvPrep*:*Swiglu*:*Fp8Producers*:*Golden*:*CudaEngine*:*Packed*:*CudaPrepare*}
+  timeout "${TEST_TIMEOUT:-300}" test_gpu --gtest_brief=1 --gtest_filter="$F" > "$L/test_gpu.log" 2>&1
+  summary+=("test_gpu $F: rc $? in $(( $(date +%s) - t0 )) s :: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
+  while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|bf16.*noise|max \|dp\|" "$L/test_gpu.log" | head -16)
+fi
+if has wb; then  # kernel workbenches: each of WB as workbench_<family>_before (if carried) and after
+  for w in ${WB:-attn_prep elementwise gdn_prep norm}; do
+    for v in "${w}_before" "$w"; do
+      [ -x "/tmp/c/bin/workbench_$v" ] || continue
+      echo "## workbench_$v" >> "$L/workbench.txt"
+      timeout 120 "/tmp/c/bin/workbench_$v" >> "$L/workbench.txt" 2>&1
+      summary+=("workbench_$v rc $?")
+    done
+  done
+fi
+wait_model
+if has profile; then
+  for r in $(seq 1 "${PROFILE_ROUNDS:-1}"); do
+    for b in $BINS; do
+      echo "## round $r binary $b" >> "$L/profile.txt"
+      timeout "${PROFILE_TIMEOUT:-150}" "/tmp/c/bin/$b" profile --model $M --device cuda \
+        --lengths "${PROFILE_LENGTHS:-361,961,2761,5661}" --runs 7 --warmup 2 >> "$L/profile.txt" 2>> "$L/misc.log"
+      summary+=("profile round $r $b rc $?")
+    done
+  done
+fi
+if has serve; then
+  b=${BINS%% *}
+  PORT=8741
+  t0=$(date +%s)
+  "/tmp/c/bin/$b" serve --model $M --device cuda --port $PORT --tuning-cache /tmp/tc_ab > "$L/serve.log" 2>&1 &
+  SP=$!
+  for i in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health > /tmp/health.json && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
+  summary+=("serve $b: healthy after $(( $(date +%s) - t0 )) s :: $(python3 -c "
+import json; h = json.load(open('/tmp/health.json')); print(json.dumps(h.get('startup')))" 2>&1)")
+  run_bench() {  # MANIFEST C LABEL
+    local before after rc
+    before=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)")
+    timeout 240 clefserve bench --url http://127.0.0.1:$PORT --manifest "$1" --concurrency "$2" \
+      --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" > "$L/bench_$3.log" 2>&1
+    rc=$?
+    after=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)")
+    summary+=("$3: bench rc $rc :: $(python3 -c "
+import json; r = json.load(open('/tmp/bench_$3/report.json'))
+l = r.get('successful_latency_ms', {}); t = r.get('throughput', {})
+print('req/s %.2f, p50 %.1f ms, p95 %.1f ms, failures %s' % (t.get('requests_per_s') or 0, l.get('p50') or 0, l.get('p95') or 0, json.dumps(r.get('failures'))))" 2>&1)")
+    # The batch-size histogram of this run (warm-up included): /metrics after minus before.
+    summary+=("  batches: $(python3 - "$before" "$after" <<'EOF'
+import sys
+def parse(t):
+    d = {}
+    for line in t.splitlines():
+        k, v = line.rsplit(' ', 1)
+        d[k] = float(v)
+    return d
+b, a = parse(sys.argv[1]), parse(sys.argv[2])
+print(' '.join('%s=%g' % (k.replace('clef_batch_size_requests_', ''), a[k] - b.get(k, 0)) for k in a))
+EOF
+)")
+  }
+  for c in ${CS:-16}; do run_bench manifests/public231-shape.jsonl "$c" "shape_c$c"; done
+  for c in ${SHORT_CS:-}; do run_bench manifests/public231-short.jsonl "$c" "short_c$c"; done
+  kill $SP; wait $SP 2>/dev/null
+fi
+print_summary
+[ -f "$L/profile.txt" ] && grep -E "^## |^\| [0-9]" "$L/profile.txt" | head -60
+exit 0
