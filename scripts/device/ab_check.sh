@@ -3,10 +3,10 @@
 # the GPU tests (GTEST_FILTER), the kernel workbenches of WB before / after (`wb`: carried
 # workbench_<family>_before and workbench_<family> binaries), `clefserve profile` of every binary in BINS (names under
 # .devcarry's bin/, alternated PROFILE_ROUNDS times in one call, so each process's GEMM choices
-# and clocks spread over all of them), and `serve`: the first of BINS served cold (no tuning cache)
+# and clocks spread over all of them; PROFILE_EXTRA adds arguments, e.g. "--batch 8"), and `serve`: the first of BINS served cold (no tuning cache)
 # with its start-up read from /health, then `clefserve bench` at each concurrency of CS over
 # public231-shape and at each of SHORT_CS over public231-short, with the /metrics batch counters.
-# Logs in $OUT.
+# `batch`: `profile --batch BATCH` (one packed forward) at BATCH_LENGTHS for every binary. Logs in $OUT.
 # Usage (repo root on the device):
 #   [STEPS="tests wb profile serve"] [BINS="clefserve clefserve_b"] scripts/device/ab_check.sh
 set -uo pipefail
@@ -41,9 +41,17 @@ if has profile; then
     for b in $BINS; do
       echo "## round $r binary $b" >> "$L/profile.txt"
       timeout "${PROFILE_TIMEOUT:-150}" "/tmp/c/bin/$b" profile --model $M --device cuda \
-        --lengths "${PROFILE_LENGTHS:-361,961,2761,5661}" --runs 7 --warmup 2 >> "$L/profile.txt" 2>> "$L/misc.log"
+        --lengths "${PROFILE_LENGTHS:-361,961,2761,5661}" --runs 7 --warmup 2 ${PROFILE_EXTRA:-} >> "$L/profile.txt" 2>> "$L/misc.log"
       summary+=("profile round $r $b rc $?")
     done
+  done
+fi
+if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENGTHS, every binary
+  for b in $BINS; do
+    echo "## batch ${BATCH:-8} binary $b" >> "$L/profile.txt"
+    timeout "${PROFILE_TIMEOUT:-150}" "/tmp/c/bin/$b" profile --model $M --device cuda \
+      --lengths "${BATCH_LENGTHS:-400,1000}" --runs 7 --warmup 2 --batch "${BATCH:-8}" >> "$L/profile.txt" 2>> "$L/misc.log"
+    summary+=("batch profile $b rc $?")
   done
 fi
 if has serve; then
