@@ -38,16 +38,18 @@ fi
 wait_model
 if has profile; then
   for r in $(seq 1 "${PROFILE_ROUNDS:-1}"); do
-    for b in $BINS; do
-      echo "## round $r binary $b" >> "$L/profile.txt"
-      timeout "${PROFILE_TIMEOUT:-150}" "/tmp/c/bin/$b" profile --model $M --device cuda \
+    for entry in $BINS; do  # NAME or NAME:VAR=VALUE[,VAR=VALUE] (the binary run with those set)
+      b=${entry%%:*}
+      vars=(); [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
+      echo "## round $r binary $entry" >> "$L/profile.txt"
+      timeout "${PROFILE_TIMEOUT:-150}" env "${vars[@]}" "/tmp/c/bin/$b" profile --model $M --device cuda \
         --lengths "${PROFILE_LENGTHS:-361,961,2761,5661}" --runs 7 --warmup 2 ${PROFILE_EXTRA:-} >> "$L/profile.txt" 2>> "$L/misc.log"
-      summary+=("profile round $r $b rc $?")
+      summary+=("profile round $r $entry rc $?")
     done
   done
 fi
-if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENGTHS, every binary
-  for b in $BINS; do
+if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENGTHS, each of BATCH_BINS
+  for b in ${BATCH_BINS:-$BINS}; do
     echo "## batch ${BATCH:-8} binary $b" >> "$L/profile.txt"
     timeout "${PROFILE_TIMEOUT:-150}" "/tmp/c/bin/$b" profile --model $M --device cuda \
       --lengths "${BATCH_LENGTHS:-400,1000}" --runs 7 --warmup 2 --batch "${BATCH:-8}" >> "$L/profile.txt" 2>> "$L/misc.log"

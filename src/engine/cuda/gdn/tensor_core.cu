@@ -7,6 +7,8 @@
 // two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -990,27 +992,36 @@ __device__ __forceinline__ void gated_norm_rows(const bf16* Os, const GdnGatedNo
 
 // 3 CTAs an SM: at 4 (64 registers, 84-136 bytes of spills) it measured slower, 48.6 -> 50.3 us
 // at 961 tokens and 190.7 -> 257.2 at 5661 (perf-log v17b).
-template <typename E, bool kNorm>
+// NH value heads a CTA (1 or 2, of one key head: Hv / Hk a multiple of NH): they share Xq, Xk and
+// the raw Xq Xk^T products, so a pair loads those tiles and runs lower_xyt once (perf-log v18c);
+// each head's P = (Xq Xk^T) o (rq rk Gamma_h), O and norm are the single head's, in the same
+// operations and order (bit for bit).
+template <int NH>
+constexpr size_t output_smem() {
+  return sizeof(float) * (2 * NH + 2) * C + sizeof(bf16) * (2 * C * kLdx + 2 * NH * C * kLdp);
+}
+
+template <typename E, bool kNorm, int NH>
 __global__ void __launch_bounds__(kOutThreads, 3)
     output_kernel(const bf16* __restrict__ xq, const bf16* __restrict__ xk,
                   const float* __restrict__ rq, const float* __restrict__ rk, ChunkMap map, int Tc,
                   int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
-  const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), nC = Tc / C;
+  const int chunk = blockIdx.x, h0 = blockIdx.y * NH, kh = h0 / (Hv / Hk), nC = Tc / C;
   int t0, valid;  // the chunk's first input row and rows
   map.chunk(chunk, t0, valid);
   if (valid <= 0) return;
-  float* gam = smem;
-  float* sc = gam + C;
-  float* rqs = sc + C;
+  float* gam = smem;         // [NH][C]
+  float* sc = gam + NH * C;  // [NH][C]
+  float* rqs = sc + NH * C;
   float* rks = rqs + C;
   bf16* Xq = reinterpret_cast<bf16*>(rks + C);
   bf16* Xk = Xq + C * kLdx;
-  bf16* Ph = Xk + C * kLdx;
-  bf16* Pl = Ph + C * kLdp;
+  bf16* P = Xk + C * kLdx;  // head hh: Ph at P + 2 hh C kLdp, Pl C kLdp after it
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const size_t row0 = static_cast<size_t>(h) * Tc + chunk * C;  // the slot's scratch rows
+  // Head hh's scratch rows (G, Vn) start at row0(hh).
+  auto row0 = [&](int hh) { return static_cast<size_t>(h0 + hh) * Tc + chunk * C; };
   CLEF_PHASE_CLOCK(8, 1, 1, 0);
 
   load_x_tiles<kOutThreads>(
@@ -1018,71 +1029,89 @@ __global__ void __launch_bounds__(kOutThreads, 3)
       xk + (static_cast<size_t>(t0) * Hk + kh) * dk, static_cast<size_t>(Hk) * dk, dk, valid);
   if (tid < C) {
     const bool in = tid < valid;
-    gam[tid] = ws.G[row0 + tid];
+#pragma unroll
+    for (int hh = 0; hh < NH; ++hh) gam[hh * C + tid] = ws.G[row0(hh) + tid];
     rqs[tid] = in ? rq[static_cast<size_t>(t0 + tid) * Hk + kh] : 0.0f;
     rks[tid] = in ? rk[static_cast<size_t>(t0 + tid) * Hk + kh] : 0.0f;
   }
   __syncthreads();
   CLEF_PHASE(0);  // loads
-  if (tid < C) sc[tid] = __expf(gam[tid]) * rqs[tid];
+  if (tid < C) {
+#pragma unroll
+    for (int hh = 0; hh < NH; ++hh) sc[hh * C + tid] = __expf(gam[hh * C + tid]) * rqs[tid];
+  }
   // P = (Q K^T) o Gamma_incl = (diag(rq) Xq Xk^T diag(rk)) o Gamma_incl, lower-triangle tiles as
   // in xkt_slot (the product reads no tile above the diagonal blocks).
   static_assert(NW == 8, "xkt_slot spreads the tiles over 8 warps");
   lower_xyt(Xq, Xk, dk, warp, lane, [&](int i, int j, float xx) {
-    const float p = i >= j ? (xx * rqs[i] * rks[j]) * __expf(gam[i] - gam[j]) : 0.0f;
-    const bf16 hi = __float2bfloat16_rn(p);
-    Ph[i * kLdp + j] = hi;
-    Pl[i * kLdp + j] = __float2bfloat16_rn(p - __bfloat162float(hi));
+    const float xr = xx * rqs[i] * rks[j];
+#pragma unroll
+    for (int hh = 0; hh < NH; ++hh) {
+      const float* gh = gam + hh * C;
+      const float p = i >= j ? xr * __expf(gh[i] - gh[j]) : 0.0f;
+      const bf16 hi = __float2bfloat16_rn(p);
+      bf16* Ph = P + 2 * hh * C * kLdp;
+      Ph[i * kLdp + j] = hi;
+      Ph[C * kLdp + i * kLdp + j] = __float2bfloat16_rn(p - __bfloat162float(hi));
+    }
   });
   __syncthreads();
   CLEF_PHASE(1);  // P
   const int col0 = 16 * warp;
   const bool on = col0 < dv;  // dv % 16 == 0: a warp has both column tiles or none
   if (!kNorm && !on) return;  // the norm's barriers need every warp
-  float acc[2][4][4] = {};
-  if (on) {
-    times_global_b<false, 1>(acc, Xq, nullptr, kLdx,
-                             ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv + col0 + g, dv,
-                             dk, lane);
-    CLEF_PHASE(3);  // Xq S (warp 0)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int tm = 0; tm < 4; ++tm)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[r][tm][c] *= sc[16 * tm + g + 8 * (c / 2)];
-    times_global_b<true, 2>(acc, Ph, Pl, kLdp, ws.Vn + row0 * dv + col0 + g, dv, C, lane);
-    CLEF_PHASE(4);  // + P Vn (warp 0)
-  }
-  if constexpr (kNorm) {
-    static_assert(std::is_same_v<E, __nv_bfloat16>, "the fused gated norm is bf16");
-    __syncthreads();  // every warp is done reading Xq, which Os overlays
-    bf16* Os = Xq;
+  for (int hh = 0; hh < NH; ++hh) {
+    const int h = h0 + hh;
+    bf16* const Ph = P + 2 * hh * C * kLdp;
+    float acc[2][4][4] = {};
     if (on) {
+      times_global_b<false, 1>(acc, Xq, nullptr, kLdx,
+                               ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv + col0 + g,
+                               dv, dk, lane);
+      CLEF_PHASE(3);  // Xq S (warp 0)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int tm = 0; tm < 4; ++tm)
 #pragma unroll
-          for (int hr = 0; hr < 2; ++hr)
-            *reinterpret_cast<__nv_bfloat162*>(Os + (16 * tm + g + 8 * hr) * kLdx + col0 + 8 * r +
-                                               2 * t) =
-                __floats2bfloat162_rn(acc[r][tm][2 * hr], acc[r][tm][2 * hr + 1]);
+          for (int c = 0; c < 4; ++c) acc[r][tm][c] *= sc[hh * C + 16 * tm + g + 8 * (c / 2)];
+      times_global_b<true, 2>(acc, Ph, Ph + C * kLdp, kLdp, ws.Vn + row0(hh) * dv + col0 + g, dv, C,
+                              lane);
+      CLEF_PHASE(4);  // + P Vn (warp 0)
     }
-    __syncthreads();
-    gated_norm_rows(Os, nrm, t0, valid, h, Hv, dv, warp, lane, o);
-  } else {
+    if constexpr (kNorm) {
+      static_assert(std::is_same_v<E, __nv_bfloat16>, "the fused gated norm is bf16");
+      // o rounded to bf16 in the head's P terms (C kLdx <= 2 C kLdp), once every warp is done
+      // reading them; Xq stays for the next head.
+      static_assert(C * kLdx <= 2 * C * kLdp, "o's tile fits in the head's P terms");
+      __syncthreads();
+      bf16* Os = Ph;
+      if (on) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+        for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int tm = 0; tm < 4; ++tm) {
+          for (int tm = 0; tm < 4; ++tm)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int i = 16 * tm + g + 8 * hr;
-          if (i >= valid) continue;
-          E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 + 8 * r + 2 * t;
-          dst[0] = from_f<E>(acc[r][tm][2 * hr]);
-          dst[1] = from_f<E>(acc[r][tm][2 * hr + 1]);
+            for (int hr = 0; hr < 2; ++hr)
+              *reinterpret_cast<__nv_bfloat162*>(Os + (16 * tm + g + 8 * hr) * kLdx + col0 + 8 * r +
+                                                 2 * t) =
+                  __floats2bfloat162_rn(acc[r][tm][2 * hr], acc[r][tm][2 * hr + 1]);
+      }
+      __syncthreads();
+      gated_norm_rows(Os, nrm, t0, valid, h, Hv, dv, warp, lane, o);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int tm = 0; tm < 4; ++tm) {
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int i = 16 * tm + g + 8 * hr;
+            if (i >= valid) continue;
+            E* dst = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + col0 + 8 * r + 2 * t;
+            dst[0] = from_f<E>(acc[r][tm][2 * hr]);
+            dst[1] = from_f<E>(acc[r][tm][2 * hr + 1]);
+          }
         }
       }
     }
@@ -1119,13 +1148,10 @@ void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, 
   }
 }
 
-// Fixed sizes (the tiles take kMaxHeadDim columns): 55.25 KiB (four CTAs per SM) and 53 KiB
-// (three).
+// Fixed sizes (the tiles take kMaxHeadDim columns): 55.25 KiB (four CTAs per SM); the output
+// kernel's (output_smem, above) 53 KiB for one head, 71.5 KiB for a pair (three either way).
 constexpr size_t prep_smem() {
   return sizeof(float) * (2 * C * (C + 4) + 3 * 256 + 5 * C) + sizeof(bf16) * C * kLdx;
-}
-constexpr size_t output_smem() {
-  return sizeof(float) * 4 * C + sizeof(bf16) * (2 * C * kLdx + 2 * C * kLdp);
 }
 
 // The current device's opt-in shared memory per block, 0 when it cannot be queried.
@@ -1139,6 +1165,15 @@ size_t smem_optin() {
   return static_cast<size_t>(optin);
 }
 
+// CLEF_GDN_OUTPUT_HEADS=1 keeps one value head an output CTA (the A/B of perf-log v18c); read once.
+bool output_pairs_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("CLEF_GDN_OUTPUT_HEADS");
+    return !(e && std::string(e) == "1");
+  }();
+  return on;
+}
+
 // The head dims the tensor-core kernels are built for.
 bool tc_shapes(int dk, int dv) {
   return dk % 16 == 0 && dv % 16 == 0 && dk >= 16 && dv >= 16 && dk <= kMaxHeadDim &&
@@ -1149,12 +1184,12 @@ bool tc_shapes(int dk, int dv) {
 
 bool tc_supported(int dk, int dv) {
   return tc_shapes(dk, dv) &&
-         std::max({prep_smem(), output_smem(), ScanSmem<4>::bytes()}) <= smem_optin();
+         std::max({prep_smem(), output_smem<2>(), ScanSmem<4>::bytes()}) <= smem_optin();
 }
 
 bool tc_scan_output_supported(int dk, int dv) {
   const size_t scan = dv % 32 == 0 ? ScanSmem<4, true>::bytes() : ScanSmem<2, true>::bytes();
-  return tc_shapes(dk, dv) && std::max({prep_smem(), output_smem(), scan}) <= smem_optin();
+  return tc_shapes(dk, dv) && std::max({prep_smem(), output_smem<2>(), scan}) <= smem_optin();
 }
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
@@ -1187,10 +1222,16 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   const int nC = seqs ? seqs->chunk_slots : (T + C - 1) / C, Tc = nC * C;
   const int n_seqs = seqs ? seqs->seq_slots : 1;
   const Ws ws = carve(workspace, Tc, Hv, dk, dv);
-  constexpr size_t ps = prep_smem(), os = output_smem();
+  constexpr size_t ps = prep_smem();
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(ps)));
-  auto* out = norm ? output_kernel<__nv_bfloat16, true> : output_kernel<__nv_bfloat16, false>;
+  // Value heads a output CTA: the pair where a key head has an even number of them.
+  const int nh = (Hv / Hk) % 2 == 0 && output_pairs_enabled() ? 2 : 1;
+  auto* out =
+      nh == 2
+          ? (norm ? output_kernel<__nv_bfloat16, true, 2> : output_kernel<__nv_bfloat16, false, 2>)
+          : (norm ? output_kernel<__nv_bfloat16, true, 1> : output_kernel<__nv_bfloat16, false, 1>);
+  const size_t os = nh == 2 ? output_smem<2>() : output_smem<1>();
   CLEF_CUDA_CHECK(
       cudaFuncSetAttribute(out, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(os)));
   prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(in.xk, in.xv, in.rk, in.g, in.beta, map, Tc, Hk,
@@ -1204,8 +1245,8 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   }
   launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
-  out<<<dim3(nC, Hv), kOutThreads, os, s>>>(in.xq, in.xk, in.rq, in.rk, map, Tc, Hk, Hv, dk, dv, ws,
-                                            norm ? *norm : GdnGatedNorm{}, o);
+  out<<<dim3(nC, Hv / nh), kOutThreads, os, s>>>(in.xq, in.xk, in.rq, in.rk, map, Tc, Hk, Hv, dk,
+                                                 dv, ws, norm ? *norm : GdnGatedNorm{}, o);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
