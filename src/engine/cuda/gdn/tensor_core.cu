@@ -1165,6 +1165,17 @@ size_t smem_optin() {
   return static_cast<size_t>(optin);
 }
 
+// The current device's multiprocessors, 0 when it cannot be queried.
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
+    return 0;
+  }
+  return n;
+}
+
 // CLEF_GDN_OUTPUT_HEADS=1 keeps one value head an output CTA (the A/B of perf-log v18c); read once.
 bool output_pairs_enabled() {
   static const bool on = [] {
@@ -1225,8 +1236,12 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   constexpr size_t ps = prep_smem();
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(ps)));
-  // Value heads a output CTA: the pair where a key head has an even number of them.
-  const int nh = (Hv / Hk) % 2 == 0 && output_pairs_enabled() ? 2 : 1;
+  // Value heads an output CTA: the pair where a key head has an even number of them and one head
+  // a CTA would need more than one wave (three CTAs an SM); within one wave a pair only makes each
+  // CTA longer (H200, 361 tokens, 192 CTAs: GDN stage 1.59 -> 1.81 ms with pairs; perf-log v18c).
+  const bool pairs = (Hv / Hk) % 2 == 0 && output_pairs_enabled() &&
+                     static_cast<long long>(nC) * Hv > 3LL * sm_count();
+  const int nh = pairs ? 2 : 1;
   auto* out =
       nh == 2
           ? (norm ? output_kernel<__nv_bfloat16, true, 2> : output_kernel<__nv_bfloat16, false, 2>)
