@@ -1154,26 +1154,21 @@ constexpr size_t prep_smem() {
   return sizeof(float) * (2 * C * (C + 4) + 3 * 256 + 5 * C) + sizeof(bf16) * C * kLdx;
 }
 
-// The current device's opt-in shared memory per block, 0 when it cannot be queried.
-size_t smem_optin() {
-  int dev = 0, optin = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+// Attribute `a` of the current device, 0 when it cannot be queried.
+int current_device_attribute(cudaDeviceAttr a) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, a, dev) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
     return 0;
   }
-  return static_cast<size_t>(optin);
+  return v;
 }
-
-// The current device's multiprocessors, 0 when it cannot be queried.
+// The opt-in shared memory per block and the multiprocessors.
+size_t smem_optin() {
+  return static_cast<size_t>(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+}
 int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
-    return 0;
-  }
-  return n;
+  return current_device_attribute(cudaDevAttrMultiProcessorCount);
 }
 
 // CLEF_GDN_OUTPUT_HEADS=1 keeps one value head an output CTA (the A/B of perf-log v18c); read once.
