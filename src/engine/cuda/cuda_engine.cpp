@@ -89,9 +89,9 @@ void CudaEngineImpl::validate_config() const {
 
 // The batch is enqueued whole and synchronised once. Consecutive requests are packed into one
 // backbone forward (packing.h) up to pack_tokens_ rows and kMaxPackedSequences sequences (a
-// longer request runs alone, in its own bucket's graph); each request's head then runs on its
-// rows. The GPU never waits for the host between packs, and every request is validated before
-// anything is enqueued.
+// longer request runs alone, in its own bucket's graph); the head then runs once on the pack's
+// rows (one launch set for its requests, joint_head.h). The GPU never waits for the host between
+// packs, and every request is validated before anything is enqueued.
 std::vector<ForwardOutput> CudaEngineImpl::forward(
     const std::vector<const encoding::EncodedRequest*>& batch) {
   use_device();
@@ -121,7 +121,9 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
     }
     staged += static_cast<size_t>(p.Tp);
   }
-  head_->begin(batch, stream_);
+  std::vector<int> groups;  // the head runs once a pack
+  for (const Pack& p : packs) groups.push_back(p.count);
+  head_->begin(batch, stream_, groups);
   // The ids (and tables) of every pack in pinned memory: their uploads queue behind earlier work
   // instead of waiting for it (a pageable upload would wait for the stream).
   if (staged * sizeof(int32_t) > ids_pinned_.bytes()) {
@@ -129,8 +131,6 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
     ids_pinned_.resize(staged * sizeof(int32_t));
   }
   int32_t* pinned = ids_pinned_.get<int32_t>();
-  const size_t row_bytes =
-      static_cast<size_t>(cfg_.hidden_size) * data_type_bytes(config_.activations);
   for (const Pack& p : packs) {
     const int Tp = p.Tp;
     int32_t* ids = pinned;
@@ -152,9 +152,7 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
     }
     run_packed(ids, p.tables, pinned);
     pinned += table_ints(p.tables);
-    const char* hidden = static_cast<const char*>(workspace_->buffers().final_hidden);
-    for (int j = 0; j < p.count; ++j)
-      head_->enqueue(hidden + p.tables.begin[j] * row_bytes, stream_);
+    head_->enqueue(workspace_->buffers().final_hidden, stream_);  // the pack's rows, back to back
   }
   std::vector<std::vector<std::vector<float>>> logits = head_->finish(stream_);
   std::vector<ForwardOutput> out(batch.size());

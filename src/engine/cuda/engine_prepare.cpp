@@ -156,7 +156,8 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
   warm_head(rep.max_bucket, o.max_questions, o.max_options);
   // Batch staging for batches of up to max_tokens tokens (the queue's default budget): the head's
   // tables and logits, and the packs' ids and tables (at most two packs' worth of rows).
-  head_->reserve_batch(static_cast<size_t>(rep.max_bucket));
+  head_->reserve_batch(static_cast<size_t>(rep.max_bucket), o.max_questions, o.max_options,
+                       kMaxPackedSequences);
   {
     const size_t ints =
         2 * (static_cast<size_t>(rep.max_bucket) +

@@ -44,20 +44,6 @@ __device__ __forceinline__ V block_sum(V v) {
   return r;
 }
 
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float part[kThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  float r = part[0];
-#pragma unroll
-  for (int i = 1; i < kThreads / 32; ++i) r = fmaxf(r, part[i]);
-  return r;
-}
-
 __device__ __forceinline__ float gelu_erf(float x) {
   return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
@@ -194,21 +180,6 @@ __global__ void add_rows_gathered_kernel(float* x, const float* __restrict__ src
   for (int c = threadIdx.x; c < n; c += kThreads) x[r * n + c] += s[c];
 }
 
-__global__ void softmax_rows_kernel(float* x, int n, float scale) {
-  float* row = x + static_cast<size_t>(blockIdx.x) * n;
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < n; i += kThreads) mx = fmaxf(mx, row[i] * scale);
-  mx = block_max(mx);
-  float s = 0.f;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float e = expf(row[i] * scale - mx);
-    row[i] = e;
-    s += e;
-  }
-  const float inv = 1.f / block_sum(s);
-  for (int i = threadIdx.x; i < n; i += kThreads) row[i] *= inv;
-}
-
 __global__ void option_summary_kernel(const float* __restrict__ O, const float* __restrict__ f0,
                                       const int32_t* __restrict__ first, int W,
                                       float* __restrict__ out) {
@@ -241,10 +212,13 @@ __global__ void option_summary_kernel(const float* __restrict__ O, const float* 
 }
 
 __global__ void field_init_kernel(const float* __restrict__ f0, const float* __restrict__ sn,
-                                  const float* __restrict__ gp, const float* __restrict__ type_emb,
+                                  const float* __restrict__ gp_rows,
+                                  const int32_t* __restrict__ req,
+                                  const float* __restrict__ type_emb,
                                   const int32_t* __restrict__ types, int W, float* __restrict__ F) {
   const size_t k = blockIdx.x;
   const float* te = type_emb + static_cast<size_t>(types[k]) * W;
+  const float* gp = gp_rows + static_cast<size_t>(req[k]) * W;
   for (int i = threadIdx.x; i < W; i += kThreads)
     F[k * W + i] = f0[k * W + i] + sn[k * W + i] + gp[i] + te[i];
 }
@@ -265,7 +239,8 @@ __global__ void scorer_features_kernel(const float* __restrict__ F, const float*
 }
 
 __global__ void final_logits_kernel(const float* __restrict__ Lx, const float* __restrict__ Q,
-                                    const float* __restrict__ g, const float* __restrict__ F,
+                                    const float* __restrict__ g_rows,
+                                    const int32_t* __restrict__ req, const float* __restrict__ F,
                                     const float* __restrict__ U, const float* __restrict__ residual,
                                     const int32_t* __restrict__ owner, int D, int W,
                                     float prior_scale, float joint_scale, float gate,
@@ -273,6 +248,7 @@ __global__ void final_logits_kernel(const float* __restrict__ Lx, const float* _
   const int j = blockIdx.x, k = owner[j];
   const float* l = Lx + static_cast<size_t>(j) * D;
   const float* q = Q + static_cast<size_t>(k) * D;
+  const float* g = g_rows + static_cast<size_t>(req[k]) * D;
   double ll = 0, aa = 0, la = 0;
   for (int i = threadIdx.x; i < D; i += kThreads) {
     const double a = static_cast<double>(q[i]) + g[i];
@@ -376,12 +352,6 @@ void add_rows_gathered(float* x, const float* src, const int32_t* owner, int row
   check("add_rows_gathered");
 }
 
-void softmax_rows(float* x, int rows, int n, float scale, cudaStream_t s) {
-  if (rows <= 0) return;
-  softmax_rows_kernel<<<rows, kThreads, 0, s>>>(x, n, scale);
-  check("softmax_rows");
-}
-
 void option_summary(const float* O, const float* f0, const int32_t* first, int nq, int W,
                     int max_options, float* out, cudaStream_t s) {
   if (nq <= 0) return;
@@ -393,10 +363,11 @@ void option_summary(const float* O, const float* f0, const int32_t* first, int n
   check("option_summary");
 }
 
-void field_init(const float* f0, const float* sn, const float* gp, const float* type_emb,
-                const int32_t* types, int nq, int W, float* F, cudaStream_t s) {
+void field_init(const float* f0, const float* sn, const float* gp, const int32_t* req,
+                const float* type_emb, const int32_t* types, int nq, int W, float* F,
+                cudaStream_t s) {
   if (nq <= 0) return;
-  field_init_kernel<<<nq, kThreads, 0, s>>>(f0, sn, gp, type_emb, types, W, F);
+  field_init_kernel<<<nq, kThreads, 0, s>>>(f0, sn, gp, req, type_emb, types, W, F);
   check("field_init");
 }
 
@@ -407,12 +378,13 @@ void scorer_features(const float* F, const float* U, const int32_t* owner, int N
   check("scorer_features");
 }
 
-void final_logits(const float* Lx, const float* Q, const float* g, const float* F, const float* U,
-                  const float* residual, const int32_t* owner, int N, int D, int W,
-                  float prior_scale, float joint_scale, float gate, float* logits, cudaStream_t s) {
+void final_logits(const float* Lx, const float* Q, const float* g, const int32_t* req,
+                  const float* F, const float* U, const float* residual, const int32_t* owner,
+                  int N, int D, int W, float prior_scale, float joint_scale, float gate,
+                  float* logits, cudaStream_t s) {
   if (N <= 0) return;
-  final_logits_kernel<<<N, kThreads, 0, s>>>(Lx, Q, g, F, U, residual, owner, D, W, prior_scale,
-                                             joint_scale, gate, logits);
+  final_logits_kernel<<<N, kThreads, 0, s>>>(Lx, Q, g, req, F, U, residual, owner, D, W,
+                                             prior_scale, joint_scale, gate, logits);
   check("final_logits");
 }
 

@@ -1,6 +1,7 @@
 // The joint head's small kernels (docs/spec/model.md §4): LayerNorm, bias/GELU, span means, the
-// LM-head row gather, softmax, the option-attention summary and the scorer. All arithmetic is fp32
-// (the final scoring dots in fp64); GEMMs go through gemm/gemm.h.
+// LM-head row gather, the option-attention summary and the scorer (its attention:
+// head_attention.h). All arithmetic is fp32 (the final scoring dots in fp64); GEMMs go through
+// gemm/gemm.h.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,27 +44,25 @@ void lexical_mean(const E* table, int n, const int32_t* ids, const int32_t* span
 void add_rows_gathered(float* x, const float* src, const int32_t* owner, int rows, int n,
                        cudaStream_t s);
 
-// Row-wise softmax of scale * x, in place, rows of n.
-void softmax_rows(float* x, int rows, int n, float scale, cudaStream_t s);
-
 // Per question k (options first[k]..first[k+1]): a = softmax_j(O_j . f0_k / sqrt(W)), out_k = sum
 // a_j O_j.
 void option_summary(const float* O, const float* f0, const int32_t* first, int nq, int W,
                     int max_options, float* out, cudaStream_t s);
 
-// F[k] = f0[k] + sn[k] + gp + type_emb[types[k]].
-void field_init(const float* f0, const float* sn, const float* gp, const float* type_emb,
-                const int32_t* types, int nq, int W, float* F, cudaStream_t s);
+// F[k] = f0[k] + sn[k] + gp[req[k]] + type_emb[types[k]] (gp: one row per request).
+void field_init(const float* f0, const float* sn, const float* gp, const int32_t* req,
+                const float* type_emb, const int32_t* types, int nq, int W, float* F,
+                cudaStream_t s);
 
 // feat[j] = [F_k, u_j, F_k * u_j, |F_k - u_j|], k = owner[j].
 void scorer_features(const float* F, const float* U, const int32_t* owner, int N, int W,
                      float* feat, cudaStream_t s);
 
-// logit_j = prior_scale * <normalize(Lx_j), normalize(Q_k + g)> + gate * (joint_scale * cos(F_k,
-// U_j)
-// + residual_j), k = owner[j].
-void final_logits(const float* Lx, const float* Q, const float* g, const float* F, const float* U,
-                  const float* residual, const int32_t* owner, int N, int D, int W,
-                  float prior_scale, float joint_scale, float gate, float* logits, cudaStream_t s);
+// logit_j = prior_scale * <normalize(Lx_j), normalize(Q_k + g_req[k])> + gate * (joint_scale *
+// cos(F_k, U_j) + residual_j), k = owner[j] (g: one row per request).
+void final_logits(const float* Lx, const float* Q, const float* g, const int32_t* req,
+                  const float* F, const float* U, const float* residual, const int32_t* owner,
+                  int N, int D, int W, float prior_scale, float joint_scale, float gate,
+                  float* logits, cudaStream_t s);
 
 }  // namespace clef::engine::cuda::head_kernels

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/head_attention.h"
 #include "engine/cuda/head_kernels.h"
 #include "model/bf16.h"
 
@@ -15,10 +16,6 @@ namespace clef::engine::cuda {
 namespace {
 
 constexpr float kLnEps = 1e-5f;  // every head LayerNorm (PyTorch default)
-// Linears with at most this many rows (questions, options, the global token) take
-// head_kernels::skinny_linear; longer ones (the T-row memory GEMMs) cuBLASLt.
-constexpr int kSkinnyMaxRows = 64;
-
 namespace hk = head_kernels;
 
 // The weights of the GEMMs with T rows: kept in bf16 too for the BFloat16 mode.
@@ -200,34 +197,15 @@ CudaJointHead::CudaJointHead(const model::Release& release, HeadPrecision precis
 
 CudaJointHead::~CudaJointHead() = default;
 
-void CudaJointHead::gemm_f32(int M, int N, int K, const float* a, int lda, int64_t a_bs,
-                             const float* b, int ldb, int64_t b_bs, bool b_is_nk, float* c, int ldc,
-                             int64_t c_bs, int batch, cudaStream_t s) {
-  GemmProblem p;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.a = {a, DataType::F32, lda, a_bs};
-  p.b = {b, DataType::F32, ldb, b_bs};
-  p.b_is_nk = b_is_nk;
-  p.c = c;
-  p.c_dtype = DataType::F32;
-  p.ldc = ldc;
-  p.c_batch_stride = c_bs;
-  p.batch = batch;
-  p.tuning = GemmTuning::Heuristic;
-  gemm_.run(p, s);
-}
-
 void CudaJointHead::linear(const float* x, const __nv_bfloat16* x_bf16, int rows, int K,
                            const HeadLinear& lin, int row_off, int N, float* y, bool accumulate,
-                           const float* bias, bool gelu, cudaStream_t s) {
+                           const float* bias, bool gelu, bool few, cudaStream_t s) {
   const HeadMatrix& wt = lin.weight;
   if (wt.cols != K || wt.rows < row_off + N)
     throw std::runtime_error("joint head: a linear layer has an unexpected shape");
   const bool use_bf16 = x_bf16 && wt.bf16;
   const size_t off = static_cast<size_t>(row_off) * K;
-  if (!use_bf16 && rows <= kSkinnyMaxRows && wt.bf16_exact) {
+  if (!use_bf16 && few && wt.bf16_exact) {
     if (!x) throw std::runtime_error("joint head: no fp32 input for a few-row linear");
     hk::skinny_linear(x, rows, K, wt.bf16 + off, N, bias, gelu, accumulate, y, s);
     mark("head.linear_few_rows");
@@ -264,126 +242,227 @@ void CudaJointHead::layer_norm(const HeadLayerNorm& ln, const float* x, int rows
 }
 
 void CudaJointHead::mha(const HeadAttention& at, const float* xq, int nq, const float* xkv,
-                        const __nv_bfloat16* xkv_bf16, int nk, float* out, AttentionScratch& sc,
-                        cudaStream_t s) {
+                        const __nv_bfloat16* xkv_bf16, int nk, bool kv_few, const Group::Plan& plan,
+                        const int32_t* table, float* out, cudaStream_t s) {
   const int W = W_, hd = W_ / heads_;
   const float* in_b = at.in_proj.bias;
-  float* q = scratch<float>(sc.q, static_cast<size_t>(nq) * W);
-  float* kv = scratch<float>(sc.kv, static_cast<size_t>(nk) * 2 * W);
-  float* scores = scratch<float>(sc.scores, static_cast<size_t>(heads_) * nq * nk);
-  float* att = scratch<float>(sc.att, static_cast<size_t>(nq) * W);
-  linear(xq, nullptr, nq, W, at.in_proj, 0, W, q, false, in_b, false, s);
-  linear(xkv, xkv_bf16, nk, W, at.in_proj, W, 2 * W, kv, false, in_b + W, false, s);
-  // Per head: scores = q_h k_h^T / sqrt(hd) -> softmax -> att_h = P v_h (batched over heads).
-  gemm_f32(nq, nk, hd, q, W, hd, kv, 2 * W, hd, true, scores, nk, static_cast<int64_t>(nq) * nk,
-           heads_, s);
-  mark("head.gemm");
-  hk::softmax_rows(scores, heads_ * nq, nk, 1.f / std::sqrt(static_cast<float>(hd)), s);
-  mark("head.small");
-  gemm_f32(nq, hd, nk, scores, nk, static_cast<int64_t>(nq) * nk, kv + W, 2 * W, hd, false, att, W,
-           hd, heads_, s);
-  mark("head.gemm");
-  linear(att, nullptr, nq, W, at.out_proj, 0, W, out, true, at.out_proj.bias, false, s);
+  Scratch& b = scratch_;
+  float* q = b.att_q.get<float>();
+  float* kv = b.att_kv.get<float>();
+  float* att = b.att_out.get<float>();
+  linear(xq, nullptr, nq, W, at.in_proj, 0, W, q, false, in_b, false, true, s);
+  linear(xkv, xkv_bf16, nk, W, at.in_proj, W, 2 * W, kv, false, in_b + W, false, kv_few, s);
+  const HeadAttnTables t{table + plan.items, table + plan.combine, plan.item_count,
+                         plan.query_count, plan.parts};
+  head_attention(q, W, kv, kv + W, 2 * W, heads_, hd, 1.f / std::sqrt(static_cast<float>(hd)), t,
+                 b.att_ml.get<float>(), b.att_acc.get<float>(), att, W, s);
+  mark("head.attention");
+  linear(att, nullptr, nq, W, at.out_proj, 0, W, out, true, at.out_proj.bias, false, true, s);
 }
 
-// Span table (host, validated): question spans, option spans, option owners, first option per
-// question, question types, then the input ids.
-CudaJointHead::Staged CudaJointHead::stage(const encoding::EncodedRequest& enc,
-                                           std::vector<int32_t>& table) const {
+// A group's table parts while begin() builds them (numbers within the group).
+struct CudaJointHead::GroupBuild {
+  std::vector<int32_t> q_spans, o_spans, owner, first{0}, types, q_req, g_spans, ids;
+  std::vector<int> rows, nq, N, row0, q0;  // per request
+  int total_rows = 0, total_q = 0, total_N = 0, max_opts = 0;
+};
+
+void CudaJointHead::stage(const encoding::EncodedRequest& enc, GroupBuild& g) const {
   const int T = static_cast<int>(enc.input_ids.size());
   if (T <= 0) throw std::runtime_error("joint head: empty input");
   if (enc.questions.empty()) throw std::runtime_error("joint head: no questions");
-  Staged st;
-  st.enc = &enc;
-  st.T = T;
-  st.nq = static_cast<int>(enc.questions.size());
+  const int r = static_cast<int>(g.rows.size()), row0 = g.total_rows, q0 = g.total_q;
+  int N = 0;
   for (const auto& q : enc.questions) {
     if (q.option_spans.empty())
       throw std::runtime_error("joint head: question " + q.id + " has no options");
-    st.N += static_cast<int>(q.option_spans.size());
-    st.max_opts = std::max(st.max_opts, static_cast<int>(q.option_spans.size()));
-  }
-  const int nq = st.nq;
-  st.table_off = table.size();
-  for (const auto& q : enc.questions) {
     check_span(q.question_span, T, "question " + q.id);
-    table.push_back(q.question_span.start);
-    table.push_back(q.question_span.end);
-  }
-  for (const auto& q : enc.questions)
-    for (const auto& sp : q.option_spans) {
-      check_span(sp, T, "option of question " + q.id);
-      table.push_back(sp.start);
-      table.push_back(sp.end);
-    }
-  st.off_owner = table.size() - st.table_off;
-  for (int k = 0; k < nq; ++k)
-    for (size_t j = 0; j < enc.questions[k].option_spans.size(); ++j) table.push_back(k);
-  st.off_first = table.size() - st.table_off;
-  for (int k = 0, j = 0; k <= nq; ++k) {
-    table.push_back(j);
-    if (k < nq) j += static_cast<int>(enc.questions[k].option_spans.size());
-  }
-  st.off_types = table.size() - st.table_off;
-  for (const auto& q : enc.questions) {
+    for (const auto& sp : q.option_spans) check_span(sp, T, "option of question " + q.id);
     const int t = static_cast<int>(q.type);
     if (t < 0 || t > 2) throw std::runtime_error("joint head: unknown question type");
-    table.push_back(t);
+    N += static_cast<int>(q.option_spans.size());
+    g.max_opts = std::max(g.max_opts, static_cast<int>(q.option_spans.size()));
   }
-  st.off_ids = table.size() - st.table_off;
-  for (int32_t id : enc.input_ids) {
+  for (int32_t id : enc.input_ids)
     if (id < 0 || id >= vocab_) throw std::runtime_error("joint head: token id outside lm_head");
-    table.push_back(id);
+  int k = q0;
+  for (const auto& q : enc.questions) {
+    g.q_spans.insert(g.q_spans.end(), {row0 + q.question_span.start, row0 + q.question_span.end});
+    for (const auto& sp : q.option_spans) {
+      g.o_spans.insert(g.o_spans.end(), {row0 + sp.start, row0 + sp.end});
+      g.owner.push_back(k);
+    }
+    g.first.push_back(g.first.back() + static_cast<int>(q.option_spans.size()));
+    g.types.push_back(static_cast<int>(q.type));
+    g.q_req.push_back(r);
+    ++k;
   }
-  st.table_len = table.size() - st.table_off;
-  return st;
+  g.g_spans.insert(g.g_spans.end(), {row0 + T - 1, row0 + T});
+  g.ids.insert(g.ids.end(), enc.input_ids.begin(), enc.input_ids.end());
+  g.rows.push_back(T);
+  g.nq.push_back(static_cast<int>(enc.questions.size()));
+  g.N.push_back(N);
+  g.row0.push_back(row0);
+  g.q0.push_back(q0);
+  g.total_rows += T;
+  g.total_q += static_cast<int>(enc.questions.size());
+  g.total_N += N;
 }
 
-void CudaJointHead::begin(const std::vector<const encoding::EncodedRequest*>& batch,
-                          cudaStream_t s) {
+void CudaJointHead::begin(const std::vector<const encoding::EncodedRequest*>& batch, cudaStream_t s,
+                          const std::vector<int>& group_sizes) {
   // An earlier batch abandoned before finish() may still read the pinned staging.
   if (!staged_.empty()) CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
   staged_.clear();
+  groups_.clear();
   enqueued_ = 0;
+  std::vector<int> sizes = group_sizes;
+  if (sizes.empty()) sizes.assign(batch.size(), 1);
+  size_t in_groups = 0;
+  for (int n : sizes) {
+    if (n <= 0) throw std::runtime_error("joint head: an empty group");
+    in_groups += static_cast<size_t>(n);
+  }
+  if (in_groups != batch.size())
+    throw std::runtime_error("joint head: the groups do not cover the batch");
   std::vector<int32_t> table;
   std::vector<Staged> st;
-  size_t longest = 0, logits = 0;
-  for (const auto* enc : batch) {
-    if (!enc) throw std::runtime_error("joint head: null request");
-    st.push_back(stage(*enc, table));
-    st.back().logits_off = logits;
-    logits += static_cast<size_t>(st.back().N);
-    longest = std::max(longest, st.back().table_len);
+  std::vector<Group> groups;
+  size_t longest = 0, logits = 0, next = 0;
+  for (int n : sizes) {
+    GroupBuild b;
+    Group gr;
+    gr.first = next;
+    gr.logits_off = logits;
+    for (int j = 0; j < n; ++j, ++next) {
+      const auto* enc = batch[next];
+      if (!enc) throw std::runtime_error("joint head: null request");
+      stage(*enc, b);
+      st.push_back({enc, b.N.back(), logits});
+      logits += static_cast<size_t>(b.N.back());
+    }
+    gr.table_off = table.size();
+    auto put = [&](const std::vector<int32_t>& v) {
+      const size_t at = table.size() - gr.table_off;
+      table.insert(table.end(), v.begin(), v.end());
+      return at;
+    };
+    gr.q_spans = put(b.q_spans);
+    gr.o_spans = put(b.o_spans);
+    gr.owner = put(b.owner);
+    gr.first_opt = put(b.first);
+    gr.types = put(b.types);
+    gr.q_req = put(b.q_req);
+    gr.g_spans = put(b.g_spans);
+    gr.ids = put(b.ids);
+    auto plan = [&](const std::vector<int>& queries, const std::vector<int>& key0,
+                    const std::vector<int>& keys, Group::Plan& out) {
+      const HeadAttnPlan p = plan_head_attention(queries, key0, keys);
+      out.items = put(p.items);
+      out.combine = put(p.combine);
+      out.item_count = p.item_count();
+      out.query_count = p.query_count();
+      out.parts = p.parts;
+    };
+    plan(b.N, b.row0, b.rows, gr.evidence);  // options over their request's memory rows
+    plan(b.nq, b.row0, b.rows, gr.cross);    // questions over their request's memory rows
+    plan(b.nq, b.q0, b.nq, gr.self);         // questions over their request's questions
+    gr.table_len = table.size() - gr.table_off;
+    gr.n = {b.total_rows, n,          b.total_q,
+            b.total_N,    b.max_opts, std::max({gr.evidence.parts, gr.cross.parts, gr.self.parts})};
+    longest = std::max(longest, gr.table_len);
+    groups.push_back(gr);
   }
   // The previous batch synchronised the stream, so the pinned staging is free to reuse; each
-  // request has its own region, so no upload or download of this batch overwrites another's.
+  // group has its own region, so no upload or download of this batch overwrites another's.
   grow(table_pinned_, table.size() * sizeof(int32_t));
   std::copy(table.begin(), table.end(), table_pinned_.get<int32_t>());
   grow(host_table_dev_, longest * sizeof(int32_t));
   grow(logits_pinned_, std::max<size_t>(logits, 1) * sizeof(float));
   staged_ = std::move(st);
+  groups_ = std::move(groups);
 }
 
-void CudaJointHead::reserve_batch(size_t tokens) {
-  grow(table_pinned_, 6 * tokens * sizeof(int32_t));
-  grow(logits_pinned_, std::max<size_t>(tokens, 1) * sizeof(float));
+void CudaJointHead::size_scratch(const GroupSizes& n) {
+  const size_t T = static_cast<size_t>(std::max(n.rows, 1)), D = D_, W = W_;
+  const size_t nq = std::max(n.nq, 1), N = std::max(n.N, 1), B = std::max(n.requests, 1);
+  const bool bf16 = precision_ == HeadPrecision::BFloat16;
+  Scratch& b = scratch_;
+  scratch<float>(b.S, T * D);
+  if (bf16) {
+    scratch<__nv_bfloat16>(b.S16, T * D);
+    scratch<__nv_bfloat16>(b.M16, T * W);
+    scratch<__nv_bfloat16>(b.mem16, T * W);
+  } else {
+    scratch<float>(b.mem, T * W);
+  }
+  scratch<float>(b.M, T * W);
+  scratch<float>(b.Qm, nq * D);
+  scratch<float>(b.Cm, N * D);
+  scratch<float>(b.Lm, N * D);
+  scratch<float>(b.G, B * D);
+  scratch<float>(b.O, N * W);
+  scratch<float>(b.oq, nq * W);
+  scratch<float>(b.qn, N * W);
+  scratch<float>(b.ffh, std::max(N, nq) * F_);
+  scratch<float>(b.f0, nq * W);
+  scratch<float>(b.summ, nq * W);
+  scratch<float>(b.sn, nq * W);
+  scratch<float>(b.gp, B * W);
+  scratch<float>(b.F, nq * W);
+  scratch<float>(b.n1, nq * W);
+  scratch<float>(b.Fn, nq * W);
+  scratch<float>(b.U, N * W);
+  scratch<float>(b.feat, N * 4 * W);
+  scratch<float>(b.rh, N * W);
+  scratch<float>(b.res, N);
+  scratch<float>(b.logits, N);
+  const size_t parts = std::max(n.parts, 1), hd = W / heads_;
+  scratch<float>(b.att_q, std::max(N, nq) * W);
+  scratch<float>(b.att_kv, std::max(T, nq) * 2 * W);
+  scratch<float>(b.att_out, std::max(N, nq) * W);
+  scratch<float>(b.att_ml, 2 * parts * heads_);
+  scratch<float>(b.att_acc, parts * heads_ * hd);
+}
+
+void CudaJointHead::reserve_batch(size_t tokens, int max_questions, int max_options,
+                                  int max_requests) {
+  const size_t B = static_cast<size_t>(std::max(max_requests, 1));
+  // A group's questions and options: within each request's limits and (encoded requests) its
+  // tokens.
+  const size_t nq = std::max<size_t>(max_questions, std::min(B * max_questions, tokens));
+  const size_t N = std::max<size_t>(max_options, std::min(B * max_options, tokens));
+  const size_t parts = head_attention_parts_bound(std::max(nq, N), B);
+  GroupSizes n;
+  n.rows = static_cast<int>(tokens);
+  n.requests = static_cast<int>(B);
+  n.nq = static_cast<int>(nq);
+  n.N = static_cast<int>(N);
+  n.parts = static_cast<int>(parts);
+  size_scratch(n);
+  // The table: spans, owners, types and ids, then three plans (an item holds >= 1 part).
+  const size_t ints = 5 * nq + 1 + 3 * N + 2 * B + tokens + 3 * (5 * parts) + 3 * (nq + N + nq);
+  grow(table_pinned_, ints * sizeof(int32_t));
+  grow(host_table_dev_, ints * sizeof(int32_t));
+  grow(logits_pinned_, std::max<size_t>(N, 1) * sizeof(float));
 }
 
 std::vector<std::vector<std::vector<float>>> CudaJointHead::finish(cudaStream_t s) {
-  if (enqueued_ != staged_.size())
+  if (enqueued_ != groups_.size())
     throw std::runtime_error("joint head: finish() before every request was enqueued");
   CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<std::vector<std::vector<float>>> out;
   out.reserve(staged_.size());
   for (const Staged& st : staged_) {
     const float* flat = logits_pinned_.get<float>() + st.logits_off;
-    std::vector<std::vector<float>> r(st.nq);
-    for (int k = 0, j = 0; k < st.nq; ++k)
+    std::vector<std::vector<float>> r(st.enc->questions.size());
+    for (size_t k = 0, j = 0; k < r.size(); ++k)
       for (size_t o = 0; o < st.enc->questions[k].option_spans.size(); ++o)
         r[k].push_back(flat[j++]);
     out.push_back(std::move(r));
   }
   staged_.clear();
+  groups_.clear();
   enqueued_ = 0;
   return out;
 }
@@ -401,31 +480,34 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
 
 void CudaJointHead::enqueue(const void* hidden, cudaStream_t s,
                             std::function<void(const char*)> marks) {
-  if (enqueued_ >= staged_.size())
-    throw std::runtime_error("joint head: more requests enqueued than begin() staged");
+  if (enqueued_ >= groups_.size())
+    throw std::runtime_error("joint head: more groups enqueued than begin() staged");
   struct Reset {  // marks live for this call only
     std::function<void(const char*)>& m;
     ~Reset() { m = nullptr; }
   } reset{mark_};
   mark_ = std::move(marks);
-  const Staged& st = staged_[enqueued_];
+  const Group& gr = groups_[enqueued_];
   const int D = D_, W = W_;
   const bool bf16 = precision_ == HeadPrecision::BFloat16;
-  const int T = st.T, nq = st.nq, N = st.N, max_opts = st.max_opts;
+  const int T = gr.n.rows, nq = gr.n.nq, N = gr.n.N, B = gr.n.requests;
+  size_scratch(gr.n);
   int32_t* dt = host_table_dev_.get<int32_t>();
-  CLEF_CUDA_CHECK(cudaMemcpyAsync(dt, table_pinned_.get<int32_t>() + st.table_off,
-                                  st.table_len * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-  const int32_t* q_spans = dt;
-  const int32_t* o_spans = dt + 2 * nq;
-  const int32_t* owner = dt + st.off_owner;
-  const int32_t* first = dt + st.off_first;
-  const int32_t* types = dt + st.off_types;
-  const int32_t* ids = dt + st.off_ids;
+  CLEF_CUDA_CHECK(cudaMemcpyAsync(dt, table_pinned_.get<int32_t>() + gr.table_off,
+                                  gr.table_len * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  const int32_t* q_spans = dt + gr.q_spans;
+  const int32_t* o_spans = dt + gr.o_spans;
+  const int32_t* owner = dt + gr.owner;
+  const int32_t* first = dt + gr.first_opt;
+  const int32_t* types = dt + gr.types;
+  const int32_t* q_req = dt + gr.q_req;
+  const int32_t* g_spans = dt + gr.g_spans;
+  const int32_t* ids = dt + gr.ids;
 
-  // S = hidden_norm(X); M = memory_projection(S).
+  // S = hidden_norm(X); M = memory_projection(S), over every row of the group.
   Scratch& b = scratch_;
-  float* S = scratch<float>(b.S, static_cast<size_t>(T) * D);
-  __nv_bfloat16* S16 = bf16 ? scratch<__nv_bfloat16>(b.S16, static_cast<size_t>(T) * D) : nullptr;
+  float* S = b.S.get<float>();
+  __nv_bfloat16* S16 = bf16 ? b.S16.get<__nv_bfloat16>() : nullptr;
   if (bf16)
     hk::layer_norm(static_cast<const __nv_bfloat16*>(hidden), T, D, w_.hidden_norm.weight,
                    w_.hidden_norm.bias, kLnEps, S, S16, s);
@@ -433,96 +515,103 @@ void CudaJointHead::enqueue(const void* hidden, cudaStream_t s,
     hk::layer_norm(static_cast<const float*>(hidden), T, D, w_.hidden_norm.weight,
                    w_.hidden_norm.bias, kLnEps, S, nullptr, s);
   mark("head.small");
-  float* M = scratch<float>(b.M, static_cast<size_t>(T) * W);
-  linear(S, S16, T, D, w_.memory_projection, 0, W, M, false, nullptr, false, s);
+  float* M = b.M.get<float>();
+  linear(S, S16, T, D, w_.memory_projection, 0, W, M, false, nullptr, false, false, s);
   __nv_bfloat16* M16 = nullptr;
   if (bf16) {
-    M16 = scratch<__nv_bfloat16>(b.M16, static_cast<size_t>(T) * W);
+    M16 = b.M16.get<__nv_bfloat16>();
     hk::to_bf16(M, M16, static_cast<size_t>(T) * W, s);
     mark("head.small");
   }
-  const float* g = S + static_cast<size_t>(T - 1) * D;
 
-  // Span means in D space and the option queries O [N, W].
-  float* Qm = scratch<float>(b.Qm, static_cast<size_t>(nq) * D);
-  float* Cm = scratch<float>(b.Cm, static_cast<size_t>(N) * D);
-  float* Lm = scratch<float>(b.Lm, static_cast<size_t>(N) * D);
+  // Span means in D space (and each request's last row g), the option queries O [N, W].
+  float* Qm = b.Qm.get<float>();
+  float* Cm = b.Cm.get<float>();
+  float* Lm = b.Lm.get<float>();
+  float* G = b.G.get<float>();
   hk::span_mean(S, D, q_spans, nq, Qm, s);
   mark("head.small");
   hk::span_mean(S, D, o_spans, N, Cm, s);
+  mark("head.small");
+  hk::span_mean(S, D, g_spans, B, G, s);  // a one-row mean is the row itself
   mark("head.small");
   if (lm_head_is_bf16_)
     hk::lexical_mean(static_cast<const __nv_bfloat16*>(lm_head_), D, ids, o_spans, N, Lm, s);
   else
     hk::lexical_mean(static_cast<const float*>(lm_head_), D, ids, o_spans, N, Lm, s);
   mark("head.small");
-  float* O = scratch<float>(b.O, static_cast<size_t>(N) * W);
-  float* oq = scratch<float>(b.oq, static_cast<size_t>(nq) * W);
-  linear(Cm, nullptr, N, D, w_.option_context_projection, 0, W, O, false, nullptr, false, s);
-  linear(Lm, nullptr, N, D, w_.option_lexical_projection, 0, W, O, true, nullptr, false, s);
-  linear(Qm, nullptr, nq, D, w_.option_question_projection, 0, W, oq, false, nullptr, false, s);
+  float* O = b.O.get<float>();
+  float* oq = b.oq.get<float>();
+  linear(Cm, nullptr, N, D, w_.option_context_projection, 0, W, O, false, nullptr, false, true, s);
+  linear(Lm, nullptr, N, D, w_.option_lexical_projection, 0, W, O, true, nullptr, false, true, s);
+  linear(Qm, nullptr, nq, D, w_.option_question_projection, 0, W, oq, false, nullptr, false, true,
+         s);
   hk::add_rows_gathered(O, oq, owner, N, W, s);
   mark("head.small");
 
-  // Evidence layers: options attend to the normalised memory.
-  float* qn = scratch<float>(b.qn, static_cast<size_t>(N) * W);
-  float* mem = bf16 ? nullptr : scratch<float>(b.mem, static_cast<size_t>(T) * W);
-  __nv_bfloat16* mem16 =
-      bf16 ? scratch<__nv_bfloat16>(b.mem16, static_cast<size_t>(T) * W) : nullptr;
-  float* ffh = scratch<float>(b.ffh, static_cast<size_t>(std::max(N, nq)) * F_);
+  // Evidence layers: options attend to their request's normalised memory.
+  float* qn = b.qn.get<float>();
+  float* mem = bf16 ? nullptr : b.mem.get<float>();
+  __nv_bfloat16* mem16 = bf16 ? b.mem16.get<__nv_bfloat16>() : nullptr;
+  float* ffh = b.ffh.get<float>();
   for (const EvidenceLayer& L : w_.evidence) {
     layer_norm(L.memory_norm, M, T, W, mem, mem16, s);
     layer_norm(L.query_norm, O, N, W, qn, nullptr, s);
-    mha(L.attention, qn, N, mem, mem16, T, O, b.evidence, s);
+    mha(L.attention, qn, N, mem, mem16, T, false, gr.evidence, dt, O, s);
     layer_norm(L.feedforward_norm, O, N, W, qn, nullptr, s);
-    linear(qn, nullptr, N, W, L.feedforward_in, 0, F_, ffh, false, L.feedforward_in.bias, true, s);
-    linear(ffh, nullptr, N, F_, L.feedforward_out, 0, W, O, true, L.feedforward_out.bias, false, s);
+    linear(qn, nullptr, N, W, L.feedforward_in, 0, F_, ffh, false, L.feedforward_in.bias, true,
+           true, s);
+    linear(ffh, nullptr, N, F_, L.feedforward_out, 0, W, O, true, L.feedforward_out.bias, false,
+           true, s);
   }
 
   // Fields: question projection + option summary + global token + type embedding.
-  float* f0 = scratch<float>(b.f0, static_cast<size_t>(nq) * W);
-  float* summ = scratch<float>(b.summ, static_cast<size_t>(nq) * W);
-  float* sn = scratch<float>(b.sn, static_cast<size_t>(nq) * W);
-  float* gp = scratch<float>(b.gp, W);
-  float* Fb = scratch<float>(b.F, static_cast<size_t>(nq) * W);
-  linear(Qm, nullptr, nq, D, w_.question_projection, 0, W, f0, false, nullptr, false, s);
-  hk::option_summary(O, f0, first, nq, W, max_opts, summ, s);
+  float* f0 = b.f0.get<float>();
+  float* summ = b.summ.get<float>();
+  float* sn = b.sn.get<float>();
+  float* gp = b.gp.get<float>();
+  float* Fb = b.F.get<float>();
+  linear(Qm, nullptr, nq, D, w_.question_projection, 0, W, f0, false, nullptr, false, true, s);
+  hk::option_summary(O, f0, first, nq, W, gr.n.max_opts, summ, s);
   mark("head.small");
   layer_norm(w_.option_summary_norm, summ, nq, W, sn, nullptr, s);
-  linear(g, nullptr, 1, D, w_.global_projection, 0, W, gp, false, nullptr, false, s);
-  hk::field_init(f0, sn, gp, w_.type_embedding, types, nq, W, Fb, s);
+  linear(G, nullptr, B, D, w_.global_projection, 0, W, gp, false, nullptr, false, true, s);
+  hk::field_init(f0, sn, gp, q_req, w_.type_embedding, types, nq, W, Fb, s);
   mark("head.small");
 
-  // Decoder layers (norm_first TransformerDecoderLayer; cross-attention to the raw memory M).
-  float* n1 = scratch<float>(b.n1, static_cast<size_t>(nq) * W);
+  // Decoder layers (norm_first TransformerDecoderLayer; cross-attention to the raw memory M);
+  // each request's questions attend to each other and to their own memory.
+  float* n1 = b.n1.get<float>();
   for (const DecoderLayer& L : w_.layers) {
     layer_norm(L.norm1, Fb, nq, W, n1, nullptr, s);
-    mha(L.self_attn, n1, nq, n1, nullptr, nq, Fb, b.self, s);
+    mha(L.self_attn, n1, nq, n1, nullptr, nq, true, gr.self, dt, Fb, s);
     layer_norm(L.norm2, Fb, nq, W, n1, nullptr, s);
-    mha(L.cross_attn, n1, nq, M, M16, T, Fb, b.cross, s);
+    mha(L.cross_attn, n1, nq, M, M16, T, false, gr.cross, dt, Fb, s);
     layer_norm(L.norm3, Fb, nq, W, n1, nullptr, s);
-    linear(n1, nullptr, nq, W, L.linear1, 0, F_, ffh, false, L.linear1.bias, true, s);
-    linear(ffh, nullptr, nq, F_, L.linear2, 0, W, Fb, true, L.linear2.bias, false, s);
+    linear(n1, nullptr, nq, W, L.linear1, 0, F_, ffh, false, L.linear1.bias, true, true, s);
+    linear(ffh, nullptr, nq, F_, L.linear2, 0, W, Fb, true, L.linear2.bias, false, true, s);
   }
-  float* Fn = scratch<float>(b.Fn, static_cast<size_t>(nq) * W);
-  float* U = scratch<float>(b.U, static_cast<size_t>(N) * W);
+  float* Fn = b.Fn.get<float>();
+  float* U = b.U.get<float>();
   layer_norm(w_.field_norm, Fb, nq, W, Fn, nullptr, s);
   layer_norm(w_.option_norm, O, N, W, U, nullptr, s);
 
   // Scoring.
-  float* feat = scratch<float>(b.feat, static_cast<size_t>(N) * 4 * W);
-  float* rh = scratch<float>(b.rh, static_cast<size_t>(N) * W);
-  float* res = scratch<float>(b.res, N);
-  float* logits = scratch<float>(b.logits, N);
+  float* feat = b.feat.get<float>();
+  float* rh = b.rh.get<float>();
+  float* res = b.res.get<float>();
+  float* logits = b.logits.get<float>();
   hk::scorer_features(Fn, U, owner, N, W, feat, s);
   mark("head.small");
-  linear(feat, nullptr, N, 4 * W, w_.residual_in, 0, W, rh, false, w_.residual_in.bias, true, s);
-  linear(rh, nullptr, N, W, w_.residual_out, 0, 1, res, false, w_.residual_out.bias, false, s);
-  hk::final_logits(Lm, Qm, g, Fn, U, res, owner, N, D, W, w_.prior_scale, w_.joint_scale, w_.gate,
-                   logits, s);
+  linear(feat, nullptr, N, 4 * W, w_.residual_in, 0, W, rh, false, w_.residual_in.bias, true, true,
+         s);
+  linear(rh, nullptr, N, W, w_.residual_out, 0, 1, res, false, w_.residual_out.bias, false, true,
+         s);
+  hk::final_logits(Lm, Qm, G, q_req, Fn, U, res, owner, N, D, W, w_.prior_scale, w_.joint_scale,
+                   w_.gate, logits, s);
   mark("head.small");
 
-  CLEF_CUDA_CHECK(cudaMemcpyAsync(logits_pinned_.get<float>() + st.logits_off, logits,
+  CLEF_CUDA_CHECK(cudaMemcpyAsync(logits_pinned_.get<float>() + gr.logits_off, logits,
                                   N * sizeof(float), cudaMemcpyDeviceToHost, s));
   ++enqueued_;
 }

@@ -94,25 +94,30 @@ class CudaJointHead {
   // std::runtime_error on an empty or out-of-range span, a token id outside the vocabulary, or a
   // CUDA failure. Not thread-safe (the head owns its scratch buffers).
   // `marks` (profiling, optional) is called after each enqueued op with its kind ("head.gemm",
-  // "head.gemm_bf16", "head.linear_few_rows", "head.small"), e.g. to record an event.
+  // "head.gemm_bf16", "head.linear_few_rows", "head.attention", "head.small"), e.g. to record an
+  // event.
   std::vector<std::vector<float>> run(const void* hidden, int T,
                                       const encoding::EncodedRequest& enc, cudaStream_t stream,
                                       std::function<void(const char*)> marks = nullptr);
 
-  // A batch with one synchronisation: begin() validates every request and stages all span tables
-  // (throwing before anything is enqueued), enqueue() queues the next request's head on its hidden
-  // states (which may be overwritten by later stream work once it is queued), finish() waits once
-  // and returns each request's logits in batch order. Each request's result is the same as run()'s.
-  void begin(const std::vector<const encoding::EncodedRequest*>& batch, cudaStream_t stream);
+  // A batch with one synchronisation: begin() validates every request and stages the tables of
+  // every group (throwing before anything is enqueued); a group is `group_sizes[g]` consecutive
+  // requests whose hidden rows lie back to back (a packed forward's rows; default: one request a
+  // group). enqueue() queues the next group's head on its hidden states (which may be overwritten
+  // by later stream work once it is queued): one launch set for the whole group, each request's
+  // spans, routing and scoring by offsets. finish() waits once and returns each request's logits in
+  // batch order. A request's logits do not depend on its group (head_attention.h).
+  void begin(const std::vector<const encoding::EncodedRequest*>& batch, cudaStream_t stream,
+             const std::vector<int>& group_sizes = {});
   void enqueue(const void* hidden, cudaStream_t stream,
                std::function<void(const char*)> marks = nullptr);
   std::vector<std::vector<std::vector<float>>> finish(cudaStream_t stream);
 
-  // Grows the batch staging (span tables, logits) for batches of up to `tokens` tokens in all:
-  // a request's table is 4 questions + 3 options + 1 + T ints, and each question and option has a
-  // span of its own tokens, so a batch's tables are at most 6 x its tokens and its logits at most
-  // its tokens.
-  void reserve_batch(size_t tokens);
+  // Grows the staging (tables, logits) and the scratch for groups of up to `max_requests`
+  // requests and `tokens` rows, each request within `max_questions` / `max_options` and with no
+  // more questions or options than tokens (what the encoder produces); a larger group still runs,
+  // growing the buffers once.
+  void reserve_batch(size_t tokens, int max_questions, int max_options, int max_requests);
 
   HeadPrecision precision() const { return precision_; }
   // Device or pinned buffers (re)allocated by run() so far: constant once the head has run the
@@ -120,14 +125,32 @@ class CudaJointHead {
   size_t allocations() const { return allocations_; }
 
  private:
-  // A request's span table inside the batch's staging, and where its logits go.
+  // A request inside the batch: where its logits go.
   struct Staged {
     const encoding::EncodedRequest* enc = nullptr;
-    int T = 0, nq = 0, N = 0, max_opts = 0;
-    size_t table_off = 0, table_len = 0, logits_off = 0;
-    size_t off_owner = 0, off_first = 0, off_types = 0, off_ids = 0;  // within the table
+    int N = 0;
+    size_t logits_off = 0;
   };
-  Staged stage(const encoding::EncodedRequest& enc, std::vector<int32_t>& table) const;
+  // What a group's launch set is sized by.
+  struct GroupSizes {
+    int rows = 0, requests = 0, nq = 0, N = 0, max_opts = 0, parts = 0;
+  };
+  // A group's table inside the batch's staging (int32 offsets from table_off) and its plans.
+  struct Group {
+    size_t first = 0;  // its first request in staged_
+    GroupSizes n;
+    size_t table_off = 0, table_len = 0, logits_off = 0;
+    size_t q_spans = 0, o_spans = 0, owner = 0, first_opt = 0, types = 0, q_req = 0, g_spans = 0,
+           ids = 0;
+    struct Plan {
+      size_t items = 0, combine = 0;
+      int item_count = 0, query_count = 0, parts = 0;
+    } evidence, cross, self;
+  };
+  // Appends one request's spans and ids to the group's table parts (validated; rows, questions
+  // and options numbered within the group).
+  struct GroupBuild;
+  void stage(const encoding::EncodedRequest& enc, GroupBuild& g) const;
 
   // A device buffer grown on demand with headroom (a reallocation frees the old one, and
   // cudaFree waits for the device).
@@ -137,32 +160,30 @@ class CudaJointHead {
     if (bytes > b.bytes()) grow(b, bytes + bytes / 4);
     return b.get<T>();
   }
-  // The attention's buffers, one set per use (evidence, decoder self, decoder cross).
-  struct AttentionScratch {
-    DeviceBuffer q, kv, scores, att;
-  };
-  // Every buffer of one run, by what it holds (sizes follow T, questions and options).
+  // Every buffer of one group's run, by what it holds (sizes follow its rows, questions, options
+  // and requests); the attention's (q, kv, partial softmax, att) are shared by its three uses.
   struct Scratch {
-    DeviceBuffer S, S16, M, M16, Qm, Cm, Lm, O, oq, qn, mem, mem16, ffh, f0, summ, sn, gp, F, n1,
+    DeviceBuffer S, S16, M, M16, Qm, Cm, Lm, G, O, oq, qn, mem, mem16, ffh, f0, summ, sn, gp, F, n1,
         Fn, U, feat, rh, res, logits;
-    AttentionScratch evidence, self, cross;
+    DeviceBuffer att_q, att_kv, att_ml, att_acc, att_out;
   };
+  // Sizes every scratch buffer for a group (what enqueue uses, and reserve_batch's bound).
+  void size_scratch(const GroupSizes& n);
 
   // y[rows, N] = x[rows, K] W^T (+ bias) (+ y when accumulate), W = rows [row_off, row_off + N)
-  // of `lin`.
+  // of `lin`. few: the rows are questions, options or requests (head_kernels::skinny_linear when
+  // the weight is bf16-exact: each row's value is then the same for any row count), not tokens.
   void linear(const float* x, const __nv_bfloat16* x_bf16, int rows, int K, const HeadLinear& lin,
-              int row_off, int N, float* y, bool accumulate, const float* bias, bool gelu,
+              int row_off, int N, float* y, bool accumulate, const float* bias, bool gelu, bool few,
               cudaStream_t s);
   void layer_norm(const HeadLayerNorm& ln, const float* x, int rows, int n, float* y,
                   __nv_bfloat16* y_bf16, cudaStream_t s);
   // out[nq, W] += MultiheadAttention with queries xq [nq, W] and keys/values from xkv [nk, W]
-  // (xkv_bf16: its bf16 copy for the bf16 T-row GEMM, or null).
+  // (xkv_bf16: its bf16 copy for the bf16 T-row GEMM, or null; kv_few: xkv's rows are few, as
+  // the questions of self-attention), each query over its own request's keys (plan).
   void mha(const HeadAttention& at, const float* xq, int nq, const float* xkv,
-           const __nv_bfloat16* xkv_bf16, int nk, float* out, AttentionScratch& sc, cudaStream_t s);
-  void gemm_f32(int M, int N, int K, const float* a, int lda, int64_t a_bs, const float* b, int ldb,
-                int64_t b_bs, bool b_is_nk, float* c, int ldc, int64_t c_bs, int batch,
-                cudaStream_t s);
-
+           const __nv_bfloat16* xkv_bf16, int nk, bool kv_few, const Group::Plan& plan,
+           const int32_t* table, float* out, cudaStream_t s);
   void mark(const char* kind) const {
     if (mark_) mark_(kind);
   }
@@ -182,7 +203,8 @@ class CudaJointHead {
   // backbone instead of waiting for it, so the whole head is enqueued while the backbone runs.
   PinnedBuffer table_pinned_, logits_pinned_;
   std::vector<Staged> staged_;  // the batch between begin() and finish()
-  size_t enqueued_ = 0;
+  std::vector<Group> groups_;
+  size_t enqueued_ = 0;  // groups
   size_t allocations_ = 0;
   template <typename Buffer>
   void grow(Buffer& b, size_t bytes) {

@@ -151,6 +151,88 @@ TEST(CudaJointHead, Bf16CloseToCpuTinyR3) {
   run_model("tiny-r3", HeadPrecision::BFloat16);
 }
 
+// Requests back to back in one hidden buffer, one launch set a group (the packed forward's use),
+// against each request alone and against the CPU head: alone and grouped differ only where a
+// T-row GEMM's row count moves cuBLASLt to another algorithm. Two groups in one batch, and the
+// same batch twice bit for bit.
+void run_groups(const std::string& model, HeadPrecision prec) {
+  const auto rel = load(model);
+  const int D = rel->head.hidden_size;
+  const int64_t vocab = rel->backbone("lm_head.weight").shape[0];
+  clef::engine::cuda::Gemm gemm;
+  CudaJointHead head(*rel, prec, gemm);
+  const bool bf16 = prec == HeadPrecision::BFloat16;
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n01(0.f, 1.f);
+  SCOPED_TRACE(testing::Message() << model << (bf16 ? " bf16" : " fp32") << " seed " << seed);
+  const std::vector<int> lengths = {1, 63, 64, 65, 300, 9, 1200, 33};
+  std::vector<EncodedRequest> encs;
+  std::vector<std::vector<float>> hiddens;
+  std::vector<float> first, rest;  // the rows of requests [0, 3) and [3, n)
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    const int T = lengths[r];
+    encs.push_back(random_request(rng, T, vocab, r % 2 ? 6 : 2, r % 3 ? 5 : 30));
+    std::vector<float> h(static_cast<size_t>(T) * D);
+    for (auto& x : h) x = n01(rng) * 3.f;
+    if (bf16)
+      for (auto& x : h) x = clef::model::round_to_bf16(x);
+    (r < 3 ? first : rest).insert((r < 3 ? first : rest).end(), h.begin(), h.end());
+    hiddens.push_back(std::move(h));
+  }
+  std::vector<const EncodedRequest*> batch;
+  for (const auto& e : encs) batch.push_back(&e);
+  std::vector<float> all = first;
+  all.insert(all.end(), rest.begin(), rest.end());
+  DevHidden d_all(all, bf16), d_first(first, bf16), d_rest(rest, bf16);
+  ASSERT_NE(d_all.p, nullptr);
+  head.begin(batch, nullptr, {static_cast<int>(batch.size())});
+  head.enqueue(d_all.p, nullptr);
+  const auto one = head.finish(nullptr);
+  head.begin(batch, nullptr, {3, static_cast<int>(batch.size()) - 3});
+  head.enqueue(d_first.p, nullptr);
+  head.enqueue(d_rest.p, nullptr);
+  const auto two = head.finish(nullptr);
+  head.begin(batch, nullptr, {static_cast<int>(batch.size())});
+  head.enqueue(d_all.p, nullptr);
+  EXPECT_EQ(head.finish(nullptr), one) << "the same group twice";
+  ASSERT_EQ(one.size(), batch.size());
+  ASSERT_EQ(two.size(), batch.size());
+  Diff vs_alone, vs_cpu;
+  for (size_t r = 0; r < batch.size(); ++r) {
+    SCOPED_TRACE("request " + std::to_string(r) + " T " + std::to_string(lengths[r]));
+    DevHidden dh(hiddens[r], bf16);
+    const auto alone = head.run(dh.p, lengths[r], encs[r], nullptr);
+    const auto ref =
+        clef::engine::cpu::run_joint_head(*rel, hiddens[r].data(), lengths[r], encs[r]);
+    for (const auto* g : {&one, &two}) {
+      const Diff a = diff((*g)[r], alone), c = diff((*g)[r], ref);
+      EXPECT_EQ(a.non_finite, 0u);
+      vs_alone.prob = std::max(vs_alone.prob, a.prob);
+      vs_alone.logit_rel = std::max(vs_alone.logit_rel, a.logit_rel);
+      vs_cpu.prob = std::max(vs_cpu.prob, c.prob);
+      vs_cpu.logit_rel = std::max(vs_cpu.logit_rel, c.logit_rel);
+    }
+  }
+  EXPECT_LT(vs_alone.prob, bf16 ? 2e-3 : 1e-5);
+  EXPECT_LT(vs_alone.logit_rel, bf16 ? 1e-2 : 1e-5);
+  EXPECT_LT(vs_cpu.prob, bf16 ? 1e-2 : 1e-5);
+  EXPECT_LT(vs_cpu.logit_rel, bf16 ? 3e-2 : 1e-4);
+  std::printf("[joint head groups] %s %s: max |dp| grouped vs alone %.3g, vs CPU fp32 %.3g\n",
+              model.c_str(), bf16 ? "bf16" : "fp32", vs_alone.prob, vs_cpu.prob);
+}
+
+TEST(CudaJointHead, GroupsMatchEachRequestAloneTinyR2) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_groups("tiny-r2", HeadPrecision::Float32);
+  run_groups("tiny-r2", HeadPrecision::BFloat16);
+}
+TEST(CudaJointHead, GroupsMatchEachRequestAloneTinyR3) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_groups("tiny-r3", HeadPrecision::Float32);
+  run_groups("tiny-r3", HeadPrecision::BFloat16);
+}
+
 TEST(CudaJointHead, RefusesBadRequests) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const auto rel = load("tiny-r2");
@@ -180,6 +262,10 @@ TEST(CudaJointHead, RefusesBadRequests) {
   EncodedRequest no_questions = good;
   no_questions.questions.clear();
   EXPECT_THROW(head.run(dh.p, T, no_questions, nullptr), std::runtime_error);
+  // Groups that do not cover the batch, or a bad request inside a group, are refused whole.
+  EXPECT_THROW(head.begin({&good, &good}, nullptr, {1}), std::runtime_error);
+  EXPECT_THROW(head.begin({&good}, nullptr, {0, 1}), std::runtime_error);
+  EXPECT_THROW(head.begin({&good, &outside}, nullptr, {2}), std::runtime_error);
   // Still usable after the refusals.
   const auto ref = clef::engine::cpu::run_joint_head(*rel, hidden.data(), T, good);
   const Diff d = diff(head.run(dh.p, T, good, nullptr), ref);
