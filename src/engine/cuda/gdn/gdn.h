@@ -100,9 +100,7 @@ bool gdn_takes_bf16_inputs(int dk, int dv, bool bf16, KernelPath path);
 
 // o: [T, Hv, dv] in E. Value head h reads key head h / (Hv / Hk). dk, dv <= 128. `between` and
 // `after_scan` (optional, profiling) are recorded on s after the parallel prep kernel and after
-// the sequential scan (an `after_scan` event keeps the tensor-core output kernel after the scan;
-// without one, on sm_90, it is launched while the scan runs and each CTA waits for its chunk's
-// states). `seqs` (optional): the packed sequences of the T rows. `norm` (optional,
+// the sequential scan. `seqs` (optional): the packed sequences of the T rows. `norm` (optional,
 // only where gdn_fuses_gated_norm): o receives the gated norm's y instead. mode: GdnOutputMode
 // (InScan: `after_scan` is recorded after the scan, which is then the end).
 template <typename E>

@@ -4,11 +4,8 @@
 //   Vn = U - W S, O = diag(e^gamma) Q S + ((Q K^T) o Gamma_incl) Vn,
 //   S' = e^{gamma_C} S + (K diag(e^{gamma_C - gamma}))^T Vn.
 // Three kernels: prep (parallel over chunk x value head), scan (sequential over chunks: only the
-// two products on the state's critical path), output (parallel again, from the published states;
-// on sm_90 launched while the scan runs, each CTA waiting only for its chunk's states: Ws::ready).
+// two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -45,10 +42,6 @@ struct Ws {
   float* G;   // [Hv][Tc]           gamma
   float* H;   // [Hv][nC][dk][dv]   state before each chunk
   float* Vn;  // [Hv][Tc][dv]       U - W S
-  // [Hv][nC] the scan's signals per (value head, chunk slot): each warp of each column CTA adds
-  // one once its part of H (state before the chunk) and of Vn is in memory; the output kernel
-  // waits for scan_signals() of them (prep zeroes them).
-  int* ready;
 };
 
 // W of one (value head, chunk slot) in the order the scan's value warps read it: per 16-row tile
@@ -73,35 +66,7 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
   w.H = p;
   p += static_cast<size_t>(Hv) * nC * dk * dv;
   w.Vn = p;
-  p += rows * dv;
-  w.ready = reinterpret_cast<int*>(p);
   return w;
-}
-
-// The scan's signal (its warp's H or Vn stores of one chunk visible at device scope first) and
-// the output kernel's wait for it: the acquire load, then a CTA barrier, orders every later read.
-__device__ __forceinline__ void signal_chunk(int* ready, int lane) {
-  __threadfence();
-  __syncwarp();
-  if (lane == 0) atomicAdd(ready, 1);
-}
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-// Programmatic dependent launch (sm_90): the scan lets the output kernel start at once (its CTAs
-// wait per chunk on Ws::ready); the output kernel's CTAs end by waiting for the whole scan, so the
-// kernels after it see a finished scan. No-ops below sm_90 (there the launch is ordinary).
-__device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
@@ -312,7 +277,6 @@ __global__ void __launch_bounds__(kThreads, 4)
                 int dv, Ws ws) {
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
-  if (threadIdx.x == 0) ws.ready[static_cast<size_t>(h) * (Tc / C) + chunk] = 0;
   int t0, valid;  // the chunk's first input row and rows
   map.chunk(chunk, t0, valid);
   if (valid <= 0) return;  // an unused slot of a packed batch
@@ -531,7 +495,6 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   const float* Up = ws.U + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
   const float* Fp = ws.F + r0 + 16 * warp + g;
   [[maybe_unused]] float* Vp = ws.Vn + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
-  [[maybe_unused]] int* ready = ws.ready + static_cast<size_t>(h) * (Tc / C) + first;
   uint4 wa[kMaxHeadDim / 16][2];
   float2 ua[2][NT];
   float fa[2];
@@ -559,10 +522,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         CLEF_PHASE(1);      // value: wait for the top half
       }
       if (kg == 4) {
-        CLEF_PHASE(2);  // value: first half
-        // The previous chunk's Vn to the output kernel: its stores are long done and this
-        // chunk's operands consumed, so the fence finds little in flight (a step later).
-        if (!kOut && chunk > 0) signal_chunk(ready + chunk - 1, lane);
+        CLEF_PHASE(2);         // value: first half
         bar_wait(kBarBottom);  // rows 64..127
         CLEF_PHASE(3);         // value: wait for the bottom half
       }
@@ -628,8 +588,6 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   if constexpr (kOut) {
     // The last two chunks' hand-backs, so that every arrival on a barrier is matched.
     for (int c = nC < 2 ? 0 : nC - 2; c < nC; ++c) bar_wait(kBarEmpty + c % 2);
-  } else {
-    signal_chunk(ready + nC - 1, lane);
   }
 }
 
@@ -647,7 +605,6 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
   const size_t slot0 = static_cast<size_t>(h) * (Tc / C) + first;
   const float* Gh = ws.G + static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
   float* Hp = ws.H + slot0 * dk * dv + c0 + 2 * t;
-  [[maybe_unused]] int* ready = ws.ready + slot0;
   float s[2][NT][4] = {};
   // The 64 rows x 2 x 16 columns of Xk this warp's row tiles read, by cp.async (only chunks that
   // update the state, all 64 rows valid: chunks never straddle, only a sequence's last is short).
@@ -690,7 +647,6 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     bar_arrive(mi == 0 ? kBarTop : kBarBottom);
     publish(0, mi, true);
   }
-  if (!kOut) signal_chunk(ready, lane);  // H of chunk 0
   // gamma_C of the chunk, a step ahead: its load must not sit between Vn's arrival and the update
   float gl = __ldg(Gh + C - 1);
   CLEF_PHASE_CLOCK(23, 2, 0, 128);
@@ -738,9 +694,6 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     }
     // The next chunk's keys over these: every ldmatrix of them fed the products published above.
     if (chunk + 2 < nC) load(chunk + 1);
-    // H of the next chunk to the output kernel (off the chain: the value warps are still on
-    // this chunk's loads, and this warp waits for the next Vn anyway).
-    if (!kOut) signal_chunk(ready + chunk + 1, lane);
   }
 }
 
@@ -921,7 +874,6 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, 1)
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
   const ScanSmem<NT, kOut> sm(smem);
-  if (!kOut) launch_dependents();  // the output kernel may start: it waits per chunk (Ws::ready)
   const int h = blockIdx.y, c0 = blockIdx.x * 8 * NT;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kgs = dk / 16;
@@ -963,8 +915,7 @@ __device__ __forceinline__ void times_global_b(float (&acc)[2][4][4], const bf16
 #pragma unroll
     for (int i = 0; i < 8; ++i) {  // rows k0 + 2t + {0, 1, 8, 9}, column tiles r = i / 4
       const int row = kb + 2 * t + (i % 2) + 8 * ((i / 2) % 2);
-      // L2 only (ld.global.cg): the scan may still be running, writing other chunks' rows
-      v[i] = kb < K ? __ldcg(b + static_cast<size_t>(row) * ldb + 8 * (i / 4)) : 0.0f;
+      v[i] = kb < K ? __ldg(b + static_cast<size_t>(row) * ldb + 8 * (i / 4)) : 0.0f;
     }
   };
   load(0, bv);
@@ -1050,18 +1001,14 @@ constexpr size_t output_smem() {
   return sizeof(float) * (2 * NH + 2) * C + sizeof(bf16) * (2 * C * kLdx + 2 * NH * C * kLdp);
 }
 
-// Grid (Hv / NH, nC): chunk-major, so that the CTAs of the chunks the scan finishes first start
-// first; each waits for its heads' `signals` scan signals (Ws::ready) only before reading H and
-// Vn, after its P terms.
 template <typename E, bool kNorm, int NH>
 __global__ void __launch_bounds__(kOutThreads, 3)
     output_kernel(const bf16* __restrict__ xq, const bf16* __restrict__ xk,
                   const float* __restrict__ rq, const float* __restrict__ rk, ChunkMap map, int Tc,
-                  int Hk, int Hv, int dk, int dv, Ws ws, int signals, GdnGatedNorm nrm,
-                  E* __restrict__ o) {
+                  int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
   extern __shared__ __align__(128) float smem[];
-  const int chunk = blockIdx.y, h0 = blockIdx.x * NH, kh = h0 / (Hv / Hk), nC = Tc / C;
+  const int chunk = blockIdx.x, h0 = blockIdx.y * NH, kh = h0 / (Hv / Hk), nC = Tc / C;
   int t0, valid;  // the chunk's first input row and rows
   map.chunk(chunk, t0, valid);
   if (valid <= 0) return;
@@ -1108,20 +1055,8 @@ __global__ void __launch_bounds__(kOutThreads, 3)
       Ph[C * kLdp + i * kLdp + j] = __float2bfloat16_rn(p - __bfloat162float(hi));
     }
   });
-  if (tid == 0) {
-#pragma unroll
-    for (int hh = 0; hh < NH; ++hh) {
-      const int* r = ws.ready + row0(hh) / C;
-      // Bounded (~10 s): a missing signal is a bug, and a trapped kernel reports it (a CUDA error)
-      // where a spin would hang the stream.
-      for (unsigned n = 0; load_acquire(r) < signals; ++n) {
-        if (n == (1u << 26)) __trap();
-        __nanosleep(128);
-      }
-    }
-  }
-  __syncthreads();  // P written; H and Vn of the chunk in memory (the acquire above)
-  CLEF_PHASE(1);    // P
+  __syncthreads();
+  CLEF_PHASE(1);  // P
   const int col0 = 16 * warp;
   const bool on = col0 < dv;  // dv % 16 == 0: a warp has both column tiles or none
   if (!kNorm && !on) return;  // the norm's barriers need every warp
@@ -1181,7 +1116,6 @@ __global__ void __launch_bounds__(kOutThreads, 3)
       }
     }
   }
-  wait_primary();  // the kernels after this one see a finished scan
 }
 
 template <int NT, bool kOut>
@@ -1246,24 +1180,6 @@ bool output_pairs_enabled() {
   return on;
 }
 
-// The output kernel launched while the scan runs (programmatic dependent launch, sm_90+), unless
-// CLEF_GDN_PIPELINE=0 (the A/B of perf-log v19b); cached per device.
-bool pipeline_output() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("CLEF_GDN_PIPELINE");
-    return !(e && std::string(e) == "0");
-  }();
-  static std::array<std::atomic<int>, 64> major{};  // 0: not asked yet
-  int dev = 0;
-  if (!enabled || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  int v = major[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = std::max(1, current_device_attribute(cudaDevAttrComputeCapabilityMajor));
-    major[dev].store(v, std::memory_order_relaxed);
-  }
-  return v >= 9;
-}
-
 // The head dims the tensor-core kernels are built for.
 bool tc_shapes(int dk, int dv) {
   return dk % 16 == 0 && dv % 16 == 0 && dk >= 16 && dv >= 16 && dk <= kMaxHeadDim &&
@@ -1301,8 +1217,7 @@ std::vector<double> phase_cycles() {
 
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
   const size_t rows = static_cast<size_t>(Hv) * Tc, nC = Tc / C;
-  return rows * (dk + 2 * dv + 2) + static_cast<size_t>(Hv) * nC * dk * dv +
-         static_cast<size_t>(Hv) * nC;  // + Ws::ready
+  return rows * (dk + 2 * dv + 2) + static_cast<size_t>(Hv) * nC * dk * dv;
 }
 
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
@@ -1340,23 +1255,8 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   }
   launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
-  // Every warp of every column CTA of a head signals each chunk once (scan_values, scan_states).
-  const int signals = 8 * (dv % 32 == 0 ? dv / 32 : dv / 16);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(Hv / nh, nC);
-  cfg.blockDim = dim3(kOutThreads);
-  cfg.dynamicSmemBytes = os;
-  cfg.stream = s;
-  // Not when an event sits between the two (the split timing of the workbench and the tests).
-  if (!after_scan && pipeline_output()) {
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-  }
-  CLEF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, out, in.xq, in.xk, in.rq, in.rk, map, Tc, Hk, Hv, dk, dv,
-                                     ws, signals, norm ? *norm : GdnGatedNorm{}, o));
+  out<<<dim3(nC, Hv / nh), kOutThreads, os, s>>>(in.xq, in.xk, in.rq, in.rk, map, Tc, Hk, Hv, dk,
+                                                 dv, ws, norm ? *norm : GdnGatedNorm{}, o);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
