@@ -204,24 +204,44 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One CTA per query: its splits merged in split order, then normalised.
+// One CTA per (query, head): its splits merged in split order, then normalised. Every split's
+// partials are loaded before any is used (a loop that loaded one and used it would wait one L2
+// round trip per split).
 __global__ void head_attention_combine(const int32_t* __restrict__ combine, int heads, int hd,
                                        const float* __restrict__ part_ml,
                                        const float* __restrict__ part_acc, float* __restrict__ out,
                                        int ldo) {
-  const int i = blockIdx.x;
+  constexpr int kMax = kHeadAttnSplitsPerTile;
+  const int i = blockIdx.x, h = blockIdx.y;
   const int first = combine[3 * i], stride = combine[3 * i + 1], n = combine[3 * i + 2];
-  for (int e = threadIdx.x; e < heads * hd; e += blockDim.x) {
-    const int h = e / hd, d = e % hd;
-    float mx = -INFINITY;
-    for (int j = 0; j < n; ++j)
-      mx = fmaxf(mx, part_ml[2 * (static_cast<size_t>(first + j * stride) * heads + h)]);
-    float L = 0.f, A = 0.f;
-    for (int j = 0; j < n; ++j) {
-      const size_t p = static_cast<size_t>(first + j * stride) * heads + h;
-      const float w = expf(part_ml[2 * p] - mx);
-      L = fmaf(part_ml[2 * p + 1], w, L);
-      A = fmaf(part_acc[p * hd + d], w, A);
+  float mj[kMax], w[kMax];
+  size_t pj[kMax];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    pj[j] = static_cast<size_t>(first + j * stride) * heads + h;
+    mj[j] = j < n ? part_ml[2 * pj[j]] : -INFINITY;
+    w[j] = j < n ? part_ml[2 * pj[j] + 1] : 0.f;  // l, until it becomes the weight below
+  }
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) mx = fmaxf(mx, mj[j]);
+  float L = 0.f;
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if (j >= n) break;
+    const float e = expf(mj[j] - mx);
+    L = fmaf(w[j], e, L);
+    w[j] = e;
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a[kMax];
+#pragma unroll
+    for (int j = 0; j < kMax; ++j) a[j] = j < n ? part_acc[pj[j] * hd + d] : 0.f;
+    float A = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMax; ++j) {
+      if (j >= n) break;
+      A = fmaf(a[j], w[j], A);
     }
     out[static_cast<size_t>(i) * ldo + h * hd + d] = A / L;
   }
@@ -282,8 +302,11 @@ void head_attention(const float* q, int ldq, const float* k, const float* v, int
     head_attention_partial<false><<<grid, kThreads, smem, s>>>(q, ldq, k, v, ldkv, heads, hd, scale,
                                                                t.items, part_ml, part_acc);
   check("head_attention_partial");
-  head_attention_combine<<<t.query_count, 256, 0, s>>>(t.combine, heads, hd, part_ml, part_acc, out,
-                                                       ldo);
+  head_attention_combine<<<dim3(t.query_count, heads),
+                           hd <= 32   ? 32
+                           : hd <= 64 ? 64
+                                      : 128,
+                           0, s>>>(t.combine, heads, hd, part_ml, part_acc, out, ldo);
   check("head_attention_combine");
 }
 
