@@ -38,12 +38,11 @@ __device__ __forceinline__ float silu_f(float x) {
   return x / (1.0f + expf(-x));
 }
 // SiLU of a value whose result is rounded to E (the conv prep's, SwiGLU's and the gated norms'
-// element loops). For
-// bf16: ex2.approx and an approximate division (5 instructions instead of expf's range reduction
-// and the IEEE division's ~19; relative error ~2^-20 for |x| < 16, against bf16's rounding step of
-// 2^-8, so only values within that of a rounding tie can land one bf16 step apart). fp32 keeps
-// silu_f: there the result is not rounded away. CLEF_SILU_EXACT builds the bf16 form as silu_f
-// (the A/B build of perf-log v18a).
+// element loops). For bf16: ex2.approx and an approximate division (5 instructions instead of
+// expf's range reduction and the IEEE division's ~19; relative error ~2^-20 for |x| < 16, against
+// bf16's rounding step of 2^-8, so only values within that of a rounding tie can land one bf16 step
+// apart). fp32 keeps silu_f: there the result is not rounded away. CLEF_SILU_EXACT builds the bf16
+// form as silu_f (the A/B build of perf-log v18a).
 template <typename E>
 __device__ __forceinline__ float silu_rounded_to(float x) {
 #ifndef CLEF_SILU_EXACT

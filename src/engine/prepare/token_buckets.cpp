@@ -6,7 +6,7 @@
 
 namespace clef::engine {
 namespace {
-constexpr int kMinStep = 8;          // below 256 tokens: 8-token steps (mean padding <= 4 tokens)
+constexpr int kMinStep = 8;          // below 512 tokens: 8-token steps (mean padding <= 4 tokens)
 constexpr int kStepsPerOctave = 32;  // beyond: the step is 1/32 of the octave's start
 
 int step_for(int T) {

@@ -88,15 +88,29 @@ struct DevHidden {
   DevHidden& operator=(const DevHidden&) = delete;
 };
 
-void run_model(const std::string& model, HeadPrecision prec) {
-  const auto rel = load(model);
-  const int D = rel->head.hidden_size;
-  const int64_t vocab = rel->backbone("lm_head.weight").shape[0];
+// A GPU head on one tiny release, with a fresh seed (printed by the traces that use it).
+struct HeadOnRelease {
+  std::shared_ptr<const clef::model::Release> rel;
+  int D;
+  int64_t vocab;
   clef::engine::cuda::Gemm gemm;
-  CudaJointHead head(*rel, prec, gemm);
-  const bool bf16 = prec == HeadPrecision::BFloat16;
-  const uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
+  CudaJointHead head;
+  bool bf16;
+  uint64_t seed;
+  std::mt19937_64 rng;
+  HeadOnRelease(const std::string& model, HeadPrecision prec)
+      : rel(load(model)),
+        D(rel->head.hidden_size),
+        vocab(rel->backbone("lm_head.weight").shape[0]),
+        head(*rel, prec, gemm),
+        bf16(prec == HeadPrecision::BFloat16),
+        seed(fresh_seed()),
+        rng(seed) {}
+};
+
+void run_model(const std::string& model, HeadPrecision prec) {
+  HeadOnRelease h(model, prec);
+  [[maybe_unused]] auto& [rel, D, vocab, gemm, head, bf16, seed, rng] = h;
   std::normal_distribution<float> n01(0.f, 1.f);
   std::uniform_real_distribution<float> scale_d(0.2f, 8.f), shift_d(-2.f, 2.f);
   Diff worst;
@@ -156,14 +170,8 @@ TEST(CudaJointHead, Bf16CloseToCpuTinyR3) {
 // T-row GEMM's row count moves cuBLASLt to another algorithm. Two groups in one batch, and the
 // same batch twice bit for bit.
 void run_groups(const std::string& model, HeadPrecision prec) {
-  const auto rel = load(model);
-  const int D = rel->head.hidden_size;
-  const int64_t vocab = rel->backbone("lm_head.weight").shape[0];
-  clef::engine::cuda::Gemm gemm;
-  CudaJointHead head(*rel, prec, gemm);
-  const bool bf16 = prec == HeadPrecision::BFloat16;
-  const uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
+  HeadOnRelease h(model, prec);
+  [[maybe_unused]] auto& [rel, D, vocab, gemm, head, bf16, seed, rng] = h;
   std::normal_distribution<float> n01(0.f, 1.f);
   SCOPED_TRACE(testing::Message() << model << (bf16 ? " bf16" : " fp32") << " seed " << seed);
   const std::vector<int> lengths = {1, 63, 64, 65, 300, 9, 1200, 33};

@@ -6,8 +6,6 @@
 #include <cuda_bf16.h>
 
 #include <array>
-#include <functional>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -90,32 +88,6 @@ void launch_hd(int head_dim, const __nv_bfloat16* q, const __nv_bfloat16* k, con
 }  // namespace
 
 namespace flash {
-
-// Device limits are properties of the hardware, fixed for the process: one query per device and
-// attribute, each behind its own once_flag (call_once makes the store visible to every later
-// reader; a query that throws leaves the flag unset, so the next call retries). Devices past
-// kMaxDevices query every time.
-int device_attribute(DeviceAttr which) {
-  constexpr int kMaxDevices = 64, kAttrs = 3;
-  static std::once_flag once[kMaxDevices][kAttrs];
-  static int value[kMaxDevices][kAttrs];
-  const cudaDeviceAttr attrs[kAttrs] = {cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                        cudaDevAttrComputeCapabilityMajor,
-                                        cudaDevAttrComputeCapabilityMinor};
-  const int i = static_cast<int>(which);
-  int dev = 0;
-  CLEF_CUDA_CHECK(cudaGetDevice(&dev));
-  auto query = [dev, attr = attrs[i]](int& out) {
-    CLEF_CUDA_CHECK(cudaDeviceGetAttribute(&out, attr, dev));
-  };
-  if (dev < 0 || dev >= kMaxDevices) {
-    int v = 0;
-    query(v);
-    return v;
-  }
-  std::call_once(once[dev][i], query, std::ref(value[dev][i]));
-  return value[dev][i];
-}
 
 size_t device_smem_optin() {
   return static_cast<size_t>(device_attribute(DeviceAttr::SmemOptin));

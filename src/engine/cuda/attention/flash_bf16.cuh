@@ -28,6 +28,7 @@
 
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/device_attributes.h"
 #include "engine/cuda/mma_sync.cuh"
 
 namespace clef::engine::cuda::flash {
@@ -439,11 +440,8 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
   }
 }
 
-// The current device's attributes the kernels' picks and launch checks read, each queried once
-// per device (attention_variants.cu): the opt-in shared memory per block (what a variant's
-// shared memory is checked against) and the compute capability (the Hopper kernel's sm_90 test).
-enum class DeviceAttr { SmemOptin = 0, CcMajor = 1, CcMinor = 2 };
-int device_attribute(DeviceAttr which);
+// The opt-in shared memory per block of the current device (device_attributes.h, cached per
+// device): what a variant's shared memory is checked against.
 size_t device_smem_optin();
 
 // The score scale in the log2 domain of one launch: the caller's scale times log2(e) rounded once,

@@ -18,6 +18,11 @@ namespace {
 constexpr int C = kGdnChunk;
 static_assert(C == gdn::kChunk, "one chunk size");
 
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, value) == 0;
+}
+
 // The tensor-core path for these head dims (bf16 only, Auto only, where the device allows it).
 bool use_tc(int dk, int dv, bool bf16, KernelPath path) {
   return bf16 && path == KernelPath::Auto && gdn::tc_supported(dk, dv);
@@ -33,10 +38,12 @@ size_t gdn_workspace_bytes(int T, int Hv, int dk, int dv, int sequences) {
 }
 
 bool gdn_scan_output_by_default() {
-  static const bool on = [] {
-    const char* v = std::getenv("CLEF_GDN_SCAN_OUTPUT");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = env_is("CLEF_GDN_SCAN_OUTPUT", "1");
+  return on;
+}
+
+bool gdn_output_pairs_allowed() {
+  static const bool on = !env_is("CLEF_GDN_OUTPUT_HEADS", "1");
   return on;
 }
 

@@ -61,8 +61,12 @@ struct GdnGatedNorm {
 // mode; asking it for InScan is an error.
 enum class GdnOutputMode { Default, Kernel, InScan };
 
-// Whether CLEF_GDN_SCAN_OUTPUT=1 asks for GdnOutputMode::InScan by default.
+// The family's A/B switches, each read from the environment once per process: whether
+// CLEF_GDN_SCAN_OUTPUT=1 asks for GdnOutputMode::InScan by default, and whether the tensor-core
+// output kernel may take a key head's two value heads in one CTA (unless CLEF_GDN_OUTPUT_HEADS=1,
+// perf-log v18c).
 bool gdn_scan_output_by_default();
+bool gdn_output_pairs_allowed();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
 // default output mode is not InScan: the engine then runs the separate gated norm).

@@ -7,12 +7,11 @@
 // two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/device_attributes.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gdn/bf16_split.cuh"
 #include "engine/cuda/gdn/tensor_core.h"
@@ -1154,30 +1153,12 @@ constexpr size_t prep_smem() {
   return sizeof(float) * (2 * C * (C + 4) + 3 * 256 + 5 * C) + sizeof(bf16) * C * kLdx;
 }
 
-// Attribute `a` of the current device, 0 when it cannot be queried.
-int current_device_attribute(cudaDeviceAttr a) {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, a, dev) != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: do not leave it for the next launch check
-    return 0;
-  }
-  return v;
-}
-// The opt-in shared memory per block and the multiprocessors.
+// The opt-in shared memory per block and the multiprocessors (cached per device).
 size_t smem_optin() {
-  return static_cast<size_t>(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+  return static_cast<size_t>(device_attribute(DeviceAttr::SmemOptin));
 }
 int sm_count() {
-  return current_device_attribute(cudaDevAttrMultiProcessorCount);
-}
-
-// CLEF_GDN_OUTPUT_HEADS=1 keeps one value head an output CTA (the A/B of perf-log v18c); read once.
-bool output_pairs_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("CLEF_GDN_OUTPUT_HEADS");
-    return !(e && std::string(e) == "1");
-  }();
-  return on;
+  return device_attribute(DeviceAttr::SmCount);
 }
 
 // The head dims the tensor-core kernels are built for.
@@ -1234,7 +1215,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // Value heads an output CTA: the pair where a key head has an even number of them and one head
   // a CTA would need more than one wave (three CTAs an SM); within one wave a pair only makes each
   // CTA longer (H200, 361 tokens, 192 CTAs: GDN stage 1.59 -> 1.81 ms with pairs; perf-log v18c).
-  const bool pairs = (Hv / Hk) % 2 == 0 && output_pairs_enabled() &&
+  const bool pairs = (Hv / Hk) % 2 == 0 && gdn_output_pairs_allowed() &&
                      static_cast<long long>(nC) * Hv > 3LL * sm_count();
   const int nh = pairs ? 2 : 1;
   auto* out =

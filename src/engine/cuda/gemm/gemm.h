@@ -65,7 +65,7 @@ struct GemmProblem {
   DataType c_dtype = DataType::F32;
   int ldc = 0;
   int64_t c_batch_stride = 0;
-  int batch = 1;            // strided batches (the head's attention: one per head)
+  int batch = 1;            // strided batches (no engine caller since the head's attention kernel)
   bool accumulate = false;  // C += A op(B) (beta = 1): the residual add, fused
   // [N] in c_dtype, added to every output row before the one rounding to c_dtype
   // (CUBLASLT_EPILOGUE_BIAS): a Linear's bias, fused. 16-byte aligned. Heuristic problems only
