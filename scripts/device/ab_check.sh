@@ -29,9 +29,12 @@ if has wb; then  # kernel workbenches: each of WB as workbench_<family>_before (
   for w in ${WB:-attn_prep elementwise gdn_prep norm}; do
     for v in "${w}_before" "$w"; do
       [ -x "/tmp/c/bin/workbench_$v" ] || continue
-      echo "## workbench_$v" >> "$L/workbench.txt"
-      timeout 120 "/tmp/c/bin/workbench_$v" >> "$L/workbench.txt" 2>&1
-      summary+=("workbench_$v rc $?")
+      for envs in "" ${WB_VARS:-}; do  # WB_VARS: more runs, each with VAR=VAL[,VAR=VAL] set
+        vars=(); [ -n "$envs" ] && IFS=, read -ra vars <<< "$envs"
+        echo "## workbench_$v ${envs}" >> "$L/workbench.txt"
+        timeout 120 env "${vars[@]}" "/tmp/c/bin/workbench_$v" >> "$L/workbench.txt" 2>&1
+        summary+=("workbench_$v ${envs} rc $?")
+      done
     done
   done
 fi
@@ -49,11 +52,13 @@ if has profile; then
   done
 fi
 if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENGTHS, each of BATCH_BINS
-  for b in ${BATCH_BINS:-$BINS}; do
-    echo "## batch ${BATCH:-8} binary $b" >> "$L/profile.txt"
-    timeout "${PROFILE_TIMEOUT:-150}" "/tmp/c/bin/$b" profile --model $M --device cuda \
+  for entry in ${BATCH_BINS:-$BINS}; do  # NAME or NAME:VAR=VALUE[,VAR=VALUE], as in profile
+    b=${entry%%:*}
+    vars=(); [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
+    echo "## batch ${BATCH:-8} binary $entry" >> "$L/profile.txt"
+    timeout "${PROFILE_TIMEOUT:-150}" env "${vars[@]}" "/tmp/c/bin/$b" profile --model $M --device cuda \
       --lengths "${BATCH_LENGTHS:-400,1000}" --runs 7 --warmup 2 --batch "${BATCH:-8}" >> "$L/profile.txt" 2>> "$L/misc.log"
-    summary+=("batch profile $b rc $?")
+    summary+=("batch profile $entry rc $?")
   done
 fi
 if has serve; then

@@ -47,6 +47,19 @@ bool gdn_output_pairs_allowed() {
   return on;
 }
 
+bool gdn_pdl_allowed() {
+  static const bool on = !env_is("CLEF_GDN_PDL", "0");
+  return on;
+}
+
+int gdn_scan_blocks(long long ctas, int sms) {
+  static const int forced = env_is("CLEF_GDN_SCAN_BLOCKS", "1")   ? 1
+                            : env_is("CLEF_GDN_SCAN_BLOCKS", "2") ? 2
+                                                                  : 0;
+  if (forced) return forced;
+  return ctas > sms ? 2 : 1;
+}
+
 bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path) &&
          !(gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));

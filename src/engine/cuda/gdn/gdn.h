@@ -67,6 +67,14 @@ enum class GdnOutputMode { Default, Kernel, InScan };
 // perf-log v18c).
 bool gdn_scan_output_by_default();
 bool gdn_output_pairs_allowed();
+// Whether the tensor-core kernels are launched with programmatic edges on sm_90 (each starts while
+// the one before it drains; the output kernel forms its P terms while a one-wave scan runs),
+// unless CLEF_GDN_PDL=0 (perf-log v20a).
+bool gdn_pdl_allowed();
+// The scan's CTAs an SM for a grid of `ctas` on `sms` multiprocessors: 2 (at most 128 registers a
+// thread) where one an SM would take more than one wave (packed batches; 27B's 48 value heads),
+// else 1; CLEF_GDN_SCAN_BLOCKS=1 or 2 forces it (perf-log v20a).
+int gdn_scan_blocks(long long ctas, int sms);
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
 // default output mode is not InScan: the engine then runs the separate gated norm).

@@ -103,6 +103,21 @@ __device__ __forceinline__ float2 ldg2(const float* p) {
   return __ldg(reinterpret_cast<const float2*>(p));
 }
 
+// Programmatic dependent launch (sm_90; chunked_tc launches prep, scan and output with it): a
+// kernel starts while its predecessor drains and waits here before its first read of what the
+// predecessor wrote (the wait returns at once where the launch had no programmatic edge);
+// `allow_dependents` lets the next kernel's CTAs be scheduled before this grid ends.
+__device__ __forceinline__ void wait_predecessor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Two 64-row bf16 tiles by a block of THREADS threads, every load in flight at once: row i of tile
 // X (colsX bf16, colsX % 8 == 0, 16-byte aligned) is at srcX + i * strideX and lands at dstX + i *
 // kLdx; rows at or past `valid` read as zero (the padded tail of the last chunk stays inert).
@@ -294,6 +309,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   CLEF_PHASE_CLOCK(0, 0, 1, 0);
 
+  wait_predecessor();  // the conv prep's xk, xv, rk, g, beta
   copy_x_tile_async<kThreads>(Xk, xk + (static_cast<size_t>(t0) * Hk + kh) * dk,
                               static_cast<size_t>(Hk) * dk, dk, valid);
   if (tid < C) {
@@ -482,7 +498,7 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
 
 // Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3). kOut: Vn also to its shared
 // slot for the output warps instead of to global memory.
-template <int NT, bool kOut>
+template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
                                          int warp, int lane, int first, int nC, int kgs,
                                          ScanSmem<NT, kOut> sm) {
@@ -593,7 +609,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
 // S = e^{gamma_C} S + Xk^T diag(F) Vn, published per chunk in two halves (state warps 4..7; half
 // mi holds the m16 row tiles sw + 4 mi). kOut: the state before chunk c to shared buffer c % 4
 // only (the output warps read it there; no global copy).
-template <int NT, bool kOut>
+template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
                                          int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
                                          int c0, int warp, int lane, int first, int nC, int kgs,
@@ -864,12 +880,16 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
   }
 }
 
-// One CTA per SM either way (NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32). kOut:
-// 4 more warps form o from the state and Vn in shared memory (scan_outputs).
-template <int NT, bool kOut>
-__global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, 1)
+// NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32. kBlocks: CTAs an SM (1: the
+// registers of one; 2: at most 128 registers a thread, for grids past one wave of SMs, where a
+// second CTA's chain fills the first's stalls). kOut: 4 more warps form o from the state and Vn in
+// shared memory (scan_outputs). `early`: the next kernel's CTAs may be scheduled beside this
+// grid's from its start (the output kernel's P terms meanwhile; only where the grid is one wave,
+// so that they take no SM a scan CTA still waits for).
+template <int NT, bool kOut, int kBlocks>
+__global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
-                Ws ws, ScanOutArgs oa) {
+                Ws ws, ScanOutArgs oa, bool early) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
   const ScanSmem<NT, kOut> sm(smem);
@@ -879,12 +899,15 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, 1)
   int first, nC;  // the chunk slots of sequence blockIdx.z; each sequence starts from S = 0
   map.sequence(blockIdx.z, Tc / C, first, nC);
   if (nC <= 0) return;  // an unused sequence slot (the whole CTA leaves before any barrier)
+  wait_predecessor();   // prep's W, U, F, G
+  if (early) allow_dependents();
 
   // separate functions: each role gets its own register allocation
   if (warp < 4) {
-    scan_values<NT, kOut>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
+    scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
   } else if (warp < 8) {
-    scan_states<NT, kOut>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
+    scan_states<NT, kOut, kBlocks>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC,
+                                   kgs, sm);
   } else if constexpr (kOut) {
     scan_outputs<NT>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp - 8, lane, first, nC, kgs, sm,
                      oa);
@@ -1059,6 +1082,9 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   const int col0 = 16 * warp;
   const bool on = col0 < dv;  // dv % 16 == 0: a warp has both column tiles or none
   if (!kNorm && !on) return;  // the norm's barriers need every warp
+  // Everything above reads the conv prep's and prep's outputs only (G: prep's, complete before
+  // the scan could let this grid start); the published states and Vn are the scan's.
+  wait_predecessor();
   for (int hh = 0; hh < NH; ++hh) {
     const int h = h0 + hh;
     bf16* const Ph = P + 2 * hh * C * kLdp;
@@ -1117,33 +1143,58 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   }
 }
 
-template <int NT, bool kOut>
-void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
-                    int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s) {
-  constexpr size_t bytes = ScanSmem<NT, kOut>::bytes();
-  CLEF_CUDA_CHECK(cudaFuncSetAttribute(
-      scan_kernel<NT, kOut>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  scan_kernel<NT, kOut>
-      <<<dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s>>>(
-          xk, map, Tc, Hk, Hv, dk, dv, ws, oa);
-  CLEF_CUDA_LAUNCH_CHECK();
+// kernel<<<grid, block, smem, s>>>(args...), with a programmatic edge to the kernel before it in
+// the stream where `pdl` (cudaLaunchKernelEx; captured graphs keep the edge).
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, int block, size_t smem, cudaStream_t s, bool pdl,
+            Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = pdl ? attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CLEF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
-// oa.o set: the scan that also forms o (kOut).
+template <int NT, bool kOut, int kBlocks>
+void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
+                    int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl,
+                    bool early) {
+  constexpr size_t bytes = ScanSmem<NT, kOut>::bytes();
+  auto* k = scan_kernel<NT, kOut, kBlocks>;
+  CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+  launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, pdl, xk,
+         map, Tc, Hk, Hv, dk, dv, ws, oa, early);
+}
+
+// oa.o set: the scan that also forms o (kOut). Two CTAs an SM (kBlocks 2) where one a SM would
+// take more than one wave (gdn_scan_blocks decides; the in-scan output has one form only).
+// `early`: see scan_kernel.
 void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
-                 int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s) {
+                 int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl, bool early,
+                 int blocks) {
   // 32 columns per CTA where dv allows: half the CTAs re-reading each chunk's W and keys from L2,
   // which bounds the scan's step time (H200, 961 tokens: 94 -> 86-90 us per layer).
   if (dv % 32 == 0) {
     if (oa.o)
-      launch_scan_nt<4, true>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s);
+      launch_scan_nt<4, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, false);
+    else if (blocks == 2)
+      launch_scan_nt<4, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
     else
-      launch_scan_nt<4, false>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s);
+      launch_scan_nt<4, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
   } else {
     if (oa.o)
-      launch_scan_nt<2, true>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s);
+      launch_scan_nt<2, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, false);
+    else if (blocks == 2)
+      launch_scan_nt<2, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
     else
-      launch_scan_nt<2, false>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s);
+      launch_scan_nt<2, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
   }
 }
 
@@ -1203,7 +1254,8 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
 
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
                 float* workspace, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
-                const GdnSequences* seqs, const GdnGatedNorm* norm, bool scan_output) {
+                const GdnSequences* seqs, const GdnGatedNorm* norm, bool scan_output,
+                TcLaunch how) {
   const ChunkMap map = seqs ? ChunkMap{seqs->chunk_row0, seqs->chunk_valid, seqs->seq_chunk0, T}
                             : ChunkMap{nullptr, nullptr, nullptr, T};
   const int nC = seqs ? seqs->chunk_slots : (T + C - 1) / C, Tc = nC * C;
@@ -1225,20 +1277,30 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   const size_t os = nh == 2 ? output_smem<2>() : output_smem<1>();
   CLEF_CUDA_CHECK(
       cudaFuncSetAttribute(out, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(os)));
-  prep_kernel<<<dim3(nC, Hv), kThreads, ps, s>>>(in.xk, in.xv, in.rk, in.g, in.beta, map, Tc, Hk,
-                                                 Hv, dk, dv, ws);
-  CLEF_CUDA_LAUNCH_CHECK();
+  // Programmatic edges (sm_90): each kernel starts while the one before it drains (no edge
+  // across the profiling events). The scan: two CTAs an SM past one wave of one.
+  const bool pdl = (how.pdl < 0 ? gdn_pdl_allowed() : how.pdl == 1) &&
+                   device_attribute(DeviceAttr::CcMajor) >= 9;
+  const long long scan_ctas =
+      static_cast<long long>(dv % 32 == 0 ? dv / 32 : dv / 16) * Hv * n_seqs;
+  const int blocks = how.scan_blocks == 1 || how.scan_blocks == 2
+                         ? how.scan_blocks
+                         : gdn_scan_blocks(scan_ctas, sm_count());
+  const bool one_wave = scan_ctas <= static_cast<long long>(blocks) * sm_count();
+  launch(prep_kernel, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta, map,
+         Tc, Hk, Hv, dk, dv, ws);
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
-    launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s);
+    launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
+                pdl && !between, false, 1);
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
-  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s);
+  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s, pdl && !between,
+              pdl && !after_scan && one_wave, blocks);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
-  out<<<dim3(nC, Hv / nh), kOutThreads, os, s>>>(in.xq, in.xk, in.rq, in.rk, map, Tc, Hk, Hv, dk,
-                                                 dv, ws, norm ? *norm : GdnGatedNorm{}, o);
-  CLEF_CUDA_LAUNCH_CHECK();
+  launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
+         map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);
 }
 
 }  // namespace clef::engine::cuda::gdn

@@ -42,9 +42,16 @@ std::vector<double> phase_cycles();
 // output kernel's epilogue writes the gated RMSNorm of o instead of o. scan_output (no `norm`,
 // tc_scan_output_supported): the scan forms o itself (GdnOutputMode::InScan), bit for bit the
 // output kernel's o; `after_scan` is then recorded at the end.
+// How chunked_tc launches (every choice gives the same bits): programmatic edges (pdl: -1 the
+// process's gdn_pdl_allowed, 0 off, 1 on where the device has them) and the scan's CTAs an SM
+// (scan_blocks: 0 the process's gdn_scan_blocks, else 1 or 2; the in-scan output always 1).
+struct TcLaunch {
+  int pdl = -1;
+  int scan_blocks = 0;
+};
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
                 float* workspace, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
                 const GdnSequences* seqs, const GdnGatedNorm* norm = nullptr,
-                bool scan_output = false);
+                bool scan_output = false, TcLaunch launch = {});
 
 }  // namespace clef::engine::cuda::gdn

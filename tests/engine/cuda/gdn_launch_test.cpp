@@ -1,0 +1,145 @@
+// The tensor-core GDN path's launch forms (gdn/tensor_core.h TcLaunch): programmatic edges between
+// prep, scan and output (the output kernel forming its P terms while the scan still runs), and the
+// scan at one or two CTAs an SM. They change when kernels start and how registers are allocated,
+// never an operation or its order, so o (and the fused gated norm's y) must be bit for bit the
+// same in every form; the plain form is also checked against the exact recurrence. Single
+// sequences (961 tokens: a one-wave scan, where the early start applies) and packed batches whose
+// scan grids pass one wave of SMs, both column splits, workspace and output NaN-poisoned.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gdn/tensor_core.h"
+#include "engine/cuda/gdn_test_inputs.h"
+#include "engine/cuda/gpu_test_util.h"
+#include "engine/cuda/pack_test_util.h"
+#include "engine/cuda/packing.h"
+#include "support/ref/backbone_ref.h"
+
+namespace clef {
+namespace {
+
+using namespace clef::engine::cuda;
+using namespace clef::gputest;
+namespace ref = clef::engine::ref;
+using bf16 = __nv_bfloat16;
+
+struct Shape {
+  int Hk, Hv, dk, dv;
+};
+
+// The fused gated norm's operands (z [T, ldz] bf16, w [dv]) for `norm` cases.
+struct NormOperands {
+  DeviceBuffer z, w;
+  GdnGatedNorm args;
+  NormOperands(std::mt19937_64& rng, int T, const Shape& sh) {
+    const int ldz = sh.Hv * sh.dv + 2;
+    std::vector<float> zh = randn(rng, size_t(T) * ldz), wh = randu(rng, size_t(sh.dv), 0.5f, 1.5f);
+    z = to_device<bf16>(zh), w = to_device<float>(wh);
+    args = {z.get<bf16>(), ldz, w.get<float>(), 1e-6f};
+  }
+};
+
+// o (or y) of one launch form, from a fresh NaN-poisoned workspace and output.
+std::vector<uint16_t> run_form(const GdnTestInputs& in, const Shape& sh, int T, int slots,
+                               const GdnSequences* seqs, const GdnGatedNorm* norm,
+                               gdn::TcLaunch how) {
+  DeviceBuffer ws(gdn_workspace_bytes(T, sh.Hv, sh.dk, sh.dv, slots));
+  CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
+  const size_t no = size_t(T) * sh.Hv * sh.dv;
+  auto o = poisoned<bf16>(no);
+  gdn::chunked_tc(in.form(true), T, sh.Hk, sh.Hv, sh.dk, sh.dv, o.get<bf16>(),
+                  static_cast<float*>(ws.get()), 0, nullptr, nullptr, seqs, norm, false, how);
+  CLEF_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto b = bytes_to_host(o, 2 * no);
+  std::vector<uint16_t> out(no);
+  for (size_t i = 0; i < no; ++i) out[i] = uint16_t(b[2 * i] | (b[2 * i + 1] << 8));
+  return out;
+}
+
+// Every form against the plain one (no edges, one CTA an SM), bit for bit; the plain o against
+// `expect` (the reference) where given.
+void expect_forms_agree(const GdnTestInputs& in, const Shape& sh, int T, int slots,
+                        const GdnSequences* seqs, const GdnGatedNorm* norm,
+                        const std::vector<float>* expect) {
+  const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1});
+  const gdn::TcLaunch forms[] = {{1, 1}, {0, 2}, {1, 2}, {-1, 0}};
+  for (const gdn::TcLaunch& f : forms) {
+    SCOPED_TRACE("pdl " + std::to_string(f.pdl) + " scan_blocks " + std::to_string(f.scan_blocks));
+    const auto got = run_form(in, sh, T, slots, seqs, norm, f);
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i] != plain[i] && differ++ == 0) first = i;
+    EXPECT_EQ(differ, 0u) << "of " << got.size() << " values; first at " << first << " (row "
+                          << first / (size_t(sh.Hv) * sh.dv) << ")";
+  }
+  if (expect) {
+    std::vector<float> o(plain.size());
+    for (size_t i = 0; i < o.size(); ++i) {
+      const uint32_t bits = uint32_t(plain[i]) << 16;
+      std::memcpy(&o[i], &bits, 4);
+    }
+    CLEF_EXPECT_CLOSE(o, *expect, 1e-2);
+  }
+}
+
+TEST(GdnLaunch, SingleSequencesGiveTheSameBitsInEveryForm) {
+  CLEF_REQUIRE_GPU();
+  if (!gdn::tc_supported(128, 128)) GTEST_SKIP() << "no tensor-core GDN path on this device";
+  auto rng = fresh_rng();
+  struct Case {
+    Shape sh;
+    int T;
+    bool norm;
+  };
+  const Case cases[] = {{{16, 32, 128, 128}, 961, false},
+                        {{16, 32, 128, 128}, 961, true},
+                        {{16, 32, 128, 128}, 65, true},
+                        {{16, 48, 128, 128}, 300, false},
+                        {{2, 6, 32, 48}, 130, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("T " + std::to_string(c.T) + " Hv " + std::to_string(c.sh.Hv) + " dv " +
+                 std::to_string(c.sh.dv) + (c.norm ? " with the gated norm" : ""));
+    const GdnTestInputs in = gdn_test_inputs(rng, c.T, c.sh.Hk, c.sh.Hv, c.sh.dk, c.sh.dv, -2.0f);
+    if (c.norm) {
+      const NormOperands nrm(rng, c.T, c.sh);
+      expect_forms_agree(in, c.sh, c.T, 1, nullptr, &nrm.args, nullptr);
+    } else {
+      std::vector<float> expect(size_t(c.T) * c.sh.Hv * c.sh.dv);
+      ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                c.T, c.sh.Hk, c.sh.Hv, c.sh.dk, c.sh.dv, expect.data());
+      expect_forms_agree(in, c.sh, c.T, 1, nullptr, nullptr, &expect);
+    }
+  }
+}
+
+TEST(GdnLaunch, PackedBatchesGiveTheSameBitsInEveryForm) {
+  CLEF_REQUIRE_GPU();
+  if (!gdn::tc_supported(128, 128)) GTEST_SKIP() << "no tensor-core GDN path on this device";
+  auto rng = fresh_rng();
+  for (Shape sh : {Shape{16, 32, 128, 128}, Shape{2, 6, 32, 48}}) {
+    for (const auto& lengths : packings(rng)) {
+      SCOPED_TRACE("lengths " + comma_list(lengths) + " dv " + std::to_string(sh.dv));
+      // bucket padding (3 rows, absorbed by the last sequence) and unused sequence slots
+      const int T = std::accumulate(lengths.begin(), lengths.end(), 0) + 3;
+      const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
+      const PackTables t = pack_tables(lengths, T, slots, 64);
+      const DeviceTables dt(t);
+      const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
+      const std::vector<float> expect =
+          gdn_reference_per_sequence(in, t, T, sh.Hk, sh.Hv, sh.dk, sh.dv);
+      expect_forms_agree(in, sh, T, slots, &dt.gdn, nullptr, &expect);
+      if (sh.dv == 128) {
+        const NormOperands nrm(rng, T, sh);
+        expect_forms_agree(in, sh, T, slots, &dt.gdn, &nrm.args, nullptr);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace clef
