@@ -1286,7 +1286,11 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   const int blocks = how.scan_blocks == 1 || how.scan_blocks == 2
                          ? how.scan_blocks
                          : gdn_scan_blocks(scan_ctas, sm_count());
-  const bool one_wave = scan_ctas <= static_cast<long long>(blocks) * sm_count();
+  // The output kernel's early start: only beside a one-wave scan of at least 32 chunk steps (H200,
+  // workbench, whole core: 8-9 us a layer faster at 2761 and 5661 tokens, 2-3 us slower at 361
+  // and 961, where the P terms' work beside the scan's first steps costs the chain more than the
+  // late CTAs gain; perf-log v20a).
+  const bool early = scan_ctas <= static_cast<long long>(blocks) * sm_count() && nC >= 32;
   launch(prep_kernel, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta, map,
          Tc, Hk, Hv, dk, dv, ws);
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
@@ -1297,7 +1301,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
     return;
   }
   launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s, pdl && !between,
-              pdl && !after_scan && one_wave, blocks);
+              pdl && !after_scan && early, blocks);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);
