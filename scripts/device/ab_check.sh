@@ -62,20 +62,13 @@ if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENG
   done
 fi
 if has serve; then
-  b=${BINS%% *}
-  PORT=8741
-  t0=$(date +%s)
-  "/tmp/c/bin/$b" serve --model $M --device cuda --port $PORT --tuning-cache /tmp/tc_ab > "$L/serve.log" 2>&1 &
-  SP=$!
-  for i in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health > /tmp/health.json && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
-  summary+=("serve $b: healthy after $(( $(date +%s) - t0 )) s :: $(python3 -c "
-import json; h = json.load(open('/tmp/health.json')); print(json.dumps(h.get('startup')))" 2>&1)")
   run_bench() {  # MANIFEST C LABEL
     local before after rc
     before=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)")
     timeout 240 clefserve bench --url http://127.0.0.1:$PORT --manifest "$1" --concurrency "$2" \
-      --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" > "$L/bench_$3.log" 2>&1
+      --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" > "/tmp/bench_$3.log" 2>&1
     rc=$?
+    { echo "## bench $3"; cat "/tmp/bench_$3.log"; } >> "$L/bench.log"
     after=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)")
     summary+=("$3: bench rc $rc :: $(python3 -c "
 import json; r = json.load(open('/tmp/bench_$3/report.json'))
@@ -95,9 +88,26 @@ print(' '.join('%s=%g' % (k.replace('clef_batch_size_requests_', ''), a[k] - b.g
 EOF
 )")
   }
-  for c in ${CS:-16}; do run_bench manifests/public231-shape.jsonl "$c" "shape_c$c"; done
-  for c in ${SHORT_CS:-}; do run_bench manifests/public231-short.jsonl "$c" "short_c$c"; done
-  kill $SP; wait $SP 2>/dev/null
+  # SERVE_BINS (default: the first of BINS): served one after another, each cold but the first
+  # GEMM tuning cache (written by the first, read by the rest: the same GEMM choices in each);
+  # entries NAME or NAME:VAR=VALUE[,VAR=VALUE] as in BINS.
+  n=0
+  for entry in ${SERVE_BINS:-${BINS%% *}}; do
+    n=$((n + 1))
+    b=${entry%%:*}
+    vars=(); [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
+    PORT=$((8740 + n))
+    t0=$(date +%s)
+    env "${vars[@]}" "/tmp/c/bin/$b" serve --model $M --device cuda --port $PORT --tuning-cache /tmp/tc_ab > "/tmp/serve$n.log" 2>&1 &
+    SP=$!
+    for i in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health > /tmp/health.json && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
+    summary+=("serve $n $entry: healthy after $(( $(date +%s) - t0 )) s :: $(python3 -c "
+import json; h = json.load(open('/tmp/health.json')); print(json.dumps(h.get('startup')))" 2>&1)")
+    for c in ${CS:-16}; do run_bench manifests/public231-shape.jsonl "$c" "s${n}_shape_c$c"; done
+    for c in ${SHORT_CS:-}; do run_bench manifests/public231-short.jsonl "$c" "s${n}_short_c$c"; done
+    kill $SP; wait $SP 2>/dev/null
+    { echo "## serve $n $entry"; cat "/tmp/serve$n.log"; } >> "$L/serve.log"
+  done
 fi
 print_summary
 [ -f "$L/profile.txt" ] && grep -E "^## |^\| [0-9]" "$L/profile.txt" | head -60
