@@ -16,6 +16,7 @@
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/kernel_path.h"
 #include "engine/cuda/kernels/norm.h"
+#include "engine/cuda/pack_test_util.h"
 #include "engine/cuda/packing.h"
 
 namespace clef {
@@ -113,18 +114,8 @@ TEST(GdnGatedNorm, FusedMatchesOutputThenNormPacked) {
       // bucket padding (3 rows, absorbed by the last sequence) and unused sequence slots
       const int T = std::accumulate(lengths.begin(), lengths.end(), 0) + 3;
       const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
-      const PackTables t = pack_tables(lengths, T, slots, 64);
-      DeviceBuffer row0(t.chunk_row0.size() * 4), valid(t.chunk_valid.size() * 4),
-          seq0(t.seq_chunk0.size() * 4);
-      CLEF_CUDA_CHECK(
-          cudaMemcpy(row0.get(), t.chunk_row0.data(), row0.bytes(), cudaMemcpyHostToDevice));
-      CLEF_CUDA_CHECK(
-          cudaMemcpy(valid.get(), t.chunk_valid.data(), valid.bytes(), cudaMemcpyHostToDevice));
-      CLEF_CUDA_CHECK(
-          cudaMemcpy(seq0.get(), t.seq_chunk0.data(), seq0.bytes(), cudaMemcpyHostToDevice));
-      const GdnSequences gs{row0.get<int32_t>(), valid.get<int32_t>(), seq0.get<int32_t>(),
-                            t.chunk_slots, t.seq_slots};
-      expect_fused_matches(rng, sh, T, slots, &gs);
+      const DeviceTables dt(pack_tables(lengths, T, slots, 64));
+      expect_fused_matches(rng, sh, T, slots, &dt.gdn);
     }
   }
 }

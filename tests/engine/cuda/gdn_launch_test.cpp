@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -124,18 +123,11 @@ TEST(GdnLaunch, PackedBatchesGiveTheSameBitsInEveryForm) {
   for (Shape sh : {Shape{16, 32, 128, 128}, Shape{2, 6, 32, 48}}) {
     for (const auto& lengths : packings(rng)) {
       SCOPED_TRACE("lengths " + comma_list(lengths) + " dv " + std::to_string(sh.dv));
-      // bucket padding (3 rows, absorbed by the last sequence) and unused sequence slots
-      const int T = std::accumulate(lengths.begin(), lengths.end(), 0) + 3;
-      const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
-      const PackTables t = pack_tables(lengths, T, slots, 64);
-      const DeviceTables dt(t);
-      const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
-      const std::vector<float> expect =
-          gdn_reference_per_sequence(in, t, T, sh.Hk, sh.Hv, sh.dk, sh.dv);
-      expect_forms_agree(in, sh, T, slots, &dt.gdn, nullptr, &expect);
+      const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+      expect_forms_agree(c.in, sh, c.T, c.slots, &c.dev.gdn, nullptr, &c.expect);
       if (sh.dv == 128) {
-        const NormOperands nrm(rng, T, sh);
-        expect_forms_agree(in, sh, T, slots, &dt.gdn, &nrm.args, nullptr);
+        const NormOperands nrm(rng, c.T, sh);
+        expect_forms_agree(c.in, sh, c.T, c.slots, &c.dev.gdn, &nrm.args, nullptr);
       }
     }
   }

@@ -8,7 +8,6 @@
 // the published states nor Vn from memory, and must write every row.
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -97,15 +96,8 @@ TEST(GdnScanOutput, PackedSequencesMatchTheOutputKernelBitForBit) {
   for (Shape sh : {Shape{16, 32, 128, 128}, Shape{2, 6, 32, 48}}) {
     for (const auto& lengths : packings(rng)) {
       SCOPED_TRACE("lengths " + comma_list(lengths) + " dv " + std::to_string(sh.dv));
-      // bucket padding (3 rows, absorbed by the last sequence) and unused sequence slots
-      const int T = std::accumulate(lengths.begin(), lengths.end(), 0) + 3;
-      const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
-      const PackTables t = pack_tables(lengths, T, slots, 64);
-      const DeviceTables dt(t);
-      const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
-      const std::vector<float> expect =
-          gdn_reference_per_sequence(in, t, T, sh.Hk, sh.Hv, sh.dk, sh.dv);
-      expect_in_scan_matches(in, sh, T, slots, &dt.gdn, expect);
+      const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+      expect_in_scan_matches(c.in, sh, c.T, c.slots, &c.dev.gdn, c.expect);
     }
   }
 }

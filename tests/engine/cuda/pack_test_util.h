@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -63,5 +64,24 @@ inline std::vector<float> gdn_reference_per_sequence(const GdnTestInputs& in,
   }
   return out;
 }
+
+// A packing of `lengths` as the GDN tests run it: 3 rows of bucket padding (absorbed by the last
+// sequence), twice the sequence bucket's slots (the rest unused), the tables on the device, random
+// inputs of the shape and the reference run on each sequence alone.
+struct PackedGdnCase {
+  int T, slots;
+  engine::cuda::PackTables tables;
+  DeviceTables dev;
+  GdnTestInputs in;
+  std::vector<float> expect;
+  PackedGdnCase(std::mt19937_64& rng, const std::vector<int>& lengths, int Hk, int Hv, int dk,
+                int dv)
+      : T(std::accumulate(lengths.begin(), lengths.end(), 0) + 3),
+        slots(engine::cuda::sequence_bucket(static_cast<int>(lengths.size())) * 2),
+        tables(engine::cuda::pack_tables(lengths, T, slots, 64)),
+        dev(tables),
+        in(gdn_test_inputs(rng, T, Hk, Hv, dk, dv, -2.0f)),
+        expect(gdn_reference_per_sequence(in, tables, T, Hk, Hv, dk, dv)) {}
+};
 
 }  // namespace clef::gputest

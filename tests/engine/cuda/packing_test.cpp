@@ -169,13 +169,9 @@ TYPED_TEST(PackedKernels, GdnChunkedPerSequence) {
   for (Shape sh : {Shape{2, 4, 16, 16}, Shape{16, 32, 128, 128}}) {
     for (const auto& lengths : packings(rng)) {
       SCOPED_TRACE("lengths " + comma_list(lengths) + " dk " + std::to_string(sh.dk));
-      const int total = std::accumulate(lengths.begin(), lengths.end(), 0), T = total + 3;
-      const int S = static_cast<int>(lengths.size()), slots = sequence_bucket(S) * 2;
-      const PackTables t = pack_tables(lengths, T, slots, 64);
-      DeviceTables dt(t);
-      const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
-      const std::vector<float> expect =
-          gdn_reference_per_sequence(in, t, T, sh.Hk, sh.Hv, sh.dk, sh.dv);
+      const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+      const int T = c.T, slots = c.slots;
+      const GdnTestInputs& in = c.in;
       for (KernelPath path : {KernelPath::Auto, KernelPath::Generic}) {
         SCOPED_TRACE(gdn_chunked_variant(sh.dk, sh.dv, kIsBf16<E>, path));
         DeviceBuffer ws(gdn_workspace_bytes(T, sh.Hv, sh.dk, sh.dv, slots));
@@ -183,8 +179,8 @@ TYPED_TEST(PackedKernels, GdnChunkedPerSequence) {
         const size_t no = size_t(T) * sh.Hv * sh.dv;
         auto o = poisoned<E>(no);
         gdn_chunked<E>(in.form_for(sh.dk, sh.dv, kIsBf16<E>, path), T, sh.Hk, sh.Hv, sh.dk, sh.dv,
-                       o.template get<E>(), ws.get(), path, 0, nullptr, nullptr, &dt.gdn);
-        CLEF_EXPECT_CLOSE(to_host<E>(o, no), expect, kIsBf16<E> ? 1e-2 : 2e-5);
+                       o.template get<E>(), ws.get(), path, 0, nullptr, nullptr, &c.dev.gdn);
+        CLEF_EXPECT_CLOSE(to_host<E>(o, no), c.expect, kIsBf16<E> ? 1e-2 : 2e-5);
       }
     }
   }
