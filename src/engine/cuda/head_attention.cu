@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cuda/cuda_check.h"
+
 namespace clef::engine::cuda {
 namespace {
 
@@ -14,13 +16,6 @@ constexpr int kLanesPerQuery = kThreads / kHeadAttnTile;
 constexpr int kKeyBlock = 32;  // keys staged per step: 4 per lane
 constexpr int kDimsPerLane = kHeadAttnMaxHeadDim / kLanesPerQuery;
 static_assert(kLanesPerQuery == 8 && kKeyBlock == 4 * kLanesPerQuery);
-
-void check(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("joint head kernel ") + what + ": " +
-                             cudaGetErrorString(e));
-}
 
 __device__ __forceinline__ float group_max(float v) {  // over a query's 8 lanes
 #pragma unroll
@@ -301,13 +296,13 @@ void head_attention(const float* q, int ldq, const float* k, const float* v, int
   else
     head_attention_partial<false><<<grid, kThreads, smem, s>>>(q, ldq, k, v, ldkv, heads, hd, scale,
                                                                t.items, part_ml, part_acc);
-  check("head_attention_partial");
+  CLEF_CUDA_LAUNCH_CHECK();
   head_attention_combine<<<dim3(t.query_count, heads),
                            hd <= 32   ? 32
                            : hd <= 64 ? 64
                                       : 128,
                            0, s>>>(t.combine, heads, hd, part_ml, part_acc, out, ldo);
-  check("head_attention_combine");
+  CLEF_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace clef::engine::cuda

@@ -338,13 +338,12 @@ void CudaJointHead::begin(const std::vector<const encoding::EncodedRequest*>& ba
   for (int n : sizes) {
     GroupBuild b;
     Group gr;
-    gr.first = next;
     gr.logits_off = logits;
     for (int j = 0; j < n; ++j, ++next) {
       const auto* enc = batch[next];
       if (!enc) throw std::runtime_error("joint head: null request");
       stage(*enc, b);
-      st.push_back({enc, b.N.back(), logits});
+      st.push_back({enc, logits});
       logits += static_cast<size_t>(b.N.back());
     }
     gr.table_off = table.size();

@@ -128,7 +128,6 @@ class CudaJointHead {
   // A request inside the batch: where its logits go.
   struct Staged {
     const encoding::EncodedRequest* enc = nullptr;
-    int N = 0;
     size_t logits_off = 0;
   };
   // What a group's launch set is sized by.
@@ -137,7 +136,6 @@ class CudaJointHead {
   };
   // A group's table inside the batch's staging (int32 offsets from table_off) and its plans.
   struct Group {
-    size_t first = 0;  // its first request in staged_
     GroupSizes n;
     size_t table_off = 0, table_len = 0, logits_off = 0;
     size_t q_spans = 0, o_spans = 0, owner = 0, first_opt = 0, types = 0, q_req = 0, g_spans = 0,

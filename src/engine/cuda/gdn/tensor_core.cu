@@ -497,7 +497,9 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
 }
 
 // Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3). kOut: Vn also to its shared
-// slot for the output warps instead of to global memory.
+// slot for the output warps instead of to global memory. kBlocks (unused in the body): one
+// instantiation per scan_kernel occupancy, so this __noinline__ role is register-allocated under
+// that kernel's limit.
 template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
                                          int warp, int lane, int first, int nC, int kgs,
@@ -608,7 +610,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
 
 // S = e^{gamma_C} S + Xk^T diag(F) Vn, published per chunk in two halves (state warps 4..7; half
 // mi holds the m16 row tiles sw + 4 mi). kOut: the state before chunk c to shared buffer c % 4
-// only (the output warps read it there; no global copy).
+// only (the output warps read it there; no global copy). kBlocks: as scan_values.
 template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
                                          int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
@@ -1173,29 +1175,34 @@ void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int H
          map, Tc, Hk, Hv, dk, dv, ws, oa, early);
 }
 
-// oa.o set: the scan that also forms o (kOut). Two CTAs an SM (kBlocks 2) where one a SM would
-// take more than one wave (gdn_scan_blocks decides; the in-scan output has one form only).
-// `early`: see scan_kernel.
+// oa.o set: the scan that also forms o (kOut, one CTA an SM, no early start); else kBlocks =
+// `blocks` (gdn_scan_blocks). `early`: see scan_kernel.
+template <int NT>
+void launch_scan_cols(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
+                      int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl,
+                      bool early, int blocks) {
+  if (oa.o)
+    launch_scan_nt<NT, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, false);
+  else if (blocks == 2)
+    launch_scan_nt<NT, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
+  else
+    launch_scan_nt<NT, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
+}
+
+// The scan's n8 column tiles a CTA: 32 columns where dv allows, half the CTAs re-reading each
+// chunk's W and keys from L2, which bounds the scan's step time (H200, 961 tokens: 94 -> 86-90 us
+// per layer); else 16.
+constexpr int scan_nt(int dv) {
+  return dv % 32 == 0 ? 4 : 2;
+}
+
 void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                  int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl, bool early,
                  int blocks) {
-  // 32 columns per CTA where dv allows: half the CTAs re-reading each chunk's W and keys from L2,
-  // which bounds the scan's step time (H200, 961 tokens: 94 -> 86-90 us per layer).
-  if (dv % 32 == 0) {
-    if (oa.o)
-      launch_scan_nt<4, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, false);
-    else if (blocks == 2)
-      launch_scan_nt<4, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
-    else
-      launch_scan_nt<4, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
-  } else {
-    if (oa.o)
-      launch_scan_nt<2, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, false);
-    else if (blocks == 2)
-      launch_scan_nt<2, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
-    else
-      launch_scan_nt<2, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
-  }
+  if (scan_nt(dv) == 4)
+    launch_scan_cols<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, blocks);
+  else
+    launch_scan_cols<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, blocks);
 }
 
 // Fixed sizes (the tiles take kMaxHeadDim columns): 55.25 KiB (four CTAs per SM); the output
@@ -1281,8 +1288,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // across the profiling events). The scan: two CTAs an SM past one wave of one.
   const bool pdl = (how.pdl < 0 ? gdn_pdl_allowed() : how.pdl == 1) &&
                    device_attribute(DeviceAttr::CcMajor) >= 9;
-  const long long scan_ctas =
-      static_cast<long long>(dv % 32 == 0 ? dv / 32 : dv / 16) * Hv * n_seqs;
+  const long long scan_ctas = static_cast<long long>(dv / (8 * scan_nt(dv))) * Hv * n_seqs;
   const int blocks = how.scan_blocks == 1 || how.scan_blocks == 2
                          ? how.scan_blocks
                          : gdn_scan_blocks(scan_ctas, sm_count());

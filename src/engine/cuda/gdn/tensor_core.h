@@ -38,10 +38,6 @@ size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
 std::vector<double> phase_cycles();
 #endif
 
-// Same contract as gdn_chunked() (gdn/gdn.h) with the bf16 form of GdnInputs; with `norm`, the
-// output kernel's epilogue writes the gated RMSNorm of o instead of o. scan_output (no `norm`,
-// tc_scan_output_supported): the scan forms o itself (GdnOutputMode::InScan), bit for bit the
-// output kernel's o; `after_scan` is then recorded at the end.
 // How chunked_tc launches (every choice gives the same bits): programmatic edges (pdl: -1 the
 // process's gdn_pdl_allowed, 0 off, 1 on where the device has them) and the scan's CTAs an SM
 // (scan_blocks: 0 the process's gdn_scan_blocks, else 1 or 2; the in-scan output always 1).
@@ -49,6 +45,11 @@ struct TcLaunch {
   int pdl = -1;
   int scan_blocks = 0;
 };
+
+// Same contract as gdn_chunked() (gdn/gdn.h) with the bf16 form of GdnInputs; with `norm`, the
+// output kernel's epilogue writes the gated RMSNorm of o instead of o. scan_output (no `norm`,
+// tc_scan_output_supported): the scan forms o itself (GdnOutputMode::InScan), bit for bit the
+// output kernel's o; `after_scan` is then recorded at the end. `launch`: see TcLaunch.
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
                 float* workspace, cudaStream_t s, cudaEvent_t between, cudaEvent_t after_scan,
                 const GdnSequences* seqs, const GdnGatedNorm* norm = nullptr,
