@@ -74,6 +74,15 @@ __device__ __forceinline__ void mma_bf16_k8(float (&d)[4], const uint32_t (&a)[2
       : "r"(a[0]), "r"(a[1]), "r"(b0));
 }
 
+// The 8x8 b16 matrix whose row lane / 4, columns 2 (lane % 4) .. +1 this lane holds (the layout of
+// an m16n8 accumulator pair, and of ldmatrix), transposed across the warp: lane then holds row
+// lane / 4 of the transpose (sm_75+).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);

@@ -39,9 +39,23 @@ struct Ws {
   float* U;   // [Hv][Tc][dv]       Tm diag(beta) V
   float* F;   // [Hv][Tc]           rk e^{gamma_C - gamma}: K diag(e^{gamma_C - gamma}) = diag(F) Xk
   float* G;   // [Hv][Tc]           gamma
-  float* H;   // [Hv][nC][dk][dv]   state before each chunk
-  float* Vn;  // [Hv][Tc][dv]       U - W S
+  uint4* H;   // [Hv][nC] x dk dv bf16: the state before each chunk, as b_frag
+  uint4* Vn;  // [Hv][nC] x C dv bf16: U - W S, as b_frag
 };
+
+// The output kernel's B operands (the published states and Vn, rounded to bf16) in the order its
+// warps read them: per k16 step kk, 16-column pair jp and lane, that lane's m16n8k16 B fragments
+// {b0, b1} of n8 tiles 2 jp and 2 jp + 1 (one 16-byte load a lane, 512 contiguous bytes a warp).
+// Index in uint4 units from a (value head, chunk slot)'s first fragment.
+__device__ __forceinline__ size_t b_frag(int kk, int jp, int dv, int lane) {
+  return (static_cast<size_t>(kk) * (dv / 16) + jp) * 32 + lane;
+}
+
+// This lane's B fragment {b0, b1} of the k16 x n8 block whose m16n8 accumulators (k = the rows)
+// the warp holds: rounded to bf16, each 8 x 8 half transposed across the warp.
+__device__ __forceinline__ uint2 acc_b_frag(const float (&c)[4]) {
+  return make_uint2(movmatrix_trans(pack_bf16(c[0], c[1])), movmatrix_trans(pack_bf16(c[2], c[3])));
+}
 
 // W of one (value head, chunk slot) in the order the scan's value warps read it: per 16-row tile
 // tm, k16 step kg and lane, that lane's m16n8k16 A fragment (four bf16 pairs) of W's hi term, then
@@ -62,9 +76,9 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
   p += rows;
   w.G = p;
   p += rows;
-  w.H = p;
-  p += static_cast<size_t>(Hv) * nC * dk * dv;
-  w.Vn = p;
+  w.H = reinterpret_cast<uint4*>(p);
+  p += static_cast<size_t>(Hv) * nC * dk * dv / 2;
+  w.Vn = reinterpret_cast<uint4*>(p);
   return w;
 }
 
@@ -440,8 +454,8 @@ constexpr int scan_ld() {
 }
 // kOut (the scan that also forms o, scan_outputs): the published state in kStates buffers (the
 // state before chunk c in buffer c % 4: the output warps read it up to two steps behind the
-// recurrence), plus Vn itself (not diag(F) Vn) in two slots, and the output warps' own copies of
-// each chunk's queries, keys and row factors in two slots (196.5 KiB at NT = 4).
+// recurrence), plus Vn itself (not diag(F) Vn; in bf16) in two slots, and the output warps' own
+// copies of each chunk's queries, keys and row factors in two slots (186.5 KiB at NT = 4).
 template <int NT, bool kOut = false>
 struct ScanSmem {
   static constexpr int kStates = kOut ? 4 : 1;
@@ -449,7 +463,7 @@ struct ScanSmem {
   bf16* Sh;       // [kStates][hi, lo][kMaxHeadDim][scan_ld] the published state's two terms
   bf16 *Vh, *Vl;  // [C][scan_ld] diag(F) Vn's two terms
   bf16* Xk;       // [C][kLdx] the chunk's keys (each state warp copies its own columns)
-  bf16* Vp;       // kOut: [2 slots][hi, lo][C][scan_ld] Vn's two terms
+  bf16* Vp;       // kOut: [2 slots][C][scan_ld] Vn in bf16
   bf16* Oq;       // kOut: [2 slots][Xq, Xk][C][kLdx] the output warps' tiles
   float* Ov;      // kOut: [2 slots][rq, rk, gamma][C]
   __device__ explicit ScanSmem(void* p) {
@@ -458,14 +472,14 @@ struct ScanSmem {
     Vl = Vh + C * scan_ld<NT>();
     Xk = Vl + C * scan_ld<NT>();
     Vp = Xk + C * kLdx;
-    Oq = Vp + (kOut ? 4 * C * scan_ld<NT>() : 0);
+    Oq = Vp + (kOut ? 2 * C * scan_ld<NT>() : 0);
     Ov = reinterpret_cast<float*>(Oq + (kOut ? 4 * C * kLdx : 0));
   }
   // The hi term of state buffer b (its lo term follows kMaxHeadDim rows later).
   __device__ bf16* state(int b) const { return Sh + (kOut ? b : 0) * kState; }
   static constexpr size_t bytes() {
     return sizeof(bf16) * (kStates * kState + 2 * C * scan_ld<NT>() + C * kLdx +
-                           (kOut ? 4 * C * scan_ld<NT>() + 4 * C * kLdx : 0)) +
+                           (kOut ? 2 * C * scan_ld<NT>() + 4 * C * kLdx : 0)) +
            (kOut ? sizeof(float) * 6 * C : 0);
   }
 };
@@ -511,7 +525,8 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   const size_t w_chunk = static_cast<size_t>(C) * dk / 4;  // uint4 per chunk slot
   const float* Up = ws.U + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
   const float* Fp = ws.F + r0 + 16 * warp + g;
-  [[maybe_unused]] float* Vp = ws.Vn + r0 * dv + (16 * warp + g) * dv + c0 + 2 * t;
+  // Vn's bf16 copy for the output kernel: k16 step `warp` (these chunk rows), this CTA's columns
+  [[maybe_unused]] uint4* Vp = ws.Vn + (r0 / C) * (C * dv / 8) + b_frag(warp, c0 / 16, dv, lane);
   uint4 wa[kMaxHeadDim / 16][2];
   float2 ua[2][NT];
   float fa[2];
@@ -581,22 +596,27 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       if (chunk + 1 < nC) load(chunk + 1);
       const int slot = chunk % 2;
       if (chunk >= 2) bar_wait(kBarEmpty + slot);
-      bf16* vh = sm.Vp + slot * 2 * C * ld;
+      bf16* vh = sm.Vp + slot * C * ld;
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        put_terms(vh, vh + C * ld, r * ld + 8 * n + 2 * t, vn[0][n].x, vn[0][n].y);
-        put_terms(vh, vh + C * ld, (r + 8) * ld + 8 * n + 2 * t, vn[1][n].x, vn[1][n].y);
+      for (int n = 0; n < NT; ++n) {  // bf16, as the output kernel reads Vn
+        *reinterpret_cast<uint32_t*>(vh + r * ld + 8 * n + 2 * t) =
+            pack_bf16(vn[0][n].x, vn[0][n].y);
+        *reinterpret_cast<uint32_t*>(vh + (r + 8) * ld + 8 * n + 2 * t) =
+            pack_bf16(vn[1][n].x, vn[1][n].y);
       }
       bar_arrive(kBarFull + slot);
       CLEF_PHASE(6);  // value: next loads issued, Vn to the output warps' slot
     } else {
       // Vn's global copy (the output kernel's) and the next chunk's operands only now: issuing
       // them stalls while the memory system is busy, and that must not delay the hand-off.
-      float* vp = Vp + static_cast<size_t>(chunk) * C * dv;
+      uint4* vp = Vp + static_cast<size_t>(chunk) * (C * dv / 8);
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        *reinterpret_cast<float2*>(vp + 8 * n) = vn[0][n];
-        *reinterpret_cast<float2*>(vp + 8 * dv + 8 * n) = vn[1][n];
+      for (int np = 0; np < NT / 2; ++np) {
+        const float a[4] = {vn[0][2 * np].x, vn[0][2 * np].y, vn[1][2 * np].x, vn[1][2 * np].y};
+        const float b[4] = {vn[0][2 * np + 1].x, vn[0][2 * np + 1].y, vn[1][2 * np + 1].x,
+                            vn[1][2 * np + 1].y};
+        const uint2 fa2 = acc_b_frag(a), fb2 = acc_b_frag(b);
+        vp[32 * np] = make_uint4(fa2.x, fa2.y, fb2.x, fb2.y);
       }
       CLEF_PHASE(6);  // value: Vn's global copy
       if (chunk + 1 < nC) load(chunk + 1);
@@ -621,7 +641,7 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
   // this sequence's slots [first, first + nC) of the Tc / C in the scratch
   const size_t slot0 = static_cast<size_t>(h) * (Tc / C) + first;
   const float* Gh = ws.G + static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
-  float* Hp = ws.H + slot0 * dk * dv + c0 + 2 * t;
+  uint4* Hp = ws.H + slot0 * (dk * dv / 8);  // the published states (bf16, b_frag)
   float s[2][NT][4] = {};
   // The 64 rows x 2 x 16 columns of Xk this warp's row tiles read, by cp.async (only chunks that
   // update the state, all 64 rows valid: chunks never straddle, only a sequence's last is short).
@@ -642,19 +662,22 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     const int mt = sw + 4 * mi;
     if (mt >= kgs || (kOut && global)) return;
     const int d = 16 * mt + g;
-    float* hp = Hp + (static_cast<size_t>(chunk) * dk + d) * dv;
+    if (global) {  // k16 step mt of the output kernel's Xq S
+      uint4* hp = Hp + static_cast<size_t>(chunk) * (dk * dv / 8) + b_frag(mt, c0 / 16, dv, lane);
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        const uint2 a = acc_b_frag(s[mi][2 * np]), b = acc_b_frag(s[mi][2 * np + 1]);
+        hp[32 * np] = make_uint4(a.x, a.y, b.x, b.y);
+      }
+      return;
+    }
     bf16* sh = sm.state(chunk % ScanSmem<NT, kOut>::kStates);
     bf16* sl = sh + kMaxHeadDim * ld;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       const int col = 8 * n + 2 * t;
-      if (global) {
-        *reinterpret_cast<float2*>(hp + 8 * n) = make_float2(s[mi][n][0], s[mi][n][1]);
-        *reinterpret_cast<float2*>(hp + 8 * dv + 8 * n) = make_float2(s[mi][n][2], s[mi][n][3]);
-      } else {
-        put_terms(sh, sl, d * ld + col, s[mi][n][0], s[mi][n][1]);
-        put_terms(sh, sl, (d + 8) * ld + col, s[mi][n][2], s[mi][n][3]);
-      }
+      put_terms(sh, sl, d * ld + col, s[mi][n][0], s[mi][n][1]);
+      put_terms(sh, sl, (d + 8) * ld + col, s[mi][n][2], s[mi][n][3]);
     }
   };
   if (nC > 1) load(0);
@@ -721,24 +744,21 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_by
 }
 
 // acc[n] += A B over the k16 step at row k0 of B, the output kernel's products in its order: A in
-// registers as its hi term (and lo term when kTwoA), B as two bf16 terms in shared [k][n] tiles
-// (row stride scan_ld): hi x hi, hi x lo (and lo x hi) per n8 tile.
+// registers as its hi term (and lo term when kTwoA), B bf16 in a shared [k][n] tile (row stride
+// scan_ld; the hi term of the published state): hi x B (then lo x B) per n8 tile.
 template <int NT, bool kTwoA>
 __device__ __forceinline__ void times_terms(float (&acc)[NT][4], const uint32_t (&ah)[4],
-                                            const uint32_t (&al)[4], const bf16* Bh, const bf16* Bl,
-                                            int k0, int lane) {
+                                            const uint32_t (&al)[4], const bf16* B, int k0,
+                                            int lane) {
 #pragma unroll
   for (int np = 0; np < NT / 2; ++np) {
-    uint32_t bh[4], bl[4];
-    const int off = b_pair_offset(k0, np, scan_ld<NT>(), lane);
-    ldmatrix_x4_trans(bh, Bh + off);
-    ldmatrix_x4_trans(bl, Bl + off);
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, B + b_pair_offset(k0, np, scan_ld<NT>(), lane));
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       float(&d)[4] = acc[2 * np + q];
-      mma_bf16(d, ah, bh[2 * q], bh[2 * q + 1]);
-      mma_bf16(d, ah, bl[2 * q], bl[2 * q + 1]);
-      if (kTwoA) mma_bf16(d, al, bh[2 * q], bh[2 * q + 1]);
+      mma_bf16(d, ah, b[2 * q], b[2 * q + 1]);
+      if (kTwoA) mma_bf16(d, al, b[2 * q], b[2 * q + 1]);
     }
   }
 }
@@ -755,8 +775,8 @@ struct ScanOutArgs {
 //   O = diag(e^gamma rq) (Xq S) + P Vn,  P = (Xq Xk^T) o (rq rk Gamma) (lower triangle),
 // S and Vn from the shared buffers the value and state warps fill, Xq, Xk, rq, rk, gamma by
 // cp.async into the warps' own slots a chunk ahead. Every product, split and rounding is the
-// output kernel's in the same order (P's tiles as lower_xyt, S and Vn in the same two terms, the
-// same three products a k16 step), so o is bit for bit what the output kernel writes; P stays in
+// output kernel's in the same order (P's tiles as lower_xyt, S and Vn in bf16, the same products
+// a k16 step), so o is bit for bit what the output kernel writes; P stays in
 // registers (its m16n8 accumulators are the A fragments of P Vn).
 template <int NT>
 __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
@@ -848,25 +868,24 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
     }
     const float sc0 = __expf(gam[i0]) * rqs[i0], sc1 = __expf(gam[i0 + 8]) * rqs[i0 + 8];
     bar_wait(kBarFull + slot);  // Vn of the chunk in its slot, the state before it in its buffer
+    // S's hi term is bf16(S), the output kernel's published state
     const bf16* Sh = sm.state(chunk % ScanSmem<NT, true>::kStates);
-    const bf16* Sl = Sh + kMaxHeadDim * ld;
     float acc[NT][4] = {};
-    for (int kg = 0; kg < kgs; ++kg) {  // Xq S (the output kernel's times_global_b<false, 1>)
+    for (int kg = 0; kg < kgs; ++kg) {  // Xq S (the output kernel's times_frag_b<false, 1>)
       uint32_t a[4];
       xq_frag(Xq, kg, a);
-      times_terms<NT, false>(acc, a, a, Sh, Sl, 16 * kg, lane);
+      times_terms<NT, false>(acc, a, a, Sh, 16 * kg, lane);
     }
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       acc[n][0] *= sc0, acc[n][1] *= sc0;
       acc[n][2] *= sc1, acc[n][3] *= sc1;
     }
-    const bf16* Vh = sm.Vp + slot * 2 * C * ld;
-    const bf16* Vl = Vh + C * ld;
+    const bf16* Vh = sm.Vp + slot * C * ld;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // + P Vn (times_global_b<true, 2>)
+    for (int kk = 0; kk < 4; ++kk) {  // + P Vn (times_frag_b<true, 2>)
       if (kk > ow) break;
-      times_terms<NT, true>(acc, pa[kk][0], pa[kk][1], Vh, Vl, 16 * kk, lane);
+      times_terms<NT, true>(acc, pa[kk][0], pa[kk][1], Vh, 16 * kk, lane);
     }
     bar_arrive(kBarEmpty + slot);  // every read of the slot and of the state buffer is done
 #pragma unroll
@@ -920,52 +939,39 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
 // overlap the others' products), bf16 m16n8k16. Shared: gam, sc (e^gamma rq), rqs, rks [C] fp32;
 // Xq, Xk [C][kLdx] bf16; Ph, Pl [C][kLdp] bf16, the two terms of P = (Q K^T) o Gamma.
 // Warp w owns O columns 16w .. 16w+15 for all 64 rows; its B fragments (S, Vn) come straight from
-// global memory (each element is read by one warp only), split into two bf16 terms:
+// global memory in bf16, in the order it reads them (b_frag: one 16-byte load a lane per k16 step;
+// each element is read by one warp only):
 //   O = diag(e^gamma rq) (Xq S) + P Vn,
-// Xq exact, P and B to ~2^-17 (the lo x lo term of P Vn left out): O feeds nothing sequential and
-// is rounded to bf16, while every product on the recurrence (prep, scan) keeps fp32 accuracy.
+// Xq exact, P in two terms (~2^-17), S and Vn rounded to bf16 by the scan (as FLA's h and v_new,
+// and FlashInfer's bf16 copies of its fp32 state): O feeds nothing sequential and is itself
+// rounded to bf16, while every product on the recurrence (prep, scan) keeps fp32 accuracy.
 
-// acc[r][tm] += A[16 tm.., k] B[k][col0 + 8 r ..] for k in [0, K) (and k < 16 (tm + 1) when
-// kLower): A as PA bf16 terms in shared memory (row stride lda, A2 unused when PA == 1), B fp32
-// rows in global memory (b = B + col0 + g, row stride ldb) split into two terms; the next k16
-// step's B is in flight while this one's products run.
+// acc[r][tm] += A[16 tm.., k] B[k][16 w + 8 r ..] for k in [0, K) (and k < 16 (tm + 1) when
+// kLower): A as PA bf16 terms in shared memory (row stride lda, A2 unused when PA == 1), B bf16 in
+// fragment order (b: this warp's and lane's uint4 of k16 step 0, b_frag; `step` uint4 per k16
+// step); the next k16 step's B is in flight while this one's products run.
 template <bool kLower, int PA>
-__device__ __forceinline__ void times_global_b(float (&acc)[2][4][4], const bf16* A1,
-                                               const bf16* A2, int lda, const float* b, int ldb,
-                                               int K, int lane) {
-  const int t = lane % 4;
-  float bv[8], nv[8];
-  auto load = [&](int kb, float(&v)[8]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {  // rows k0 + 2t + {0, 1, 8, 9}, column tiles r = i / 4
-      const int row = kb + 2 * t + (i % 2) + 8 * ((i / 2) % 2);
-      v[i] = kb < K ? __ldg(b + static_cast<size_t>(row) * ldb + 8 * (i / 4)) : 0.0f;
-    }
-  };
-  load(0, bv);
+__device__ __forceinline__ void times_frag_b(float (&acc)[2][4][4], const bf16* A1, const bf16* A2,
+                                             int lda, const uint4* b, size_t step, int K,
+                                             int lane) {
+  uint4 bv = __ldg(b);
   for (int k0 = 0; k0 < K; k0 += 16) {
-    load(k0 + 16, nv);
-    uint32_t bb[2][2][2];  // [r][b0 / b1][term]
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) split_pair(bv[4 * r + 2 * j], bv[4 * r + 2 * j + 1], bb[r][j]);
+    const uint4 nv = k0 + 16 < K ? __ldg(b + (k0 / 16 + 1) * step) : bv;
 #pragma unroll
     for (int tm = 0; tm < 4; ++tm) {
       if (kLower && k0 >= 16 * (tm + 1)) continue;
       uint32_t a1[4], a2[4];
       const int off = (16 * tm + lane % 16) * lda + k0 + 8 * (lane / 16);
       ldmatrix_x4(a1, A1 + off);
-      if (PA == 2) ldmatrix_x4(a2, A2 + off);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mma_bf16(acc[r][tm], a1, bb[r][0][0], bb[r][1][0]);
-        mma_bf16(acc[r][tm], a1, bb[r][0][1], bb[r][1][1]);
-        if (PA == 2) mma_bf16(acc[r][tm], a2, bb[r][0][0], bb[r][1][0]);
+      mma_bf16(acc[0][tm], a1, bv.x, bv.y);
+      mma_bf16(acc[1][tm], a1, bv.z, bv.w);
+      if (PA == 2) {
+        ldmatrix_x4(a2, A2 + off);
+        mma_bf16(acc[0][tm], a2, bv.x, bv.y);
+        mma_bf16(acc[1][tm], a2, bv.z, bv.w);
       }
     }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) bv[i] = nv[i];
+    bv = nv;
   }
 }
 
@@ -1091,10 +1097,12 @@ __global__ void __launch_bounds__(kOutThreads, 3)
     const int h = h0 + hh;
     bf16* const Ph = P + 2 * hh * C * kLdp;
     float acc[2][4][4] = {};
+    const size_t step = static_cast<size_t>(dv / 16) * 32;  // uint4 per k16 step
     if (on) {
-      times_global_b<false, 1>(acc, Xq, nullptr, kLdx,
-                               ws.H + (static_cast<size_t>(h) * nC + chunk) * dk * dv + col0 + g,
-                               dv, dk, lane);
+      times_frag_b<false, 1>(
+          acc, Xq, nullptr, kLdx,
+          ws.H + (static_cast<size_t>(h) * nC + chunk) * (dk * dv / 8) + b_frag(0, warp, dv, lane),
+          step, dk, lane);
       CLEF_PHASE(3);  // Xq S (warp 0)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
@@ -1102,8 +1110,9 @@ __global__ void __launch_bounds__(kOutThreads, 3)
         for (int tm = 0; tm < 4; ++tm)
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[r][tm][c] *= sc[hh * C + 16 * tm + g + 8 * (c / 2)];
-      times_global_b<true, 2>(acc, Ph, Ph + C * kLdp, kLdp, ws.Vn + row0(hh) * dv + col0 + g, dv, C,
-                              lane);
+      times_frag_b<true, 2>(acc, Ph, Ph + C * kLdp, kLdp,
+                            ws.Vn + row0(hh) / C * (C * dv / 8) + b_frag(0, warp, dv, lane), step,
+                            C, lane);
       CLEF_PHASE(4);  // + P Vn (warp 0)
     }
     if constexpr (kNorm) {
@@ -1256,7 +1265,7 @@ std::vector<double> phase_cycles() {
 
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
   const size_t rows = static_cast<size_t>(Hv) * Tc, nC = Tc / C;
-  return rows * (dk + 2 * dv + 2) + static_cast<size_t>(Hv) * nC * dk * dv;
+  return rows * (dk + dv + dv / 2 + 2) + static_cast<size_t>(Hv) * nC * dk * dv / 2;
 }
 
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,

@@ -5,8 +5,10 @@
 // second parallel kernel forms the outputs from the published states. Every product runs on bf16
 // tensor cores with the conv outputs exact and fp32 operands split into bf16 terms
 // (gdn/bf16_split.cuh): three terms (fp32 accuracy) in the prep's W and U, two (~2^-17) in the
-// scan and the output kernel; the inverse's off-diagonal blocks are 3xTF32. State and sums stay
-// fp32. gdn_chunked() dispatches here.
+// scan and in the output kernel's P; the inverse's off-diagonal blocks are 3xTF32. The scan
+// publishes the states and Vn to the output kernel rounded to bf16 (as FLA's h and v_new): o feeds
+// nothing sequential and is itself bf16, and those bytes bound the scan's step (perf-log v21a).
+// State and sums stay fp32. gdn_chunked() dispatches here.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,12 +25,12 @@ namespace clef::engine::cuda::gdn {
 // (at most ~56 KiB per block).
 bool tc_supported(int dk, int dv);
 
-// tc_supported, and the device grants the scan that also forms o its 196.5 KiB (dv % 32 == 0) or
-// 152.5 KiB per block (dv % 32 == 16) (gdn.h GdnOutputMode::InScan).
+// tc_supported, and the device grants the scan that also forms o its 186.5 KiB (dv % 32 == 0) or
+// 146.5 KiB per block (dv % 32 == 16) (gdn.h GdnOutputMode::InScan).
 bool tc_scan_output_supported(int dk, int dv);
 
 // Floats of scratch for Tc (= T rounded up to 64) rows: W, U, the decayed keys' row factors, gamma,
-// the per-chunk states and the corrected values Vn.
+// the per-chunk states and the corrected values Vn (those two in bf16, for the output kernel).
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv);
 
 #ifdef CLEF_GDN_PHASE_CLOCKS
