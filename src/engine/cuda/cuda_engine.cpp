@@ -225,7 +225,8 @@ EngineInfo CudaEngineImpl::info() const {
       v.contains("gdn_chunked") && v.at("gdn_chunked") == std::string("gdn_tensor_core");
   i.kernels["linear_attention"] =
       tc ? "chunked gated delta rule (chunk 64, fp32 state, bf16 mma.sync with fp32 operands in "
-           "split bf16 terms: parallel prep, warp-specialised scan, parallel output)"
+           "split bf16 terms on the recurrence: parallel prep, warp-specialised scan, parallel "
+           "output from the states and Vn in bf16)"
          : "chunked gated delta rule (chunk 64, fp32 SIMT, value columns split)";
   if (vision_) v.merge(vision_->kernel_variants());
   std::string ew;
