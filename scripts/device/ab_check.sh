@@ -7,6 +7,7 @@
 # with its start-up read from /health, then `clefserve bench` at each concurrency of CS over
 # public231-shape and at each of SHORT_CS over public231-short, with the /metrics batch counters.
 # `batch`: `profile --batch BATCH` (one packed forward) at BATCH_LENGTHS for every binary. Logs in $OUT.
+# TEST_VARS=VAR=VAL[,VAR=VAL] sets those for the tests only.
 # Usage (repo root on the device):
 #   [STEPS="tests wb profile serve"] [BINS="clefserve clefserve_b"] scripts/device/ab_check.sh
 set -uo pipefail
@@ -21,8 +22,9 @@ fi
 if has tests; then
   t0=$(date +%s)
   F=${GTEST_FILTER:-*GdnConvPrep*:*Swiglu*:*Fp8Producers*:*Golden*:*CudaEngine*:*Packed*:*CudaPrepare*}
-  timeout "${TEST_TIMEOUT:-300}" test_gpu --gtest_brief=1 --gtest_filter="$F" > "$L/test_gpu.log" 2>&1
-  summary+=("test_gpu $F: rc $? in $(( $(date +%s) - t0 )) s :: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
+  tvars=(); [ -n "${TEST_VARS:-}" ] && IFS=, read -ra tvars <<< "$TEST_VARS"  # VAR=VAL[,VAR=VAL]
+  timeout "${TEST_TIMEOUT:-300}" env "${tvars[@]}" test_gpu --gtest_brief=1 --gtest_filter="$F" > "$L/test_gpu.log" 2>&1
+  summary+=("test_gpu ${TEST_VARS:-} $F: rc $? in $(( $(date +%s) - t0 )) s :: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)|tests from .* ran' "$L/test_gpu.log" | tr '\n' ' ')")
   while read -r l; do summary+=("  $l"); done < <(grep -E "FAILED|bf16.*noise|max \|dp\|" "$L/test_gpu.log" | head -16)
 fi
 if has wb; then  # kernel workbenches: each of WB as workbench_<family>_before (if carried) and after

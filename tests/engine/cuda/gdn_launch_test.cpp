@@ -4,9 +4,12 @@
 // never an operation or its order, so o (and the fused gated norm's y) must be bit for bit the
 // same in every form; the plain form is also checked against the exact recurrence. Single
 // sequences (961 tokens: a one-wave scan, where the early start applies) and packed batches whose
-// scan grids pass one wave of SMs, both column splits, workspace and output NaN-poisoned.
+// scan grids pass one wave of SMs, both column splits, workspace and output NaN-poisoned. W's terms
+// in the scan (TcLaunch::w_terms) do change the bits: each choice is checked on its own against the
+// recurrence, and every launch form within a choice bit for bit.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -60,13 +63,24 @@ std::vector<uint16_t> run_form(const GdnTestInputs& in, const Shape& sh, int T, 
   return out;
 }
 
-// Every form against the plain one (no edges, one CTA an SM), bit for bit; the plain o against
-// `expect` (the reference) where given.
-void expect_forms_agree(const GdnTestInputs& in, const Shape& sh, int T, int slots,
-                        const GdnSequences* seqs, const GdnGatedNorm* norm,
-                        const std::vector<float>* expect) {
-  const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1});
-  const gdn::TcLaunch forms[] = {{1, 1}, {0, 2}, {1, 2}, {-1, 0}};
+std::vector<float> widen(const std::vector<uint16_t>& h) {
+  std::vector<float> o(h.size());
+  for (size_t i = 0; i < o.size(); ++i) {
+    const uint32_t bits = uint32_t(h[i]) << 16;
+    std::memcpy(&o[i], &bits, 4);
+  }
+  return o;
+}
+
+// Every form against the plain one (no edges, one CTA an SM), bit for bit, all with W in w_terms
+// terms (0: the process's choice); the plain o against `expect` (the reference) where given.
+// Returns the plain o.
+std::vector<uint16_t> expect_forms_agree(const GdnTestInputs& in, const Shape& sh, int T, int slots,
+                                         const GdnSequences* seqs, const GdnGatedNorm* norm,
+                                         const std::vector<float>* expect, int w_terms = 0) {
+  const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1, w_terms});
+  const gdn::TcLaunch forms[] = {
+      {1, 1, w_terms}, {0, 2, w_terms}, {1, 2, w_terms}, {-1, 0, w_terms}};
   for (const gdn::TcLaunch& f : forms) {
     SCOPED_TRACE("pdl " + std::to_string(f.pdl) + " scan_blocks " + std::to_string(f.scan_blocks));
     const auto got = run_form(in, sh, T, slots, seqs, norm, f);
@@ -76,14 +90,8 @@ void expect_forms_agree(const GdnTestInputs& in, const Shape& sh, int T, int slo
     EXPECT_EQ(differ, 0u) << "of " << got.size() << " values; first at " << first << " (row "
                           << first / (size_t(sh.Hv) * sh.dv) << ")";
   }
-  if (expect) {
-    std::vector<float> o(plain.size());
-    for (size_t i = 0; i < o.size(); ++i) {
-      const uint32_t bits = uint32_t(plain[i]) << 16;
-      std::memcpy(&o[i], &bits, 4);
-    }
-    CLEF_EXPECT_CLOSE(o, *expect, 1e-2);
-  }
+  if (expect) CLEF_EXPECT_CLOSE(widen(plain), *expect, 1e-2);
+  return plain;
 }
 
 TEST(GdnLaunch, SingleSequencesGiveTheSameBitsInEveryForm) {
@@ -131,6 +139,41 @@ TEST(GdnLaunch, PackedBatchesGiveTheSameBitsInEveryForm) {
       }
     }
   }
+}
+
+// W in one bf16 term (CLEF_GDN_W_TERMS=1) and in two: each close to the exact recurrence in every
+// launch form, and different from each other (the choice reaches the scan).
+TEST(GdnLaunch, WTermsEachMatchTheRecurrence) {
+  CLEF_REQUIRE_GPU();
+  if (!gdn::tc_supported(128, 128)) GTEST_SKIP() << "no tensor-core GDN path on this device";
+  auto rng = fresh_rng();
+  const Shape sh{16, 32, 128, 128};
+  auto check = [&](const GdnTestInputs& in, int T, int slots, const GdnSequences* seqs,
+                   const std::vector<float>& expect) {
+    const auto one = expect_forms_agree(in, sh, T, slots, seqs, nullptr, &expect, 1);
+    const auto two = expect_forms_agree(in, sh, T, slots, seqs, nullptr, &expect, 2);
+    size_t differ = 0;
+    for (size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
+    EXPECT_GT(differ, 0u);
+    const auto e1 = compare(widen(one), expect), e2 = compare(widen(two), expect);
+    std::printf(
+        "[gdn W terms, T %d, %d sequence slots: rel L2 vs the recurrence 1 term %.3g, "
+        "2 terms %.3g; %zu of %zu values differ]\n",
+        T, slots, e1.rel_l2, e2.rel_l2, differ, one.size());
+  };
+  {
+    const int T = 961;
+    const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
+    std::vector<float> expect(size_t(T) * sh.Hv * sh.dv);
+    ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
+                              sh.Hk, sh.Hv, sh.dk, sh.dv, expect.data());
+    SCOPED_TRACE("961 tokens");
+    check(in, T, 1, nullptr, expect);
+  }
+  const std::vector<int> lengths{1, 63, 64, 65, 700, 1500};
+  SCOPED_TRACE("lengths " + comma_list(lengths));
+  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  check(c.in, c.T, c.slots, &c.dev.gdn, c.expect);
 }
 
 }  // namespace

@@ -60,6 +60,11 @@ int gdn_scan_blocks(long long ctas, int sms) {
   return ctas > sms ? 2 : 1;
 }
 
+int gdn_w_terms() {
+  static const int terms = env_is("CLEF_GDN_W_TERMS", "1") ? 1 : 2;
+  return terms;
+}
+
 bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path) &&
          !(gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));

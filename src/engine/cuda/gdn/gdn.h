@@ -75,6 +75,10 @@ bool gdn_pdl_allowed();
 // thread) where one an SM would take more than one wave (packed batches; 27B's 48 value heads),
 // else 1; CLEF_GDN_SCAN_BLOCKS=1 or 2 forces it (perf-log v20a).
 int gdn_scan_blocks(long long ctas, int sms);
+// W's bf16 terms in the scan's Vn = U - W S: 2 (W to ~2^-17, the default) or 1 (W rounded to
+// bf16, as FLA's w: half the W bytes each scan CTA reads a chunk step) where the process was
+// started with CLEF_GDN_W_TERMS=1 (perf-log v21b, an experiment).
+int gdn_w_terms();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
 // default output mode is not InScan: the engine then runs the separate gated norm).

@@ -516,7 +516,7 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
 // that kernel's limit.
 template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int lane, int first, int nC, int kgs,
+                                         int warp, int lane, int first, int nC, int kgs, bool w_lo,
                                          ScanSmem<NT, kOut> sm) {
   constexpr int ld = scan_ld<NT>();
   const int g = lane / 4, t = lane % 4;
@@ -527,14 +527,17 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   const float* Fp = ws.F + r0 + 16 * warp + g;
   // Vn's bf16 copy for the output kernel: k16 step `warp` (these chunk rows), this CTA's columns
   [[maybe_unused]] uint4* Vp = ws.Vn + (r0 / C) * (C * dv / 8) + b_frag(warp, c0 / 16, dv, lane);
-  uint4 wa[kMaxHeadDim / 16][2];
+  uint4 wa[kMaxHeadDim / 16][2] = {};  // W's hi, lo A fragments (lo only where w_lo)
   float2 ua[2][NT];
   float fa[2];
   auto load = [&](int chunk) {
     const uint4* w = Wp + chunk * w_chunk;
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg)
-      if (kg < kgs) wa[kg][0] = __ldg(w + 64 * kg), wa[kg][1] = __ldg(w + 64 * kg + 1);
+      if (kg < kgs) {
+        wa[kg][0] = __ldg(w + 64 * kg);
+        if (w_lo) wa[kg][1] = __ldg(w + 64 * kg + 1);
+      }
     const float* u = Up + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
     for (int n = 0; n < NT; ++n) ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
@@ -571,7 +574,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         for (int q = 0; q < 2; ++q) {
           const int n = 2 * np + q;
           mma_bf16(hh[n], ah, bh[2 * q], bh[2 * q + 1]);
-          mma_bf16(cr[n], al, bh[2 * q], bh[2 * q + 1]);
+          if (w_lo) mma_bf16(cr[n], al, bh[2 * q], bh[2 * q + 1]);
           mma_bf16(cr[n], ah, bl[2 * q], bl[2 * q + 1]);
         }
       }
@@ -910,7 +913,7 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
 template <int NT, bool kOut, int kBlocks>
 __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
-                Ws ws, ScanOutArgs oa, bool early) {
+                Ws ws, ScanOutArgs oa, bool early, bool w_lo) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
   const ScanSmem<NT, kOut> sm(smem);
@@ -925,7 +928,7 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
 
   // separate functions: each role gets its own register allocation
   if (warp < 4) {
-    scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, sm);
+    scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, w_lo, sm);
   } else if (warp < 8) {
     scan_states<NT, kOut, kBlocks>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC,
                                    kgs, sm);
@@ -1175,13 +1178,13 @@ void launch(void (*kernel)(Params...), dim3 grid, int block, size_t smem, cudaSt
 template <int NT, bool kOut, int kBlocks>
 void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                     int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl,
-                    bool early) {
+                    bool early, bool w_lo) {
   constexpr size_t bytes = ScanSmem<NT, kOut>::bytes();
   auto* k = scan_kernel<NT, kOut, kBlocks>;
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
   launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, pdl, xk,
-         map, Tc, Hk, Hv, dk, dv, ws, oa, early);
+         map, Tc, Hk, Hv, dk, dv, ws, oa, early, w_lo);
 }
 
 // oa.o set: the scan that also forms o (kOut, one CTA an SM, no early start); else kBlocks =
@@ -1189,13 +1192,13 @@ void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int H
 template <int NT>
 void launch_scan_cols(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                       int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl,
-                      bool early, int blocks) {
+                      bool early, int blocks, bool w_lo) {
   if (oa.o)
-    launch_scan_nt<NT, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, false);
+    launch_scan_nt<NT, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, false, w_lo);
   else if (blocks == 2)
-    launch_scan_nt<NT, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
+    launch_scan_nt<NT, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, w_lo);
   else
-    launch_scan_nt<NT, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early);
+    launch_scan_nt<NT, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, w_lo);
 }
 
 // The scan's n8 column tiles a CTA: 32 columns where dv allows, half the CTAs re-reading each
@@ -1207,11 +1210,11 @@ constexpr int scan_nt(int dv) {
 
 void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                  int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl, bool early,
-                 int blocks) {
+                 int blocks, bool w_lo) {
   if (scan_nt(dv) == 4)
-    launch_scan_cols<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, blocks);
+    launch_scan_cols<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, blocks, w_lo);
   else
-    launch_scan_cols<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, blocks);
+    launch_scan_cols<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, blocks, w_lo);
 }
 
 // Fixed sizes (the tiles take kMaxHeadDim columns): 55.25 KiB (four CTAs per SM); the output
@@ -1306,17 +1309,18 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // and 961, where the P terms' work beside the scan's first steps costs the chain more than the
   // late CTAs gain; perf-log v20a).
   const bool early = scan_ctas <= static_cast<long long>(blocks) * sm_count() && nC >= 32;
+  const bool w_lo = (how.w_terms == 1 || how.w_terms == 2 ? how.w_terms : gdn_w_terms()) == 2;
   launch(prep_kernel, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta, map,
          Tc, Hk, Hv, dk, dv, ws);
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
     launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
-                pdl && !between, false, 1);
+                pdl && !between, false, 1, w_lo);
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
   launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s, pdl && !between,
-              pdl && !after_scan && early, blocks);
+              pdl && !after_scan && early, blocks, w_lo);
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);

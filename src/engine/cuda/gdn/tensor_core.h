@@ -42,10 +42,13 @@ std::vector<double> phase_cycles();
 
 // How chunked_tc launches (every choice gives the same bits): programmatic edges (pdl: -1 the
 // process's gdn_pdl_allowed, 0 off, 1 on where the device has them) and the scan's CTAs an SM
-// (scan_blocks: 0 the process's gdn_scan_blocks, else 1 or 2; the in-scan output always 1).
+// (scan_blocks: 0 the process's gdn_scan_blocks, else 1 or 2; the in-scan output always 1). And
+// W's terms in the scan (w_terms: 0 the process's gdn_w_terms, else 1 or 2; this one changes the
+// bits).
 struct TcLaunch {
   int pdl = -1;
   int scan_blocks = 0;
+  int w_terms = 0;
 };
 
 // Same contract as gdn_chunked() (gdn/gdn.h) with the bf16 form of GdnInputs; with `norm`, the
