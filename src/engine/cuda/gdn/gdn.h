@@ -77,7 +77,8 @@ bool gdn_pdl_allowed();
 int gdn_scan_blocks(long long ctas, int sms);
 // W's bf16 terms in the scan's Vn = U - W S: 2 (W to ~2^-17, the default) or 1 (W rounded to
 // bf16, as FLA's w: half the W bytes each scan CTA reads a chunk step) where the process was
-// started with CLEF_GDN_W_TERMS=1 (perf-log v21b, an experiment).
+// started with CLEF_GDN_W_TERMS=1 (perf-log v21b: the GDN stage only 2 % faster, tiny-r2's bf16
+// max |dp| 0.0434 -> 0.0533, so two stays the default; the switch is for A/B runs).
 int gdn_w_terms();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
