@@ -30,9 +30,7 @@ using namespace clef::gputest;
 namespace ref = clef::engine::ref;
 using bf16 = __nv_bfloat16;
 
-struct Shape {
-  int Hk, Hv, dk, dv;
-};
+using Shape = GdnHeads;
 
 // The fused gated norm's operands (z [T, ldz] bf16, w [dv]) for `norm` cases.
 struct NormOperands {

@@ -29,9 +29,7 @@ using namespace clef::gputest;
 namespace ref = clef::engine::ref;
 using bf16 = __nv_bfloat16;
 
-struct Shape {
-  int Hk, Hv, dk, dv;
-};
+using Shape = GdnHeads;
 
 // o of one mode on the inputs (fresh NaN-poisoned workspace and output).
 DeviceBuffer run_mode(const GdnTestInputs& in, const Shape& sh, int T, int slots,

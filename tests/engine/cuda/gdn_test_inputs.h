@@ -14,6 +14,11 @@
 
 namespace clef::gputest {
 
+// Head counts and dims of a GDN test case.
+struct GdnHeads {
+  int Hk, Hv, dk, dv;
+};
+
 struct GdnTestInputs {
   // host, what ref::gated_delta_rule_ref reads: q, k [T, Hk, d], v [T, Hv, dv], g, beta [T, Hv]
   std::vector<float> q, k, v, g, beta;

@@ -51,10 +51,11 @@ __device__ __forceinline__ size_t b_frag(int kk, int jp, int dv, int lane) {
   return (static_cast<size_t>(kk) * (dv / 16) + jp) * 32 + lane;
 }
 
-// This lane's B fragment {b0, b1} of the k16 x n8 block whose m16n8 accumulators (k = the rows)
-// the warp holds: rounded to bf16, each 8 x 8 half transposed across the warp.
-__device__ __forceinline__ uint2 acc_b_frag(const float (&c)[4]) {
-  return make_uint2(movmatrix_trans(pack_bf16(c[0], c[1])), movmatrix_trans(pack_bf16(c[2], c[3])));
+// This lane's b_frag entry of two n8 tiles (a, then b) of one k16 step whose m16n8 accumulators
+// (k = the rows) the warp holds: rounded to bf16, each 8 x 8 half transposed across the warp.
+__device__ __forceinline__ uint4 acc_b_frag(const float (&a)[4], const float (&b)[4]) {
+  return make_uint4(movmatrix_trans(pack_bf16(a[0], a[1])), movmatrix_trans(pack_bf16(a[2], a[3])),
+                    movmatrix_trans(pack_bf16(b[0], b[1])), movmatrix_trans(pack_bf16(b[2], b[3])));
 }
 
 // W of one (value head, chunk slot) in the order the scan's value warps read it: per 16-row tile
@@ -618,8 +619,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         const float a[4] = {vn[0][2 * np].x, vn[0][2 * np].y, vn[1][2 * np].x, vn[1][2 * np].y};
         const float b[4] = {vn[0][2 * np + 1].x, vn[0][2 * np + 1].y, vn[1][2 * np + 1].x,
                             vn[1][2 * np + 1].y};
-        const uint2 fa2 = acc_b_frag(a), fb2 = acc_b_frag(b);
-        vp[32 * np] = make_uint4(fa2.x, fa2.y, fb2.x, fb2.y);
+        vp[32 * np] = acc_b_frag(a, b);
       }
       CLEF_PHASE(6);  // value: Vn's global copy
       if (chunk + 1 < nC) load(chunk + 1);
@@ -668,10 +668,8 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     if (global) {  // k16 step mt of the output kernel's Xq S
       uint4* hp = Hp + static_cast<size_t>(chunk) * (dk * dv / 8) + b_frag(mt, c0 / 16, dv, lane);
 #pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        const uint2 a = acc_b_frag(s[mi][2 * np]), b = acc_b_frag(s[mi][2 * np + 1]);
-        hp[32 * np] = make_uint4(a.x, a.y, b.x, b.y);
-      }
+      for (int np = 0; np < NT / 2; ++np)
+        hp[32 * np] = acc_b_frag(s[mi][2 * np], s[mi][2 * np + 1]);
       return;
     }
     bf16* sh = sm.state(chunk % ScanSmem<NT, kOut>::kStates);
@@ -1175,30 +1173,38 @@ void launch(void (*kernel)(Params...), dim3 grid, int block, size_t smem, cudaSt
   CLEF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
+// How the scan is launched: a programmatic edge to prep (pdl), the output kernel's early start
+// (`early`, see scan_kernel), CTAs an SM (gdn_scan_blocks) and W's lo term (TcLaunch::w_terms).
+struct ScanLaunch {
+  bool pdl = false, early = false;
+  int blocks = 1;
+  bool w_lo = true;
+};
+
 template <int NT, bool kOut, int kBlocks>
 void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
-                    int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl,
-                    bool early, bool w_lo) {
+                    int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s,
+                    const ScanLaunch& how) {
   constexpr size_t bytes = ScanSmem<NT, kOut>::bytes();
   auto* k = scan_kernel<NT, kOut, kBlocks>;
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
-  launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, pdl, xk,
-         map, Tc, Hk, Hv, dk, dv, ws, oa, early, w_lo);
+  launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, how.pdl,
+         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.w_lo);
 }
 
-// oa.o set: the scan that also forms o (kOut, one CTA an SM, no early start); else kBlocks =
-// `blocks` (gdn_scan_blocks). `early`: see scan_kernel.
+// oa.o set: the scan that also forms o (kOut; the caller asks for one CTA an SM, no early start);
+// else kBlocks = how.blocks.
 template <int NT>
 void launch_scan_cols(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
-                      int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl,
-                      bool early, int blocks, bool w_lo) {
+                      int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s,
+                      const ScanLaunch& how) {
   if (oa.o)
-    launch_scan_nt<NT, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, false, w_lo);
-  else if (blocks == 2)
-    launch_scan_nt<NT, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, w_lo);
+    launch_scan_nt<NT, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
+  else if (how.blocks == 2)
+    launch_scan_nt<NT, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
   else
-    launch_scan_nt<NT, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, w_lo);
+    launch_scan_nt<NT, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
 }
 
 // The scan's n8 column tiles a CTA: 32 columns where dv allows, half the CTAs re-reading each
@@ -1209,12 +1215,12 @@ constexpr int scan_nt(int dv) {
 }
 
 void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
-                 int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s, bool pdl, bool early,
-                 int blocks, bool w_lo) {
+                 int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s,
+                 const ScanLaunch& how) {
   if (scan_nt(dv) == 4)
-    launch_scan_cols<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, blocks, w_lo);
+    launch_scan_cols<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
   else
-    launch_scan_cols<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, pdl, early, blocks, w_lo);
+    launch_scan_cols<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
 }
 
 // Fixed sizes (the tiles take kMaxHeadDim columns): 55.25 KiB (four CTAs per SM); the output
@@ -1315,12 +1321,12 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
     launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
-                pdl && !between, false, 1, w_lo);
+                ScanLaunch{pdl && !between, false, 1, w_lo});
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
-  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s, pdl && !between,
-              pdl && !after_scan && early, blocks, w_lo);
+  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
+              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, w_lo});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);
