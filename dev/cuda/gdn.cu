@@ -8,6 +8,10 @@
 // kernel with the gated RMSNorm fused (gdn.h GdnGatedNorm) vs the output kernel + gated_rms_norm,
 // and the scan that forms o itself (GdnOutputMode::InScan) + gated_rms_norm: the whole GDN core
 // (prep to y) of each, and whether its y equals the output kernel's.
+// CLEF_BENCH_PACK="1000x8;300x6+5000;5000+300x6" (packed batches as the engine runs them, '+'
+// between sequences, LxN for N of L tokens): instead of the above, the whole core to y (the fused
+// gated norm) and its prep / scan / output split per pack, the scan's sequences in slot order and
+// longest first (gdn/tensor_core.h TcLaunch::longest_first); the two y must be equal.
 #include <cstdio>
 #include <string>
 #include <type_traits>
@@ -17,6 +21,7 @@
 #include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/kernel_path.h"
 #include "engine/cuda/kernels/norm.h"
+#include "engine/cuda/packing.h"
 #include "support/ref/backbone_ref.h"
 
 using namespace clef::engine::cuda;
@@ -122,6 +127,101 @@ double nominal_flops(int T, int Hv, int dk, int dv) {
   return per * chunks * Hv;
 }
 
+// "300x6+5000" -> {300 x 6, 5000}
+std::vector<int> parse_pack(const std::string& text) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('+', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    const size_t x = item.find('x');
+    const int L = std::atoi(item.substr(0, x).c_str());
+    const int n = x == std::string::npos ? 1 : std::atoi(item.substr(x + 1).c_str());
+    for (int i = 0; i < n && L > 0; ++i) out.push_back(L);
+    at = end + 1;
+  }
+  return out;
+}
+
+// CLEF_BENCH_PACK: every pack's whole core (y with the fused norm) and split, both scan orders.
+int bench_packs(const char* spec, std::mt19937_64& rng) {
+  std::vector<std::vector<int>> packs;
+  for (size_t at = 0; at <= std::strlen(spec);) {
+    const char* semi = std::strchr(spec + at, ';');
+    const size_t end = semi ? static_cast<size_t>(semi - spec) : std::strlen(spec);
+    const auto p = parse_pack(std::string(spec + at, end - at));
+    if (!p.empty()) packs.push_back(p);
+    at = end + 1;
+  }
+  if (!gdn::tc_supported(kGdnD, kGdnD)) {
+    std::printf("[gdn pack] no tensor-core path here\n");
+    return 1;
+  }
+  Timer timer;
+  cudaEvent_t e[4];
+  for (cudaEvent_t& x : e) DEV_CUDA_CHECK(cudaEventCreate(&x));
+  for (const auto& lengths : packs) {
+    int T = 0;
+    for (int L : lengths) T += L;
+    const int n = static_cast<int>(lengths.size()), slots = sequence_bucket(n);
+    const PackTables t = pack_tables(lengths, T, slots, 64);
+    auto ints = [](const std::vector<int32_t>& v) {
+      Buf b(v.size() * sizeof(int32_t));
+      DEV_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
+      return b;
+    };
+    const Buf row0 = ints(t.chunk_row0), valid = ints(t.chunk_valid), seq0 = ints(t.seq_chunk0);
+    const GdnSequences seqs{row0.get<int32_t>(), valid.get<int32_t>(), seq0.get<int32_t>(),
+                            t.chunk_slots, t.seq_slots};
+    const Inputs in = make_inputs(rng, T, kGdnHk, kGdnHv, kGdnD, kGdnD, -2.0f);
+    const Buf ws(gdn_workspace_bytes(T, kGdnHv, kGdnD, kGdnD, slots));
+    const Buf z = to_device<bf16>(rand_e<bf16>(rng, size_t(T) * kGdnLd, 2.0f));
+    const Buf w = to_device<float>(randn(rng, kGdnD, 0.5f, 1.0f));
+    const GdnGatedNorm nrm{z.get<bf16>() + kGdnCqkv, kGdnLd, w.get<float>(), kEps};
+    const size_t no = size_t(T) * kGdnHv * kGdnD;
+    auto y = poisoned<bf16>(no);
+    std::vector<float> y_of[2];
+    std::string label;
+    for (size_t i = 0; i < lengths.size(); ++i)
+      label += (i ? "+" : "") + std::to_string(lengths[i]);
+    for (int longest = 0; longest < 2; ++longest) {
+      auto launch = [&](cudaEvent_t between, cudaEvent_t after) {
+        gdn::chunked_tc(in.form(true, KernelPath::Auto), T, kGdnHk, kGdnHv, kGdnD, kGdnD,
+                        y.get<bf16>(), ws.get<float>(), 0, between, after, &seqs, &nrm, false,
+                        gdn::TcLaunch{-1, 0, 0, longest});
+      };
+      const double whole = timer.median_us([&] { launch(nullptr, nullptr); }, 2);
+      y_of[longest] = to_host<bf16>(y, no);
+      std::vector<float> part[3];
+      for (int rep = 0; rep < 10; ++rep) {
+        DEV_CUDA_CHECK(cudaEventRecord(e[0], 0));
+        launch(e[1], e[2]);
+        DEV_CUDA_CHECK(cudaEventRecord(e[3], 0));
+        DEV_CUDA_CHECK(cudaEventSynchronize(e[3]));
+        for (int k = 0; k < 3; ++k) {
+          float ms = 0;
+          DEV_CUDA_CHECK(cudaEventElapsedTime(&ms, e[k], e[k + 1]));
+          part[k].push_back(1e3f * ms);
+        }
+      }
+      for (auto& v : part) std::sort(v.begin(), v.end());
+      std::printf(
+          "[gdn pack] %-24s T %5d, %2d sequences (%2d slots), scan %s: whole core to y %.1f us "
+          "(x24 %.2f ms); split: prep %.1f, scan %.1f, output + norm %.1f us\n",
+          label.c_str(), T, n, slots, longest ? "longest first" : "in slot order", whole,
+          24e-3 * whole, part[0][5], part[1][5], part[2][5]);
+    }
+    size_t differ = 0;
+    for (size_t i = 0; i < no; ++i) differ += y_of[0][i] != y_of[1][i];
+    std::printf("[gdn pack] %s: y differs between the two orders in %zu of %zu values\n",
+                label.c_str(), differ, no);
+    if (differ) return 1;
+  }
+  for (cudaEvent_t x : e) cudaEventDestroy(x);
+  return 0;
+}
+
 }  // namespace
 
 int main() {
@@ -129,6 +229,7 @@ int main() {
   std::printf("tensor-core GDN supported here: %s\n",
               gdn::tc_supported(kGdnD, kGdnD) ? "yes" : "no (Auto runs SIMT too)");
   auto rng = make_rng();
+  if (const char* pack = std::getenv("CLEF_BENCH_PACK")) return bench_packs(pack, rng);
   const std::vector<int> tokens = bench_tokens();
   if (!checks_pass("gdn", [&] {
         bool ok = true;

@@ -66,12 +66,12 @@ fi
 if has serve; then
   run_bench() {  # MANIFEST C LABEL
     local before after rc
-    before=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)")
+    before=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)|^clef_(batch_size_tokens|forward_duration_seconds)_(sum|count)")
     timeout 240 clefserve bench --url http://127.0.0.1:$PORT --manifest "$1" --concurrency "$2" \
       --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" > "/tmp/bench_$3.log" 2>&1
     rc=$?
     { echo "## bench $3"; cat "/tmp/bench_$3.log"; } >> "$L/bench.log"
-    after=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)")
+    after=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)|^clef_(batch_size_tokens|forward_duration_seconds)_(sum|count)")
     summary+=("$3: bench rc $rc :: $(python3 -c "
 import json; r = json.load(open('/tmp/bench_$3/report.json'))
 l = r.get('successful_latency_ms', {}); t = r.get('throughput', {})
@@ -86,7 +86,7 @@ def parse(t):
         d[k] = float(v)
     return d
 b, a = parse(sys.argv[1]), parse(sys.argv[2])
-print(' '.join('%s=%g' % (k.replace('clef_batch_size_requests_', ''), a[k] - b.get(k, 0)) for k in a))
+print(' '.join('%s=%g' % (k.replace('clef_batch_size_requests_', '').replace('{device="cuda:0"}', ''), a[k] - b.get(k, 0)) for k in a))
 EOF
 )")
   }

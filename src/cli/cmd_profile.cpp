@@ -405,6 +405,7 @@ int run_profile(const ProfileArgs& a) {
     double backbone = 0;
     // --batch N: one forward of N requests of this length (packed on the CUDA engine)
     double batch_e2e = 0, batch_floor = 0;
+    std::map<std::string, double> batch_stages{};  // the packed forward's, eager (CUDA engine)
   };
   std::vector<Row> rows;
   for (int L : lengths) {
@@ -461,8 +462,14 @@ int run_profile(const ProfileArgs& a) {
       }
       row.batch_e2e = median(t);
 #ifdef CLEF_HAVE_CUDA
-      if (auto* c = dynamic_cast<engine::cuda::CudaEngine*>(eng.get()))
+      if (auto* c = dynamic_cast<engine::cuda::CudaEngine*>(eng.get())) {
         row.batch_floor = c->gemm_floor_ms(T * a.batch, std::max(a.runs, 5));
+        try {  // one pack only (forward_profiled says when the batch is not)
+          row.batch_stages = c->forward_profiled(batch).ms;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "profile: no packed stage times: %s\n", e.what());
+        }
+      }
 #endif
     }
     rows.push_back(row);
@@ -510,6 +517,21 @@ int run_profile(const ProfileArgs& a) {
     std::printf(
         "(one engine forward of the batch: packed into one backbone pass up to %d tokens)\n",
         encoding::kDefaultMaxLength);
+    std::printf(
+        "\n| batch x tokens | gemm | gdn_core | attention | norms/elementwise | head |\n"
+        "|---:|---:|---:|---:|---:|---:|\n");
+    auto bst = [](const Row& r, const std::string& k) {
+      double sum = 0;
+      for (const auto& [name, ms] : r.batch_stages)
+        if (name == k || name.starts_with(k + ".")) sum += ms;
+      return sum;
+    };
+    for (const Row& r : rows)
+      if (!r.batch_stages.empty())
+        std::printf("| %d x %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", a.batch, r.tokens,
+                    bst(r, "gemm"), bst(r, "gdn_core"), bst(r, "attention"),
+                    bst(r, "norms_elementwise"), bst(r, "head"));
+    std::printf("(the packed forward once, eagerly, with events between ops)\n");
   }
   if (!a.json_out.empty()) {
     std::vector<json::Value> items;

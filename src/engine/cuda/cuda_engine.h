@@ -33,6 +33,10 @@ class CudaEngine : public Engine {
   virtual ColdWork cold_work() const = 0;
   // One forward of a single request, eagerly, with events between stages.
   virtual StageTimes forward_profiled(const encoding::EncodedRequest& req) = 0;
+  // One packed forward of several text requests (one pack: at most the packed rows and sequences
+  // a forward takes), eagerly, with events between stages; its head once for the group.
+  virtual StageTimes forward_profiled(
+      const std::vector<const encoding::EncodedRequest*>& batch) = 0;
   // Median time (ms) of all the backbone's linear layers at T tokens, as this engine fuses them,
   // through cuBLASLt with the best timed algorithm per shape, replayed from a CUDA graph.
   virtual double gemm_floor_ms(int T, int runs) = 0;

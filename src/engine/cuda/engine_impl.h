@@ -54,6 +54,7 @@ class CudaEngineImpl final : public CudaEngine {
 
   ColdWork cold_work() const override;
   StageTimes forward_profiled(const encoding::EncodedRequest& req) override;
+  StageTimes forward_profiled(const std::vector<const encoding::EncodedRequest*>& batch) override;
   double gemm_floor_ms(int T, int runs) override;
   double backbone_ms(const std::vector<int32_t>& ids, int runs) override;
   std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) override;

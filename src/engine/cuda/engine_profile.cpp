@@ -4,6 +4,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
+#include "engine/cuda/packing.h"
 #include "engine/cuda/profile.h"
 #include "engine/prepare/token_buckets.h"
 #include "model/bf16.h"
@@ -31,6 +32,50 @@ StageTimes CudaEngineImpl::forward_profiled(const encoding::EncodedRequest& req)
   // end, so this last interval is what the head adds to a request: its device time, the logits'
   // copy and the host's wake-up.
   run_head(req, [&rec](const char* kind) { rec.mark(kind); });
+  rec.mark("head");
+  return rec.collect();
+}
+
+StageTimes CudaEngineImpl::forward_profiled(
+    const std::vector<const encoding::EncodedRequest*>& batch) {
+  if (batch.size() == 1 && batch[0]) return forward_profiled(*batch[0]);
+  use_device();
+  std::vector<int> lengths;
+  std::vector<int32_t> ids;
+  for (const auto* req : batch) {
+    if (!req || req->has_media())
+      throw std::runtime_error("forward_profiled: a packed batch holds text requests only");
+    check_ids(req->input_ids);
+    lengths.push_back(static_cast<int>(req->input_ids.size()));
+    ids.insert(ids.end(), req->input_ids.begin(), req->input_ids.end());
+  }
+  const int n = static_cast<int>(batch.size());
+  if (n == 0 || n > kMaxPackedSequences || static_cast<int>(ids.size()) > pack_tokens_)
+    throw std::runtime_error("forward_profiled: the batch is not one pack");
+  const int Tp = bucket_tokens(static_cast<int>(ids.size()));
+  ids.resize(Tp, 0);
+  const PackTables t = pack_tables(lengths, Tp, sequence_bucket(n), rows_per_tile(Tp));
+  reserve(Tp);
+  const Activations& a = workspace_->buffers();
+  // Plain synchronous uploads: diagnostics, outside the timed stages.
+  auto upload = [](int32_t* dst, const std::vector<int32_t>& src) {
+    CLEF_CUDA_CHECK(
+        cudaMemcpy(dst, src.data(), src.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  };
+  upload(a.ids, ids);
+  upload(a.positions, t.positions);
+  upload(a.chunk_row0, t.chunk_row0);
+  upload(a.chunk_valid, t.chunk_valid);
+  upload(a.seq_chunk0, t.seq_chunk0);
+  upload(a.tiles, t.tiles);
+  const PackView view = pack_view(t.rows, t.seq_slots);
+  head_->begin(batch, stream_, {n});
+  StageRecorder rec(stream_);
+  backbone_->enqueue(a, Tp, stream_, &rec, &view);
+  // As in forward: the group's head, then its one wait (the last interval: device time, the
+  // logits' copy and the host's wake-up).
+  head_->enqueue(a.final_hidden, stream_, [&rec](const char* kind) { rec.mark(kind); });
+  (void)head_->finish(stream_);
   rec.mark("head");
   return rec.collect();
 }

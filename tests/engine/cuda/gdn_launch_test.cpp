@@ -9,8 +9,10 @@
 // recurrence, and every launch form within a choice bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -76,11 +78,15 @@ std::vector<float> widen(const std::vector<uint16_t>& h) {
 std::vector<uint16_t> expect_forms_agree(const GdnTestInputs& in, const Shape& sh, int T, int slots,
                                          const GdnSequences* seqs, const GdnGatedNorm* norm,
                                          const std::vector<float>* expect, int w_terms = 0) {
-  const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1, w_terms});
-  const gdn::TcLaunch forms[] = {
-      {1, 1, w_terms}, {0, 2, w_terms}, {1, 2, w_terms}, {-1, 0, w_terms}};
+  const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1, w_terms, 0});
+  const gdn::TcLaunch forms[] = {{0, 1, w_terms, 1},
+                                 {1, 1, w_terms, 1},
+                                 {0, 2, w_terms, 0},
+                                 {1, 2, w_terms, 1},
+                                 {-1, 0, w_terms, -1}};
   for (const gdn::TcLaunch& f : forms) {
-    SCOPED_TRACE("pdl " + std::to_string(f.pdl) + " scan_blocks " + std::to_string(f.scan_blocks));
+    SCOPED_TRACE("pdl " + std::to_string(f.pdl) + " scan_blocks " + std::to_string(f.scan_blocks) +
+                 " longest_first " + std::to_string(f.longest_first));
     const auto got = run_form(in, sh, T, slots, seqs, norm, f);
     size_t differ = 0, first = 0;
     for (size_t i = 0; i < got.size(); ++i)
@@ -136,6 +142,30 @@ TEST(GdnLaunch, PackedBatchesGiveTheSameBitsInEveryForm) {
         expect_forms_agree(c.in, sh, c.T, c.slots, &c.dev.gdn, &nrm.args, nullptr);
       }
     }
+  }
+}
+
+// The packed scan's longest-first order (ChunkMap::longest_first) against a stable sort of the
+// slots by chunk count, most first: slot counts 1 .. 64 (one and two warps' worth of lanes), ties,
+// empty slots (a sequence bucket's unused ones) and random tables.
+TEST(GdnLaunch, LongestFirstOrderIsAStableSortByChunks) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  std::vector<std::vector<int>> tables = {{5}, {0, 3}, {3, 3}, {1, 9, 9, 0, 2}, {16, 16, 5, 0, 0}};
+  for (int n : {2, 7, 8, 31, 32, 33, 63, 64}) {
+    std::uniform_int_distribution<int> chunks(0, n % 2 ? 4 : 90);  // few values: many ties
+    std::vector<int> t(n);
+    for (int& c : t) c = chunks(rng);
+    tables.push_back(t);
+  }
+  for (const auto& counts : tables) {
+    SCOPED_TRACE("chunks " + comma_list(counts));
+    std::vector<int32_t> seq0{0};
+    for (int c : counts) seq0.push_back(seq0.back() + c);
+    std::vector<int> want(counts.size());
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(), [&](int a, int b) { return counts[a] > counts[b]; });
+    EXPECT_EQ(gdn::scan_sequence_order(seq0), want);
   }
 }
 

@@ -60,6 +60,11 @@ int gdn_scan_blocks(long long ctas, int sms) {
   return ctas > sms ? 2 : 1;
 }
 
+bool gdn_longest_first() {
+  static const bool on = !env_is("CLEF_GDN_LONGEST_FIRST", "0");
+  return on;
+}
+
 int gdn_w_terms() {
   static const int terms = env_is("CLEF_GDN_W_TERMS", "1") ? 1 : 2;
   return terms;

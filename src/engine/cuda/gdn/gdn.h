@@ -75,6 +75,10 @@ bool gdn_pdl_allowed();
 // thread) where one an SM would take more than one wave (packed batches; 27B's 48 value heads),
 // else 1; CLEF_GDN_SCAN_BLOCKS=1 or 2 forces it (perf-log v20a).
 int gdn_scan_blocks(long long ctas, int sms);
+// Whether the tensor-core scan of a packed batch runs its sequences longest first (the grid's
+// sequence blocks in order of chunk count, most first; ties in slot order), unless
+// CLEF_GDN_LONGEST_FIRST=0 (perf-log v22a). The order never changes a value.
+bool gdn_longest_first();
 // W's bf16 terms in the scan's Vn = U - W S: 2 (W to ~2^-17, the default) or 1 (W rounded to
 // bf16, as FLA's w: half the W bytes each scan CTA reads a chunk step) where the process was
 // started with CLEF_GDN_W_TERMS=1 (perf-log v21b: the GDN stage only 2 % faster, tiny-r2's bf16

@@ -911,7 +911,7 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
 template <int NT, bool kOut, int kBlocks>
 __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
-                Ws ws, ScanOutArgs oa, bool early, bool w_lo) {
+                Ws ws, ScanOutArgs oa, bool early, bool w_lo, bool longest) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
   const ScanSmem<NT, kOut> sm(smem);
@@ -919,7 +919,7 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kgs = dk / 16;
   int first, nC;  // the chunk slots of sequence blockIdx.z; each sequence starts from S = 0
-  map.sequence(blockIdx.z, Tc / C, first, nC);
+  map.sequence(longest ? map.longest_first(blockIdx.z, gridDim.z) : blockIdx.z, Tc / C, first, nC);
   if (nC <= 0) return;  // an unused sequence slot (the whole CTA leaves before any barrier)
   wait_predecessor();   // prep's W, U, F, G
   if (early) allow_dependents();
@@ -1179,6 +1179,7 @@ struct ScanLaunch {
   bool pdl = false, early = false;
   int blocks = 1;
   bool w_lo = true;
+  bool longest = true;  // sequences longest first (TcLaunch::longest_first)
 };
 
 template <int NT, bool kOut, int kBlocks>
@@ -1190,7 +1191,7 @@ void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int H
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
   launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, how.pdl,
-         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.w_lo);
+         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.w_lo, how.longest);
 }
 
 // oa.o set: the scan that also forms o (kOut; the caller asks for one CTA an SM, no early start);
@@ -1272,6 +1273,27 @@ std::vector<double> phase_cycles() {
 }
 #endif
 
+namespace {
+// Block r of `n` (one warp): the slot ChunkMap::longest_first gives rank r.
+__global__ void sequence_order_kernel(const int32_t* seq0, int n, int* order) {
+  const ChunkMap map{nullptr, nullptr, seq0, 0};
+  const int s = map.longest_first(blockIdx.x, n);
+  if (threadIdx.x == 0) order[blockIdx.x] = s;
+}
+}  // namespace
+
+std::vector<int> scan_sequence_order(const std::vector<int32_t>& seq_chunk0) {
+  const int n = static_cast<int>(seq_chunk0.size()) - 1;
+  if (n <= 0) return {};
+  DeviceBuffer seq0(seq_chunk0.size() * sizeof(int32_t)), order(n * sizeof(int));
+  CLEF_CUDA_CHECK(cudaMemcpy(seq0.get(), seq_chunk0.data(), seq0.bytes(), cudaMemcpyHostToDevice));
+  sequence_order_kernel<<<n, 32>>>(seq0.get<int32_t>(), n, order.get<int>());
+  CLEF_CUDA_CHECK(cudaGetLastError());
+  std::vector<int> out(n);
+  CLEF_CUDA_CHECK(cudaMemcpy(out.data(), order.get(), n * sizeof(int), cudaMemcpyDeviceToHost));
+  return out;
+}
+
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
   const size_t rows = static_cast<size_t>(Hv) * Tc, nC = Tc / C;
   return rows * (dk + dv + dv / 2 + 2) + static_cast<size_t>(Hv) * nC * dk * dv / 2;
@@ -1316,17 +1338,18 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // late CTAs gain; perf-log v20a).
   const bool early = scan_ctas <= static_cast<long long>(blocks) * sm_count() && nC >= 32;
   const bool w_lo = (how.w_terms == 1 || how.w_terms == 2 ? how.w_terms : gdn_w_terms()) == 2;
+  const bool longest = how.longest_first < 0 ? gdn_longest_first() : how.longest_first == 1;
   launch(prep_kernel, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta, map,
          Tc, Hk, Hv, dk, dv, ws);
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
     launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
-                ScanLaunch{pdl && !between, false, 1, w_lo});
+                ScanLaunch{pdl && !between, false, 1, w_lo, longest});
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
   launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
-              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, w_lo});
+              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, w_lo, longest});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);

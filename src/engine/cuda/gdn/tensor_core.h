@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "engine/cuda/gdn/gdn.h"
@@ -49,7 +50,13 @@ struct TcLaunch {
   int pdl = -1;
   int scan_blocks = 0;
   int w_terms = 0;
+  int longest_first = -1;  // the scan's sequence order: -1 gdn_longest_first(), 0 slot order, 1 on
 };
+
+// The sequence slot each block z of a packed scan grid takes when it runs longest first (ChunkMap::
+// longest_first on the device, for seq_slots = seq_chunk0.size() - 1): what the GDN tests check
+// against a stable sort by chunk count.
+std::vector<int> scan_sequence_order(const std::vector<int32_t>& seq_chunk0);
 
 // Same contract as gdn_chunked() (gdn/gdn.h) with the bf16 form of GdnInputs; with `norm`, the
 // output kernel's epilogue writes the gated RMSNorm of o instead of o. scan_output (no `norm`,

@@ -36,6 +36,32 @@ struct ChunkMap {
       c0 = 0, n = n_slots;
     }
   }
+  // The sequence of rank r (of n_seqs slots) by chunk count, most chunks first, ties in slot
+  // order: a grid over sequences dispatches its longest chains first, so that a long request does
+  // not start after the short ones of its pack and finish last (longest-processing-time order; a
+  // sequence's work and results do not depend on which block runs it). Called by every lane of a
+  // full warp: lane j ranks slots j, j + 32, ... by their counts, which it broadcasts to the rest.
+  __device__ __forceinline__ int longest_first(int r, int n_seqs) const {
+    if (!seq0 || n_seqs <= 1) return r;
+    const int lane = threadIdx.x & 31;
+    int found = r;  // unreachable fallback: ranks are a permutation of the slots
+    for (int base = 0; base < n_seqs; base += 32) {
+      const int j = base + lane;
+      const int nj = j < n_seqs ? __ldg(seq0 + j + 1) - __ldg(seq0 + j) : -1;
+      int rank = 0;
+      for (int b2 = 0; b2 < n_seqs; b2 += 32) {
+        const int i0 = b2 + lane;
+        const int ni0 = i0 < n_seqs ? __ldg(seq0 + i0 + 1) - __ldg(seq0 + i0) : -1;
+        for (int k = 0; k < 32 && b2 + k < n_seqs; ++k) {
+          const int ni = __shfl_sync(0xffffffffu, ni0, k), i = b2 + k;
+          rank += ni > nj || (ni == nj && i < j);
+        }
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, j < n_seqs && rank == r);
+      if (hit) found = base + __ffs(hit) - 1;
+    }
+    return found;
+  }
 };
 constexpr int kMaxHeadDim = 128;
 constexpr int kTileThreads = 256;  // default block size of the tile copies
