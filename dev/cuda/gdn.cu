@@ -10,8 +10,9 @@
 // (prep to y) of each, and whether its y equals the output kernel's.
 // CLEF_BENCH_PACK="1000x8;300x6+5000;5000+300x6" (packed batches as the engine runs them, '+'
 // between sequences, LxN for N of L tokens): instead of the above, the whole core to y (the fused
-// gated norm) and its prep / scan / output split per pack, the scan's sequences in slot order and
-// longest first (gdn/tensor_core.h TcLaunch::longest_first); the two y must be equal.
+// gated norm) and its prep / scan / output split per pack: the scan's sequences in slot order,
+// longest first, and longest first with two column groups a scan CTA (gdn/tensor_core.h TcLaunch
+// longest_first, scan_halves); the three y must be equal.
 #include <cstdio>
 #include <string>
 #include <type_traits>
@@ -181,18 +182,21 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
     const GdnGatedNorm nrm{z.get<bf16>() + kGdnCqkv, kGdnLd, w.get<float>(), kEps};
     const size_t no = size_t(T) * kGdnHv * kGdnD;
     auto y = poisoned<bf16>(no);
-    std::vector<float> y_of[2];
+    // {longest first, two column groups a scan CTA}: slot order, longest first, and both
+    const int configs[3][2] = {{0, 0}, {1, 0}, {1, 1}};
+    std::vector<float> y_of[3];
     std::string label;
     for (size_t i = 0; i < lengths.size(); ++i)
       label += (i ? "+" : "") + std::to_string(lengths[i]);
-    for (int longest = 0; longest < 2; ++longest) {
+    for (int ci = 0; ci < 3; ++ci) {
+      const int longest = configs[ci][0], halves = configs[ci][1];
       auto launch = [&](cudaEvent_t between, cudaEvent_t after) {
         gdn::chunked_tc(in.form(true, KernelPath::Auto), T, kGdnHk, kGdnHv, kGdnD, kGdnD,
                         y.get<bf16>(), ws.get<float>(), 0, between, after, &seqs, &nrm, false,
-                        gdn::TcLaunch{-1, 0, 0, longest});
+                        gdn::TcLaunch{-1, 0, 0, longest, halves});
       };
       const double whole = timer.median_us([&] { launch(nullptr, nullptr); }, 2);
-      y_of[longest] = to_host<bf16>(y, no);
+      y_of[ci] = to_host<bf16>(y, no);
       std::vector<float> part[3];
       for (int rep = 0; rep < 10; ++rep) {
         DEV_CUDA_CHECK(cudaEventRecord(e[0], 0));
@@ -207,14 +211,15 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
       }
       for (auto& v : part) std::sort(v.begin(), v.end());
       std::printf(
-          "[gdn pack] %-24s T %5d, %2d sequences (%2d slots), scan %s: whole core to y %.1f us "
-          "(x24 %.2f ms); split: prep %.1f, scan %.1f, output + norm %.1f us\n",
-          label.c_str(), T, n, slots, longest ? "longest first" : "in slot order", whole,
-          24e-3 * whole, part[0][5], part[1][5], part[2][5]);
+          "[gdn pack] %-24s T %5d, %2d sequences (%2d slots), scan %s%s: whole core to y %.1f "
+          "us (x24 %.2f ms); split: prep %.1f, scan %.1f, output + norm %.1f us\n",
+          label.c_str(), T, n, slots, longest ? "longest first" : "in slot order",
+          halves ? ", two column groups a CTA" : "", whole, 24e-3 * whole, part[0][5], part[1][5],
+          part[2][5]);
     }
     size_t differ = 0;
-    for (size_t i = 0; i < no; ++i) differ += y_of[0][i] != y_of[1][i];
-    std::printf("[gdn pack] %s: y differs between the two orders in %zu of %zu values\n",
+    for (size_t i = 0; i < no; ++i) differ += y_of[0][i] != y_of[1][i] || y_of[0][i] != y_of[2][i];
+    std::printf("[gdn pack] %s: y differs between the three forms in %zu of %zu values\n",
                 label.c_str(), differ, no);
     if (differ) return 1;
   }

@@ -65,6 +65,11 @@ bool gdn_longest_first() {
   return on;
 }
 
+bool gdn_scan_halves() {
+  static const bool on = !env_is("CLEF_GDN_SCAN_HALVES", "0");
+  return on;
+}
+
 int gdn_w_terms() {
   static const int terms = env_is("CLEF_GDN_W_TERMS", "1") ? 1 : 2;
   return terms;

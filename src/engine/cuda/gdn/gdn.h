@@ -79,6 +79,10 @@ int gdn_scan_blocks(long long ctas, int sms);
 // sequence blocks in order of chunk count, most first; ties in slot order), unless
 // CLEF_GDN_LONGEST_FIRST=0 (perf-log v22a). The order never changes a value.
 bool gdn_longest_first();
+// Whether a scan at two CTAs an SM (gdn_scan_blocks) runs two adjacent column groups of a head in
+// one CTA of twice the threads, their W and key loads shared through L1, unless
+// CLEF_GDN_SCAN_HALVES=0 (perf-log v22b). Same operations, same bits.
+bool gdn_scan_halves();
 // W's bf16 terms in the scan's Vn = U - W S: 2 (W to ~2^-17, the default) or 1 (W rounded to
 // bf16, as FLA's w: half the W bytes each scan CTA reads a chunk step) where the process was
 // started with CLEF_GDN_W_TERMS=1 (perf-log v21b: the GDN stage only 2 % faster, tiny-r2's bf16
