@@ -10,9 +10,9 @@
 // (prep to y) of each, and whether its y equals the output kernel's.
 // CLEF_BENCH_PACK="1000x8;300x6+5000;5000+300x6" (packed batches as the engine runs them, '+'
 // between sequences, LxN for N of L tokens): instead of the above, the whole core to y (the fused
-// gated norm) and its prep / scan / output split per pack: the scan's sequences in slot order,
-// longest first, and longest first with two column groups a scan CTA (gdn/tensor_core.h TcLaunch
-// longest_first, scan_halves); the three y must be equal.
+// gated norm) and its prep / scan / output split per pack, the scan's sequences in slot order and
+// longest first at two and at one CTA an SM (gdn/tensor_core.h TcLaunch longest_first,
+// scan_blocks; the packed default is longest first at one); the four y must be equal.
 #include <cstdio>
 #include <string>
 #include <type_traits>
@@ -182,18 +182,18 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
     const GdnGatedNorm nrm{z.get<bf16>() + kGdnCqkv, kGdnLd, w.get<float>(), kEps};
     const size_t no = size_t(T) * kGdnHv * kGdnD;
     auto y = poisoned<bf16>(no);
-    // {longest first, two column groups a scan CTA}: slot order, longest first, and both
-    const int configs[3][2] = {{0, 0}, {1, 0}, {1, 1}};
-    std::vector<float> y_of[3];
+    // {longest first, scan CTAs an SM}: the packed default (1, 1) last
+    const int configs[4][2] = {{0, 2}, {1, 2}, {0, 1}, {1, 1}};
+    std::vector<float> y_of[4];
     std::string label;
     for (size_t i = 0; i < lengths.size(); ++i)
       label += (i ? "+" : "") + std::to_string(lengths[i]);
-    for (int ci = 0; ci < 3; ++ci) {
-      const int longest = configs[ci][0], halves = configs[ci][1];
+    for (int ci = 0; ci < 4; ++ci) {
+      const int longest = configs[ci][0], blocks = configs[ci][1];
       auto launch = [&](cudaEvent_t between, cudaEvent_t after) {
         gdn::chunked_tc(in.form(true, KernelPath::Auto), T, kGdnHk, kGdnHv, kGdnD, kGdnD,
                         y.get<bf16>(), ws.get<float>(), 0, between, after, &seqs, &nrm, false,
-                        gdn::TcLaunch{-1, 0, 0, longest, halves});
+                        gdn::TcLaunch{-1, blocks, 0, longest});
       };
       const double whole = timer.median_us([&] { launch(nullptr, nullptr); }, 2);
       y_of[ci] = to_host<bf16>(y, no);
@@ -211,15 +211,15 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
       }
       for (auto& v : part) std::sort(v.begin(), v.end());
       std::printf(
-          "[gdn pack] %-24s T %5d, %2d sequences (%2d slots), scan %s%s: whole core to y %.1f "
-          "us (x24 %.2f ms); split: prep %.1f, scan %.1f, output + norm %.1f us\n",
-          label.c_str(), T, n, slots, longest ? "longest first" : "in slot order",
-          halves ? ", two column groups a CTA" : "", whole, 24e-3 * whole, part[0][5], part[1][5],
-          part[2][5]);
+          "[gdn pack] %-24s T %5d, %2d sequences (%2d slots), scan %s, %d CTA%s an SM: whole core "
+          "to y %.1f us (x24 %.2f ms); split: prep %.1f, scan %.1f, output + norm %.1f us\n",
+          label.c_str(), T, n, slots, longest ? "longest first" : "in slot order", blocks,
+          blocks > 1 ? "s" : "", whole, 24e-3 * whole, part[0][5], part[1][5], part[2][5]);
     }
     size_t differ = 0;
-    for (size_t i = 0; i < no; ++i) differ += y_of[0][i] != y_of[1][i] || y_of[0][i] != y_of[2][i];
-    std::printf("[gdn pack] %s: y differs between the three forms in %zu of %zu values\n",
+    for (size_t i = 0; i < no; ++i)
+      differ += y_of[0][i] != y_of[1][i] || y_of[0][i] != y_of[2][i] || y_of[0][i] != y_of[3][i];
+    std::printf("[gdn pack] %s: y differs between the four forms in %zu of %zu values\n",
                 label.c_str(), differ, no);
     if (differ) return 1;
   }

@@ -1,9 +1,8 @@
 // The tensor-core GDN path's launch forms (gdn/tensor_core.h TcLaunch): programmatic edges between
-// prep, scan and output (the output kernel forming its P terms while the scan still runs), the
-// scan at one or two CTAs an SM (and at two, two column groups a CTA: scan_halves), and a pack's
-// sequences in slot order or longest first. They change when kernels start and how registers are
-// allocated, never an operation or its order, so o (and the fused gated norm's y) must be bit for
-// bit the same in every form; the plain form is also checked against the exact recurrence. Single
+// prep, scan and output (the output kernel forming its P terms while the scan still runs), and the
+// scan at one or two CTAs an SM. They change when kernels start and how registers are allocated,
+// never an operation or its order, so o (and the fused gated norm's y) must be bit for bit the
+// same in every form; the plain form is also checked against the exact recurrence. Single
 // sequences (961 tokens: a one-wave scan, where the early start applies) and packed batches whose
 // scan grids pass one wave of SMs, both column splits, workspace and output NaN-poisoned. W's terms
 // in the scan (TcLaunch::w_terms) do change the bits: each choice is checked on its own against the
@@ -79,14 +78,15 @@ std::vector<float> widen(const std::vector<uint16_t>& h) {
 std::vector<uint16_t> expect_forms_agree(const GdnTestInputs& in, const Shape& sh, int T, int slots,
                                          const GdnSequences* seqs, const GdnGatedNorm* norm,
                                          const std::vector<float>* expect, int w_terms = 0) {
-  const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1, w_terms, 0, 0});
-  const gdn::TcLaunch forms[] = {
-      {0, 1, w_terms, 1, 0}, {1, 1, w_terms, 1, 0}, {0, 2, w_terms, 0, 0},   {1, 2, w_terms, 1, 0},
-      {0, 2, w_terms, 0, 1}, {1, 2, w_terms, 1, 1}, {-1, 0, w_terms, -1, -1}};
+  const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1, w_terms, 0});
+  const gdn::TcLaunch forms[] = {{0, 1, w_terms, 1},
+                                 {1, 1, w_terms, 1},
+                                 {0, 2, w_terms, 0},
+                                 {1, 2, w_terms, 1},
+                                 {-1, 0, w_terms, -1}};
   for (const gdn::TcLaunch& f : forms) {
     SCOPED_TRACE("pdl " + std::to_string(f.pdl) + " scan_blocks " + std::to_string(f.scan_blocks) +
-                 " longest_first " + std::to_string(f.longest_first) + " scan_halves " +
-                 std::to_string(f.scan_halves));
+                 " longest_first " + std::to_string(f.longest_first));
     const auto got = run_form(in, sh, T, slots, seqs, norm, f);
     size_t differ = 0, first = 0;
     for (size_t i = 0; i < got.size(); ++i)

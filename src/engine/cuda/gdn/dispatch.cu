@@ -52,21 +52,16 @@ bool gdn_pdl_allowed() {
   return on;
 }
 
-int gdn_scan_blocks(long long ctas, int sms) {
+int gdn_scan_blocks(long long ctas, int sms, int sequences) {
   static const int forced = env_is("CLEF_GDN_SCAN_BLOCKS", "1")   ? 1
                             : env_is("CLEF_GDN_SCAN_BLOCKS", "2") ? 2
                                                                   : 0;
   if (forced) return forced;
-  return ctas > sms ? 2 : 1;
+  return sequences == 1 && ctas > sms ? 2 : 1;
 }
 
 bool gdn_longest_first() {
   static const bool on = !env_is("CLEF_GDN_LONGEST_FIRST", "0");
-  return on;
-}
-
-bool gdn_scan_halves() {
-  static const bool on = !env_is("CLEF_GDN_SCAN_HALVES", "0");
   return on;
 }
 

@@ -71,18 +71,17 @@ bool gdn_output_pairs_allowed();
 // the one before it drains; the output kernel forms its P terms while a one-wave scan runs),
 // unless CLEF_GDN_PDL=0 (perf-log v20a).
 bool gdn_pdl_allowed();
-// The scan's CTAs an SM for a grid of `ctas` on `sms` multiprocessors: 2 (at most 128 registers a
-// thread) where one an SM would take more than one wave (packed batches; 27B's 48 value heads),
-// else 1; CLEF_GDN_SCAN_BLOCKS=1 or 2 forces it (perf-log v20a).
-int gdn_scan_blocks(long long ctas, int sms);
+// The scan's CTAs an SM for a grid of `ctas` over `sequences` sequence slots on `sms`
+// multiprocessors: 2 (at most 128 registers a thread) where one sequence's grid would take more
+// than one wave at one an SM (27B's 48 value heads: one wave instead of 1.45), else 1. A packed
+// grid runs one an SM: an SM then steps as many CTAs a microsecond as with two, and the longest
+// sequence's chain (often the scan's critical path in a served pack) steps twice as fast (H200,
+// perf-log v22b). CLEF_GDN_SCAN_BLOCKS=1 or 2 forces it (perf-log v20a).
+int gdn_scan_blocks(long long ctas, int sms, int sequences);
 // Whether the tensor-core scan of a packed batch runs its sequences longest first (the grid's
 // sequence blocks in order of chunk count, most first; ties in slot order), unless
 // CLEF_GDN_LONGEST_FIRST=0 (perf-log v22a). The order never changes a value.
 bool gdn_longest_first();
-// Whether a scan at two CTAs an SM (gdn_scan_blocks) runs two adjacent column groups of a head in
-// one CTA of twice the threads, their W and key loads shared through L1, unless
-// CLEF_GDN_SCAN_HALVES=0 (perf-log v22b). Same operations, same bits.
-bool gdn_scan_halves();
 // W's bf16 terms in the scan's Vn = U - W S: 2 (W to ~2^-17, the default) or 1 (W rounded to
 // bf16, as FLA's w: half the W bytes each scan CTA reads a chunk step) where the process was
 // started with CLEF_GDN_W_TERMS=1 (perf-log v21b: the GDN stage only 2 % faster, tiny-r2's bf16

@@ -515,10 +515,10 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
 // slot for the output warps instead of to global memory. kBlocks (unused in the body): one
 // instantiation per scan_kernel occupancy, so this __noinline__ role is register-allocated under
 // that kernel's limit.
-template <int NT, bool kOut, int kBlocks, int kHalves>
+template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
                                          int warp, int lane, int first, int nC, int kgs, bool w_lo,
-                                         ScanSmem<NT, kOut> sm, int bar0) {
+                                         ScanSmem<NT, kOut> sm) {
   constexpr int ld = scan_ld<NT>();
   const int g = lane / 4, t = lane % 4;
   const size_t r0 = static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
@@ -553,14 +553,14 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
       if (kg == 0) {
-        CLEF_PHASE(0);             // value: Vn, next loads, publish (previous step)
-        bar_wait(kBarTop + bar0);  // rows 0..63 of S published
-        CLEF_PHASE(1);             // value: wait for the top half
+        CLEF_PHASE(0);      // value: Vn, next loads, publish (previous step)
+        bar_wait(kBarTop);  // rows 0..63 of S published
+        CLEF_PHASE(1);      // value: wait for the top half
       }
       if (kg == 4) {
-        CLEF_PHASE(2);                // value: first half
-        bar_wait(kBarBottom + bar0);  // rows 64..127
-        CLEF_PHASE(3);                // value: wait for the bottom half
+        CLEF_PHASE(2);         // value: first half
+        bar_wait(kBarBottom);  // rows 64..127
+        CLEF_PHASE(3);         // value: wait for the bottom half
       }
       if (kg >= kgs) continue;
       const uint32_t ah[4] = {wa[kg][0].x, wa[kg][0].y, wa[kg][0].z, wa[kg][0].w};
@@ -593,7 +593,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       put_terms(sm.Vh, sm.Vl, (r + 8) * ld + 8 * n + 2 * t, fa[1] * vn[1][n].x, fa[1] * vn[1][n].y);
     }
     CLEF_PHASE(5);  // value: Vn to shared
-    bar_arrive(kBarVn + bar0);
+    bar_arrive(kBarVn);
     if constexpr (kOut) {
       // The next chunk's operands first (the chain's), then Vn for the output warps in slot
       // chunk % 2, once they are done with the chunk two back that used it.
@@ -634,11 +634,11 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
 // S = e^{gamma_C} S + Xk^T diag(F) Vn, published per chunk in two halves (state warps 4..7; half
 // mi holds the m16 row tiles sw + 4 mi). kOut: the state before chunk c to shared buffer c % 4
 // only (the output warps read it there; no global copy). kBlocks: as scan_values.
-template <int NT, bool kOut, int kBlocks, int kHalves>
+template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
                                          int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
                                          int c0, int warp, int lane, int first, int nC, int kgs,
-                                         ScanSmem<NT, kOut> sm, int bar0) {
+                                         ScanSmem<NT, kOut> sm) {
   constexpr int ld = scan_ld<NT>();
   const int sw = warp - 4, g = lane / 4, t = lane % 4, kh = h / (Hv / Hk);
   // this sequence's slots [first, first + nC) of the Tc / C in the scratch
@@ -654,14 +654,8 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     const bf16* src = xk + (static_cast<size_t>(t0) * Hk + kh) * dk;
     for (int e = lane; e < C * 4; e += 32) {
       const int j = e / 4, mt = sw + 4 * ((e / 2) % 2), d = 16 * mt + 8 * (e % 2);
-      if (mt < kgs) {
-        // Two column halves a CTA (kHalves): both halves' warps copy the same keys, the second
-        // from L1 (.ca) instead of from L2.
-        if constexpr (kHalves == 2)
-          cp_async16_ca(sm.Xk + j * kLdx + d, src + static_cast<size_t>(j) * Hk * dk + d);
-        else
-          cp_async16(sm.Xk + j * kLdx + d, src + static_cast<size_t>(j) * Hk * dk + d, 16);
-      }
+      if (mt < kgs)
+        cp_async16(sm.Xk + j * kLdx + d, src + static_cast<size_t>(j) * Hk * dk + d, 16);
     }
     cp_async_commit();
   };
@@ -691,7 +685,7 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {  // S_0 = 0
     publish(0, mi, false);
-    bar_arrive((mi == 0 ? kBarTop : kBarBottom) + bar0);
+    bar_arrive(mi == 0 ? kBarTop : kBarBottom);
     publish(0, mi, true);
   }
   // gamma_C of the chunk, a step ahead: its load must not sit between Vn's arrival and the update
@@ -700,10 +694,9 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
   for (int chunk = 0; chunk < nC; ++chunk) {
     const float egl = __expf(gl);
     if (chunk + 1 < nC) gl = __ldg(Gh + static_cast<size_t>(chunk + 1) * C + C - 1);
-    CLEF_PHASE(0);  // state: second half's publish + next keys (previous step)
-    bar_wait(kBarVn +
-             bar0);  // Vn of this chunk ready (and every read of the published halves done)
-    CLEF_PHASE(1);   // state: wait for Vn
+    CLEF_PHASE(0);     // state: second half's publish + next keys (previous step)
+    bar_wait(kBarVn);  // Vn of this chunk ready (and every read of the published halves done)
+    CLEF_PHASE(1);     // state: wait for Vn
     if (chunk + 1 == nC) break;  // the state after the last chunk is not needed
     cp_async_wait<0>();          // this warp's keys of the chunk
     __syncwarp();
@@ -736,7 +729,7 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
         CLEF_PHASE(mi == 0 ? 2 : 4);  // state: update half mi
         publish(chunk + 1, mi, false);
       }
-      bar_arrive((mi == 0 ? kBarTop : kBarBottom) + bar0);
+      bar_arrive(mi == 0 ? kBarTop : kBarBottom);
       publish(chunk + 1, mi, true);
       if (mi == 0) CLEF_PHASE(3);  // state: first half's publish
     }
@@ -911,28 +904,19 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
 
 // NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32. kBlocks: CTAs an SM (1: the
 // registers of one; 2: at most 128 registers a thread, for grids past one wave of SMs, where a
-// second CTA's chain fills the first's stalls). kHalves = 2 (with kBlocks 2's register limit):
-// two such CTAs of adjacent column groups of one head fused into one CTA of twice the threads, each
-// half with its own shared memory and barriers (ids + 3), so that their identical loads of W and
-// of the chunk's keys meet in the SM's L1 instead of going twice to L2 (packed batches, where the
-// scan is bound by the bytes its CTAs move; perf-log v22b). kOut: 4 more warps form o from the
-// state and Vn in shared memory (scan_outputs). `early`: the next kernel's CTAs may be scheduled
-// beside this grid's from its start (the output kernel's P terms meanwhile; only where the grid
-// is one wave, so that they take no SM a scan CTA still waits for).
-template <int NT, bool kOut, int kBlocks, int kHalves>
-__global__ void __launch_bounds__((kOut ? kScanOutThreads : kScanThreads) * kHalves,
-                                  kHalves == 2 ? 1 : kBlocks)
+// second CTA's chain fills the first's stalls). kOut: 4 more warps form o from the state and Vn in
+// shared memory (scan_outputs). `early`: the next kernel's CTAs may be scheduled beside this
+// grid's from its start (the output kernel's P terms meanwhile; only where the grid is one wave,
+// so that they take no SM a scan CTA still waits for).
+template <int NT, bool kOut, int kBlocks>
+__global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
                 Ws ws, ScanOutArgs oa, bool early, bool w_lo, bool longest) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
-  static_assert(kHalves == 1 || (kHalves == 2 && !kOut && kBlocks == 2), "halves: the plain scan");
-  static_assert(ScanSmem<NT, kOut>::bytes() % 128 == 0, "each half's shared memory stays aligned");
   extern __shared__ __align__(128) float smem[];
-  const int half = kHalves == 2 ? static_cast<int>(threadIdx.x) / kScanThreads : 0;
-  const ScanSmem<NT, kOut> sm(smem + half * (ScanSmem<NT, kOut>::bytes() / sizeof(float)));
-  const int h = blockIdx.y, c0 = (blockIdx.x * kHalves + half) * 8 * NT;
-  const int warp = (threadIdx.x % (kOut ? kScanOutThreads : kScanThreads)) >> 5,
-            lane = threadIdx.x & 31;
+  const ScanSmem<NT, kOut> sm(smem);
+  const int h = blockIdx.y, c0 = blockIdx.x * 8 * NT;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kgs = dk / 16;
   int first, nC;  // the chunk slots of sequence blockIdx.z; each sequence starts from S = 0
   map.sequence(longest ? map.longest_first(blockIdx.z, gridDim.z) : blockIdx.z, Tc / C, first, nC);
@@ -941,13 +925,11 @@ __global__ void __launch_bounds__((kOut ? kScanOutThreads : kScanThreads) * kHal
   if (early) allow_dependents();
 
   // separate functions: each role gets its own register allocation
-  const int bar0 = 3 * half;
   if (warp < 4) {
-    scan_values<NT, kOut, kBlocks, kHalves>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, w_lo,
-                                            sm, bar0);
+    scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, w_lo, sm);
   } else if (warp < 8) {
-    scan_states<NT, kOut, kBlocks, kHalves>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane,
-                                            first, nC, kgs, sm, bar0);
+    scan_states<NT, kOut, kBlocks>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC,
+                                   kgs, sm);
   } else if constexpr (kOut) {
     scan_outputs<NT>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp - 8, lane, first, nC, kgs, sm,
                      oa);
@@ -1198,20 +1180,18 @@ struct ScanLaunch {
   int blocks = 1;
   bool w_lo = true;
   bool longest = true;  // sequences longest first (TcLaunch::longest_first)
-  bool halves = false;  // at two CTAs an SM: two column groups a CTA (TcLaunch::scan_halves)
 };
 
-template <int NT, bool kOut, int kBlocks, int kHalves = 1>
+template <int NT, bool kOut, int kBlocks>
 void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                     int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s,
                     const ScanLaunch& how) {
-  constexpr size_t bytes = ScanSmem<NT, kOut>::bytes() * kHalves;
-  auto* k = scan_kernel<NT, kOut, kBlocks, kHalves>;
+  constexpr size_t bytes = ScanSmem<NT, kOut>::bytes();
+  auto* k = scan_kernel<NT, kOut, kBlocks>;
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
-  launch(k, dim3(dv / (8 * NT) / kHalves, Hv, seqs),
-         (kOut ? kScanOutThreads : kScanThreads) * kHalves, bytes, s, how.pdl, xk, map, Tc, Hk, Hv,
-         dk, dv, ws, oa, how.early, how.w_lo, how.longest);
+  launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, how.pdl,
+         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.w_lo, how.longest);
 }
 
 // oa.o set: the scan that also forms o (kOut; the caller asks for one CTA an SM, no early start);
@@ -1222,8 +1202,6 @@ void launch_scan_cols(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int
                       const ScanLaunch& how) {
   if (oa.o)
     launch_scan_nt<NT, true, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
-  else if (how.blocks == 2 && how.halves && (dv / (8 * NT)) % 2 == 0)
-    launch_scan_nt<NT, false, 2, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
   else if (how.blocks == 2)
     launch_scan_nt<NT, false, 2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
   else
@@ -1347,13 +1325,13 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   CLEF_CUDA_CHECK(
       cudaFuncSetAttribute(out, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(os)));
   // Programmatic edges (sm_90): each kernel starts while the one before it drains (no edge
-  // across the profiling events). The scan: two CTAs an SM past one wave of one.
+  // across the profiling events). The scan: two CTAs an SM where one sequence passes one wave.
   const bool pdl = (how.pdl < 0 ? gdn_pdl_allowed() : how.pdl == 1) &&
                    device_attribute(DeviceAttr::CcMajor) >= 9;
   const long long scan_ctas = static_cast<long long>(dv / (8 * scan_nt(dv))) * Hv * n_seqs;
   const int blocks = how.scan_blocks == 1 || how.scan_blocks == 2
                          ? how.scan_blocks
-                         : gdn_scan_blocks(scan_ctas, sm_count());
+                         : gdn_scan_blocks(scan_ctas, sm_count(), n_seqs);
   // The output kernel's early start: only beside a one-wave scan of at least 32 chunk steps (H200,
   // workbench, whole core: 8-9 us a layer faster at 2761 and 5661 tokens, 2-3 us slower at 361
   // and 961, where the P terms' work beside the scan's first steps costs the chain more than the
@@ -1361,7 +1339,6 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   const bool early = scan_ctas <= static_cast<long long>(blocks) * sm_count() && nC >= 32;
   const bool w_lo = (how.w_terms == 1 || how.w_terms == 2 ? how.w_terms : gdn_w_terms()) == 2;
   const bool longest = how.longest_first < 0 ? gdn_longest_first() : how.longest_first == 1;
-  const bool halves = how.scan_halves < 0 ? gdn_scan_halves() : how.scan_halves == 1;
   launch(prep_kernel, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta, map,
          Tc, Hk, Hv, dk, dv, ws);
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
@@ -1371,9 +1348,8 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
-  launch_scan(
-      in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
-      ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, w_lo, longest, halves});
+  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
+              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, w_lo, longest});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);

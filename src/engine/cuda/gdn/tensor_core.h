@@ -51,9 +51,6 @@ struct TcLaunch {
   int scan_blocks = 0;
   int w_terms = 0;
   int longest_first = -1;  // the scan's sequence order: -1 gdn_longest_first(), 0 slot order, 1 on
-  // At two scan CTAs an SM: two column groups in one CTA of twice the threads (-1
-  // gdn_scan_halves(), 0 off, 1 on where the column groups pair up).
-  int scan_halves = -1;
 };
 
 // The sequence slot each block z of a packed scan grid takes when it runs longest first (ChunkMap::
