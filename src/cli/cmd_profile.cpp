@@ -481,12 +481,13 @@ int run_profile(const ProfileArgs& a) {
       "norms/elementwise | head | host (encode+answer) | eager stage sum |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   // A stage's time; "head" sums the head's sub-stages ("head", "head.gemm", ...).
-  auto st = [](const Row& r, const std::string& k) {
+  auto stage = [](const std::map<std::string, double>& stages, const std::string& k) {
     double sum = 0;
-    for (const auto& [name, ms] : r.stages)
+    for (const auto& [name, ms] : stages)
       if (name == k || name.starts_with(k + ".")) sum += ms;
     return sum;
   };
+  auto st = [&](const Row& r, const std::string& k) { return stage(r.stages, k); };
   for (const Row& r : rows)
     std::printf("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
                 r.tokens, r.e2e, r.floor, r.floor > 0 ? r.e2e / r.floor : 0.0, st(r, "gemm"),
@@ -520,12 +521,7 @@ int run_profile(const ProfileArgs& a) {
     std::printf(
         "\n| batch x tokens | gemm | gdn_core | attention | norms/elementwise | head |\n"
         "|---:|---:|---:|---:|---:|---:|\n");
-    auto bst = [](const Row& r, const std::string& k) {
-      double sum = 0;
-      for (const auto& [name, ms] : r.batch_stages)
-        if (name == k || name.starts_with(k + ".")) sum += ms;
-      return sum;
-    };
+    auto bst = [&](const Row& r, const std::string& k) { return stage(r.batch_stages, k); };
     for (const Row& r : rows)
       if (!r.batch_stages.empty())
         std::printf("| %d x %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", a.batch, r.tokens,

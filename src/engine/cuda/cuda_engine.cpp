@@ -171,6 +171,12 @@ size_t CudaEngineImpl::table_ints(const PackTables& t) {
 }
 
 void CudaEngineImpl::run_packed(const int32_t* padded_ids, const PackTables& t, int32_t* staging) {
+  const PackView view = upload_pack(padded_ids, t, staging);
+  launch_or_capture(GraphKey{t.rows, t.seq_slots, config_.weights}, &view);
+}
+
+PackView CudaEngineImpl::upload_pack(const int32_t* padded_ids, const PackTables& t,
+                                     int32_t* staging) {
   const int Tp = t.rows;
   reserve(Tp);
   const Activations& a = workspace_->buffers();
@@ -187,8 +193,7 @@ void CudaEngineImpl::run_packed(const int32_t* padded_ids, const PackTables& t, 
   upload(a.chunk_valid, t.chunk_valid);
   upload(a.seq_chunk0, t.seq_chunk0);
   upload(a.tiles, t.tiles);
-  const PackView view = pack_view(t.rows, t.seq_slots);
-  launch_or_capture(GraphKey{Tp, t.seq_slots, config_.weights}, &view);
+  return pack_view(t.rows, t.seq_slots);
 }
 
 void CudaEngineImpl::launch_or_capture(const GraphKey& key, const PackView* view) {

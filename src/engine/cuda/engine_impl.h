@@ -78,6 +78,8 @@ class CudaEngineImpl final : public CudaEngine {
   // tables (through `staging`, pinned, table_ints(t) ints) and replays the (bucket, sequence
   // bucket) graph, capturing it first when new.
   void run_packed(const int32_t* padded_ids, const PackTables& t, int32_t* staging);
+  // run_packed's uploads (the workspace reserved for t.rows first): the view of the tables.
+  PackView upload_pack(const int32_t* padded_ids, const PackTables& t, int32_t* staging);
   // Replays the graph of `key` (the inputs already uploaded), capturing it first when new after
   // one eager run (which chooses the bucket's GEMM algorithms outside the capture).
   void launch_or_capture(const GraphKey& key, const PackView* view);

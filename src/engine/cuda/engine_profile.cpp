@@ -1,5 +1,6 @@
 // CudaEngineImpl's diagnostics (CudaEngine): stage times of one eager forward, the GEMM floor, the
 // backbone's replay time, hidden-state dumps and the cold-work counters.
+#include <algorithm>
 #include <stdexcept>
 
 #include "engine/cuda/cuda_check.h"
@@ -55,20 +56,17 @@ StageTimes CudaEngineImpl::forward_profiled(
   const int Tp = bucket_tokens(static_cast<int>(ids.size()));
   ids.resize(Tp, 0);
   const PackTables t = pack_tables(lengths, Tp, sequence_bucket(n), rows_per_tile(Tp));
-  reserve(Tp);
+  // The ids and tables through the pinned staging, as forward uploads them (before the first
+  // event: outside the timed stages).
+  const size_t staged = static_cast<size_t>(Tp) + table_ints(t);
+  if (staged * sizeof(int32_t) > ids_pinned_.bytes()) {
+    CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ids_pinned_.resize(staged * sizeof(int32_t));
+  }
+  int32_t* pinned = ids_pinned_.get<int32_t>();
+  std::copy(ids.begin(), ids.end(), pinned);
+  const PackView view = upload_pack(pinned, t, pinned + Tp);
   const Activations& a = workspace_->buffers();
-  // Plain synchronous uploads: diagnostics, outside the timed stages.
-  auto upload = [](int32_t* dst, const std::vector<int32_t>& src) {
-    CLEF_CUDA_CHECK(
-        cudaMemcpy(dst, src.data(), src.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  };
-  upload(a.ids, ids);
-  upload(a.positions, t.positions);
-  upload(a.chunk_row0, t.chunk_row0);
-  upload(a.chunk_valid, t.chunk_valid);
-  upload(a.seq_chunk0, t.seq_chunk0);
-  upload(a.tiles, t.tiles);
-  const PackView view = pack_view(t.rows, t.seq_slots);
   head_->begin(batch, stream_, {n});
   StageRecorder rec(stream_);
   backbone_->enqueue(a, Tp, stream_, &rec, &view);
