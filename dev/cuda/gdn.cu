@@ -128,33 +128,33 @@ double nominal_flops(int T, int Hv, int dk, int dv) {
   return per * chunks * Hv;
 }
 
+// text split at every `sep` (empty pieces kept)
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t end; (end = text.find(sep, at)) != std::string::npos; at = end + 1)
+    out.push_back(text.substr(at, end - at));
+  out.push_back(text.substr(at));
+  return out;
+}
+
 // "300x6+5000" -> {300 x 6, 5000}
 std::vector<int> parse_pack(const std::string& text) {
   std::vector<int> out;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find('+', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(at, end - at);
+  for (const std::string& item : split(text, '+')) {
     const size_t x = item.find('x');
     const int L = std::atoi(item.substr(0, x).c_str());
     const int n = x == std::string::npos ? 1 : std::atoi(item.substr(x + 1).c_str());
     for (int i = 0; i < n && L > 0; ++i) out.push_back(L);
-    at = end + 1;
   }
   return out;
 }
 
-// CLEF_BENCH_PACK: every pack's whole core (y with the fused norm) and split, both scan orders.
+// CLEF_BENCH_PACK: every pack's whole core (y with the fused norm) and split, in four forms.
 int bench_packs(const char* spec, std::mt19937_64& rng) {
   std::vector<std::vector<int>> packs;
-  for (size_t at = 0; at <= std::strlen(spec);) {
-    const char* semi = std::strchr(spec + at, ';');
-    const size_t end = semi ? static_cast<size_t>(semi - spec) : std::strlen(spec);
-    const auto p = parse_pack(std::string(spec + at, end - at));
-    if (!p.empty()) packs.push_back(p);
-    at = end + 1;
-  }
+  for (const std::string& text : split(spec, ';'))
+    if (auto p = parse_pack(text); !p.empty()) packs.push_back(std::move(p));
   if (!gdn::tc_supported(kGdnD, kGdnD)) {
     std::printf("[gdn pack] no tensor-core path here\n");
     return 1;

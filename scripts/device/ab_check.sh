@@ -64,14 +64,16 @@ if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENG
   done
 fi
 if has serve; then
+  # The /metrics lines each bench run's difference is taken of: batch sizes, tokens, forward time.
+  METRICS_RE="^clef_batch_size_requests_(bucket|sum|count)|^clef_(batch_size_tokens|forward_duration_seconds)_(sum|count)"
   run_bench() {  # MANIFEST C LABEL
     local before after rc
-    before=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)|^clef_(batch_size_tokens|forward_duration_seconds)_(sum|count)")
+    before=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "$METRICS_RE")
     timeout 240 clefserve bench --url http://127.0.0.1:$PORT --manifest "$1" --concurrency "$2" \
       --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" > "/tmp/bench_$3.log" 2>&1
     rc=$?
     { echo "## bench $3"; cat "/tmp/bench_$3.log"; } >> "$L/bench.log"
-    after=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "^clef_batch_size_requests_(bucket|sum|count)|^clef_(batch_size_tokens|forward_duration_seconds)_(sum|count)")
+    after=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "$METRICS_RE")
     summary+=("$3: bench rc $rc :: $(python3 -c "
 import json; r = json.load(open('/tmp/bench_$3/report.json'))
 l = r.get('successful_latency_ms', {}); t = r.get('throughput', {})

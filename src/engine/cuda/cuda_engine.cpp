@@ -126,11 +126,7 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
   head_->begin(batch, stream_, groups);
   // The ids (and tables) of every pack in pinned memory: their uploads queue behind earlier work
   // instead of waiting for it (a pageable upload would wait for the stream).
-  if (staged * sizeof(int32_t) > ids_pinned_.bytes()) {
-    CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // an abandoned batch may still read it
-    ids_pinned_.resize(staged * sizeof(int32_t));
-  }
-  int32_t* pinned = ids_pinned_.get<int32_t>();
+  int32_t* pinned = pinned_staging(staged);
   for (const Pack& p : packs) {
     const int Tp = p.Tp;
     int32_t* ids = pinned;
@@ -163,6 +159,14 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
 int CudaEngineImpl::rows_per_tile(int Tp) const {
   return attention_rows_per_tile(config_.activations != DataType::F32, Tp, cfg_.num_attention_heads,
                                  cfg_.head_dim, config_.kernels == KernelPath::Generic);
+}
+
+int32_t* CudaEngineImpl::pinned_staging(size_t ints) {
+  if (ints * sizeof(int32_t) > ids_pinned_.bytes()) {
+    CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // an abandoned batch may still read it
+    ids_pinned_.resize(ints * sizeof(int32_t));
+  }
+  return ids_pinned_.get<int32_t>();
 }
 
 size_t CudaEngineImpl::table_ints(const PackTables& t) {

@@ -95,6 +95,8 @@ class CudaEngineImpl final : public CudaEngine {
   void warm_media();  // prepare()'s last step when the release has a tower
   int rows_per_tile(int Tp) const;
   static size_t table_ints(const PackTables& t);
+  // ids_pinned_ with room for `ints` int32 values (grown after the stream drains).
+  int32_t* pinned_staging(size_t ints);
   void check_ids(const std::vector<int32_t>& ids) const;
   std::vector<float> hidden_host(int T);
   ForwardOutput run_head(const encoding::EncodedRequest& req,

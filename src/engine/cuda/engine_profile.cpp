@@ -58,12 +58,7 @@ StageTimes CudaEngineImpl::forward_profiled(
   const PackTables t = pack_tables(lengths, Tp, sequence_bucket(n), rows_per_tile(Tp));
   // The ids and tables through the pinned staging, as forward uploads them (before the first
   // event: outside the timed stages).
-  const size_t staged = static_cast<size_t>(Tp) + table_ints(t);
-  if (staged * sizeof(int32_t) > ids_pinned_.bytes()) {
-    CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    ids_pinned_.resize(staged * sizeof(int32_t));
-  }
-  int32_t* pinned = ids_pinned_.get<int32_t>();
+  int32_t* pinned = pinned_staging(static_cast<size_t>(Tp) + table_ints(t));
   std::copy(ids.begin(), ids.end(), pinned);
   const PackView view = upload_pack(pinned, t, pinned + Tp);
   const Activations& a = workspace_->buffers();
