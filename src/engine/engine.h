@@ -55,6 +55,8 @@ struct ForwardOutput {
   std::vector<std::vector<float>> logits;
 };
 
+class ForwardPipeline;  // engine/pipeline.h
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -68,6 +70,10 @@ class Engine {
   virtual PrepareReport prepare(const PrepareOptions&) { return {}; }
   // Bytes in use on the engine's device (for /metrics), -1 when not known (the CPU engine).
   virtual int64_t memory_used_bytes() const { return -1; }
+  // The engine's own pipeline when it overlaps consecutive batches (the CUDA engine: a batch's
+  // head beside the next one's backbone), else null; make_pipeline() (pipeline.h) gives every
+  // engine one. Its batches and forward() must not be mixed while a ticket is open.
+  virtual ForwardPipeline* native_pipeline() { return nullptr; }
 };
 
 enum class Device { Cpu, Cuda };

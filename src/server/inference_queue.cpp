@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/pipeline.h"
+
 namespace clef::server {
 
 InferenceQueue::InferenceQueue(std::vector<QueueEngine> engines, QueueOptions opts,
@@ -61,84 +63,113 @@ void InferenceQueue::stop() {
     if (w.joinable()) w.join();
 }
 
+// One worker: batches through the engine's pipeline (engine/pipeline.h). The next batch is taken
+// once the device has finished the previous one's main work (await_device), so it holds whatever
+// was queued meanwhile, and it begins before the previous one ends: on the CUDA engine the
+// previous batch's head then runs beside the next backbone, and its answers go out while the GPU
+// is busy.
 void InferenceQueue::run(size_t index) {
-  engine::Engine& eng = *engines_[index].engine;
+  std::unique_ptr<engine::ForwardPipeline> pipe = engine::make_pipeline(*engines_[index].engine);
+  std::optional<Batch> prev;
   for (;;) {
-    std::vector<Job> batch, dropped;
-    size_t tokens = 0;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping and drained
-      // Arrival order; the first job always runs even when it alone exceeds the token budget. Jobs
-      // whose client has gone are taken out on the way, so they cost the batch nothing.
-      while (!jobs_.empty()) {
-        if (jobs_.front().is_cancelled()) {
-          dropped.push_back(std::move(jobs_.front()));
-          jobs_.pop_front();
-          continue;
-        }
-        size_t n = jobs_.front().enc->input_ids.size();
-        if (!batch.empty() && tokens + n > opts_.max_batch_tokens) break;
-        tokens += n;
-        batch.push_back(std::move(jobs_.front()));
+    if (prev && !prev->error) pipe->await_device(prev->ticket);
+    std::optional<Batch> cur = take(/*wait=*/!prev);
+    if (cur) {
+      cur->t0 = std::chrono::steady_clock::now();
+      try {
+        cur->ticket = pipe->begin(cur->inputs);
+      } catch (...) {
+        cur->error = std::current_exception();
+      }
+    }
+    if (prev) finish(index, *pipe, *prev);
+    prev = std::move(cur);
+    if (!prev) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_ && jobs_.empty()) return;
+    }
+  }
+}
+
+std::optional<InferenceQueue::Batch> InferenceQueue::take(bool wait) {
+  Batch b;
+  std::vector<Job> dropped;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wait) cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    // Arrival order; the first job always runs even when it alone exceeds the token budget. Jobs
+    // whose client has gone are taken out on the way, so they cost the batch nothing.
+    while (!jobs_.empty()) {
+      if (jobs_.front().is_cancelled()) {
+        dropped.push_back(std::move(jobs_.front()));
         jobs_.pop_front();
+        continue;
       }
-      // What the budget left is the next free worker's: wake one (a submit() woke only this one).
-      if (!jobs_.empty()) cv_.notify_one();
+      size_t n = jobs_.front().enc->input_ids.size();
+      if (!b.jobs.empty() && b.tokens + n > opts_.max_batch_tokens) break;
+      b.tokens += n;
+      b.jobs.push_back(std::move(jobs_.front()));
+      jobs_.pop_front();
     }
-    if (!dropped.empty()) {
-      metrics_.add_dropped(dropped.size());
-      const auto err = std::make_exception_ptr(Cancelled());
-      for (auto& j : dropped) {
-        if (j.done) {
-          j.done(nullptr, err);
-        } else {
-          j.result.set_exception(err);
-        }
+    // What the budget left is the next free worker's: wake one (a submit() woke only this one).
+    if (!jobs_.empty()) cv_.notify_one();
+  }
+  if (!dropped.empty()) {
+    metrics_.add_dropped(dropped.size());
+    const auto err = std::make_exception_ptr(Cancelled());
+    for (auto& j : dropped) {
+      if (j.done) {
+        j.done(nullptr, err);
+      } else {
+        j.result.set_exception(err);
       }
     }
-    if (batch.empty()) continue;  // every queued job had been cancelled
-    std::vector<const encoding::EncodedRequest*> inputs;
-    inputs.reserve(batch.size());
-    for (const auto& j : batch) inputs.push_back(j.enc);
-    auto t0 = std::chrono::steady_clock::now();
-    std::vector<engine::ForwardOutput> outputs;
-    std::exception_ptr err;
+  }
+  if (b.jobs.empty()) return std::nullopt;  // nothing queued, or every job had been cancelled
+  b.inputs.reserve(b.jobs.size());
+  for (const auto& j : b.jobs) b.inputs.push_back(j.enc);
+  return b;
+}
+
+void InferenceQueue::finish(size_t index, engine::ForwardPipeline& pipe, Batch& batch) {
+  std::vector<engine::ForwardOutput> outputs;
+  std::exception_ptr err = batch.error;
+  if (!err) {
     try {
-      outputs = eng.forward(inputs);
-      if (outputs.size() != batch.size()) {
+      outputs = pipe.end(batch.ticket);
+      if (outputs.size() != batch.jobs.size()) {
         throw std::runtime_error("engine returned " + std::to_string(outputs.size()) +
-                                 " outputs for a batch of " + std::to_string(batch.size()));
+                                 " outputs for a batch of " + std::to_string(batch.jobs.size()));
       }
     } catch (...) {
       err = std::current_exception();
     }
-    // Record the batch before any caller is woken: a client that reads /metrics right after its
-    // answer must see the pass that produced it.
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    metrics_.observe_batch(index, batch.size(), tokens, secs);
-    // Every request of a failed batch gets the error (HTTP 500, logged with its request id).
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (err) {
-        if (batch[i].done) {
-          batch[i].done(nullptr, err);
-        } else {
-          batch[i].result.set_exception(err);
-        }
-        continue;
-      }
-      QueueResult r;
-      r.output = std::move(outputs[i]);
-      r.queue_s = std::chrono::duration<double>(t0 - batch[i].submitted).count();
-      r.forward_s = secs;
-      r.batch_size = batch.size();
-      r.engine_index = index;
-      if (batch[i].done) {
-        batch[i].done(&r, nullptr);
+  }
+  // Record the batch before any caller is woken: a client that reads /metrics right after its
+  // answer must see the pass that produced it. Its time runs from its begin to its outputs.
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - batch.t0).count();
+  metrics_.observe_batch(index, batch.jobs.size(), batch.tokens, secs);
+  // Every request of a failed batch gets the error (HTTP 500, logged with its request id).
+  for (size_t i = 0; i < batch.jobs.size(); ++i) {
+    Job& job = batch.jobs[i];
+    if (err) {
+      if (job.done) {
+        job.done(nullptr, err);
       } else {
-        batch[i].result.set_value(std::move(r));
+        job.result.set_exception(err);
       }
+      continue;
+    }
+    QueueResult r;
+    r.output = std::move(outputs[i]);
+    r.queue_s = std::chrono::duration<double>(batch.t0 - job.submitted).count();
+    r.forward_s = secs;
+    r.batch_size = batch.jobs.size();
+    r.engine_index = index;
+    if (job.done) {
+      job.done(&r, nullptr);
+    } else {
+      job.result.set_value(std::move(r));
     }
   }
 }

@@ -23,6 +23,7 @@
 
 #include "encoding/encode.h"
 #include "engine/engine.h"
+#include "engine/pipeline.h"
 #include "server/metrics.h"
 
 namespace clef::server {
@@ -93,7 +94,21 @@ class InferenceQueue {
     CancelFlag cancelled;
     bool is_cancelled() const { return cancelled && cancelled->load(); }
   };
+  // A batch taken from the queue, from its begin to its end on the worker's pipeline.
+  struct Batch {
+    std::vector<Job> jobs;
+    std::vector<const encoding::EncodedRequest*> inputs;
+    size_t tokens = 0;
+    std::chrono::steady_clock::time_point t0;  // begun
+    uint64_t ticket = 0;
+    std::exception_ptr error;  // begin() refused it
+  };
   void run(size_t index);
+  // The queued jobs in arrival order up to the token budget (cancelled ones answered and
+  // dropped); waits for one first when `wait`. Nothing: none queued (or stopping, when waiting).
+  std::optional<Batch> take(bool wait);
+  // The batch's outputs (or its error) to each job, after its metrics.
+  void finish(size_t index, engine::ForwardPipeline& pipe, Batch& batch);
 
   std::vector<QueueEngine> engines_;
   QueueOptions opts_;

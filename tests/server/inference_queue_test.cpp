@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "encoding/request.h"
 #include "engine/engine.h"
 #include "engine/golden_models.h"
+#include "engine/pipeline.h"
 #include "server/inference_queue.h"
 #include "server/metrics.h"
 
@@ -204,6 +207,93 @@ TEST(InferenceQueueEngines, AnEngineErrorFailsOnlyItsBatch) {
   const std::vector<QueueResult> after = run_all(q, 2);
   EXPECT_EQ(after.size(), 2 * g.encoded.size());
   EXPECT_EQ(used.size(), 2u);
+}
+
+// An engine with a pipeline of its own whose device work the test holds: await_device(t) blocks
+// until the test opens batch t; the outputs are the CPU engine's. It logs the pipeline calls.
+class GatedEngine final : public engine::Engine, public engine::ForwardPipeline {
+ public:
+  GatedEngine() : cpu_(cpu_engines(1).at(0).engine) {}
+  std::vector<engine::ForwardOutput> forward(
+      const std::vector<const encoding::EncodedRequest*>& batch) override {
+    return cpu_->forward(batch);
+  }
+  engine::EngineInfo info() const override { return cpu_->info(); }
+  engine::ForwardPipeline* native_pipeline() override { return this; }
+  Ticket begin(const std::vector<const encoding::EncodedRequest*>& batch) override {
+    auto out = cpu_->forward(batch);
+    std::lock_guard<std::mutex> lock(m_);
+    outputs_.push_back(std::move(out));
+    log_.push_back("begin " + std::to_string(outputs_.size()) + " of " +
+                   std::to_string(batch.size()));
+    cv_.notify_all();
+    return outputs_.size();
+  }
+  void await_device(Ticket t) override {
+    std::unique_lock<std::mutex> lock(m_);
+    log_.push_back("await " + std::to_string(t));
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_ >= t; });
+  }
+  std::vector<engine::ForwardOutput> end(Ticket t) override {
+    std::lock_guard<std::mutex> lock(m_);
+    log_.push_back("end " + std::to_string(t));
+    return outputs_.at(t - 1);
+  }
+  void open(Ticket t) {
+    std::lock_guard<std::mutex> lock(m_);
+    open_ = t;
+    cv_.notify_all();
+  }
+  // Waits (up to 10 s) until the log ends with `line`; the log so far.
+  std::vector<std::string> wait_for(const std::string& line) {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait_for(lock, std::chrono::seconds(10),
+                 [&] { return !log_.empty() && log_.back() == line; });
+    return log_;
+  }
+
+ private:
+  std::shared_ptr<engine::Engine> cpu_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<std::string> log_;
+  std::vector<std::vector<engine::ForwardOutput>> outputs_;
+  Ticket open_ = 0;
+};
+
+// The worker's order with a pipelined engine: the next batch is taken only once the device has
+// finished the previous one (so it holds every request queued meanwhile, in one batch), and it
+// begins before the previous batch ends (whose answers then go out while the device works).
+TEST(InferenceQueueEngines, PipelinedWorkerTakesWhatQueuedDuringTheDeviceWork) {
+  const Golden& g = golden();
+  auto gated = std::make_shared<GatedEngine>();
+  server::Metrics metrics({"gated"});
+  QueueOptions qo;
+  qo.max_queue = 16;
+  qo.max_batch_tokens = 1 << 20;
+  InferenceQueue q({QueueEngine{"gated", gated}}, qo, metrics);
+  auto a = *q.submit(g.encoded[0]);
+  EXPECT_EQ(gated->wait_for("await 1"), (std::vector<std::string>{"begin 1 of 1", "await 1"}));
+  // Queued while batch 1 is on the device: both go into batch 2.
+  auto b = *q.submit(g.encoded[1]);
+  auto c = *q.submit(g.encoded[2]);
+  EXPECT_EQ(a.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  gated->open(1);
+  EXPECT_EQ(
+      gated->wait_for("await 2"),
+      (std::vector<std::string>{"begin 1 of 1", "await 1", "begin 2 of 2", "end 1", "await 2"}));
+  ASSERT_EQ(a.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(b.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
+  gated->open(100);
+  const QueueResult ra = a.get(), rb = b.get(), rc = c.get();
+  EXPECT_EQ(ra.batch_size, 1u);
+  EXPECT_EQ(rb.batch_size, 2u);
+  EXPECT_EQ(rc.batch_size, 2u);
+  auto cpu = cpu_engines(1).at(0).engine;
+  EXPECT_EQ(ra.output.logits, cpu->forward({&g.encoded[0]}).at(0).logits);
+  EXPECT_EQ(rc.output.logits, cpu->forward({&g.encoded[2]}).at(0).logits);
+  q.stop();
 }
 
 TEST(InferenceQueueEngines, RefusesNoEngine) {

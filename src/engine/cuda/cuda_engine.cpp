@@ -47,6 +47,13 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
   versions_ = cuda_versions();
   validate_config();
   CLEF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // The head's short kernels first wherever both streams have work: its batch's answers wait
+  // for it, the next backbone hardly notices.
+  int least = 0, greatest = 0;
+  CLEF_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  CLEF_CUDA_CHECK(cudaStreamCreateWithPriority(&head_stream_, cudaStreamNonBlocking, greatest));
+  for (cudaEvent_t* e : {&pack_done_, &hidden_read_, &done_events_[0], &done_events_[1]})
+    CLEF_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   say(std::string("uploading weights (") + data_type_name(config_.weights) + ") to " + device_);
   weights_ = upload_backbone_weights(*rel_, config_.activations, config_.weights, say);
   say("weights on device");
@@ -56,7 +63,7 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
   head_ = std::make_unique<CudaJointHead>(
       *rel_,
       config_.activations == DataType::F32 ? HeadPrecision::Float32 : HeadPrecision::BFloat16,
-      gemm_, nullptr, [](const std::string& m) { say("head: " + m); });
+      head_gemm_, nullptr, [](const std::string& m) { say("head: " + m); });
   if (rel_->vision) {
     vision_ =
         std::make_unique<CudaVisionTower>(*rel_, config_.activations, gemm_, config_.kernels, say);
@@ -66,7 +73,13 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
 
 CudaEngineImpl::~CudaEngineImpl() {
   cudaSetDevice(device_index_);  // the members free on it too; a destructor cannot throw
+  // Open batches may still read the staging and scratch that the members free.
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (head_stream_) cudaStreamSynchronize(head_stream_);
   graphs_.clear();
+  for (cudaEvent_t e : {pack_done_, hidden_read_, done_events_[0], done_events_[1]})
+    if (e) cudaEventDestroy(e);
+  if (head_stream_) cudaStreamDestroy(head_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -87,27 +100,45 @@ void CudaEngineImpl::validate_config() const {
   if (rd % 2 != 0 || rd > c.head_dim) throw std::runtime_error("cuda engine: bad rotary dimension");
 }
 
-// The batch is enqueued whole and synchronised once. Consecutive requests are packed into one
-// backbone forward (packing.h) up to pack_tokens_ rows and kMaxPackedSequences sequences (a
-// longer request runs alone, in its own bucket's graph); the head then runs once on the pack's
-// rows (one launch set for its requests, joint_head.h). The GPU never waits for the host between
-// packs, and every request is validated before anything is enqueued.
+// A batch is validated whole before anything is enqueued. Consecutive requests are packed into
+// one backbone forward (packing.h) up to pack_tokens_ rows and kMaxPackedSequences sequences (a
+// longer request, or one with media, runs alone); the head then runs once a pack on the pack's
+// rows (one launch set for its requests, joint_head.h) on head_stream_, while stream_ goes on
+// with the next pack or the next batch. The host waits twice a batch: for its backbone
+// (await_device) and for its logits (end).
 std::vector<ForwardOutput> CudaEngineImpl::forward(
     const std::vector<const encoding::EncodedRequest*>& batch) {
+  require_no_flight("forward");
+  return end(begin(batch));
+}
+
+ForwardPipeline::Ticket CudaEngineImpl::begin(
+    const std::vector<const encoding::EncodedRequest*>& batch) {
   use_device();
-  std::vector<Pack> packs;
-  size_t staged = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const auto* req = batch[i];
+  if (flights_.size() >= 2)
+    throw std::logic_error("cuda engine: two batches are open; end the older one first");
+  for (const auto* req : batch) {
     if (!req) throw std::runtime_error("cuda engine: null request");
     check_ids(req->input_ids);
-    const bool media = req->has_media();
-    if (media) check_media(*req);
-    const int T = static_cast<int>(req->input_ids.size());
+    if (req->has_media()) check_media(*req);
+    head_->check(*req);  // the head may begin later, after the earlier batch ends
+  }
+  // The staging below is the earlier batch's until its uploads have run: they precede its
+  // backbone's end, which the server awaited already (so this wait is free there).
+  if (!flights_.empty()) await_device(flights_.back().ticket);
+  Flight f;
+  f.ticket = next_ticket_++;
+  f.batch = batch;
+  f.done = done_events_[f.ticket % 2];
+  std::vector<Pack>& packs = f.packs;
+  size_t staged = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const bool media = batch[i]->has_media();
+    const int T = static_cast<int>(batch[i]->input_ids.size());
     // A request with media runs alone (its rows and positions are its own).
     if (media || packs.empty() || packs.back().media || packs.back().tokens + T > pack_tokens_ ||
         packs.back().count == kMaxPackedSequences)
-      packs.push_back({i, 0, 0, 0, media, {}, {}});
+      packs.push_back({i, 0, 0, 0, media, {}, {}, nullptr});
     Pack& p = packs.back();
     p.lengths.push_back(T);
     p.tokens += T;
@@ -121,39 +152,123 @@ std::vector<ForwardOutput> CudaEngineImpl::forward(
     }
     staged += static_cast<size_t>(p.Tp);
   }
-  std::vector<int> groups;  // the head runs once a pack
-  for (const Pack& p : packs) groups.push_back(p.count);
-  head_->begin(batch, stream_, groups);
-  // The ids (and tables) of every pack in pinned memory: their uploads queue behind earlier work
+  // Every pack's ids (then its tables) in pinned memory: their uploads queue behind earlier work
   // instead of waiting for it (a pageable upload would wait for the stream).
   int32_t* pinned = pinned_staging(staged);
-  for (const Pack& p : packs) {
-    const int Tp = p.Tp;
-    int32_t* ids = pinned;
+  for (Pack& p : packs) {
+    p.ids = pinned;
     for (int j = 0; j < p.count; ++j) {
       const auto& in = batch[p.first + j]->input_ids;
       pinned = std::copy(in.begin(), in.end(), pinned);
     }
-    std::fill(pinned, ids + Tp, 0);
-    pinned = ids + Tp;
-    if (p.media) {
-      run_media(*batch[p.first], ids, Tp, nullptr);
-      head_->enqueue(workspace_->buffers().final_hidden, stream_);
-      continue;
-    }
-    if (p.count == 1) {
-      run_backbone(ids, Tp, nullptr);
-      head_->enqueue(workspace_->buffers().final_hidden, stream_);
-      continue;
-    }
-    run_packed(ids, p.tables, pinned);
-    pinned += table_ints(p.tables);
-    head_->enqueue(workspace_->buffers().final_hidden, stream_);  // the pack's rows, back to back
+    std::fill(pinned, p.ids + p.Tp, 0);
+    pinned = p.ids + p.Tp;
+    if (p.count > 1) pinned += table_ints(p.tables);
   }
-  std::vector<std::vector<std::vector<float>>> logits = head_->finish(stream_);
-  std::vector<ForwardOutput> out(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) out[i].logits = std::move(logits[i]);
+  flights_.push_back(std::move(f));
+  Flight& fl = flights_.back();
+  try {
+    if (fl.packs.empty()) {  // nothing to run: end() answers an empty batch with no outputs
+      fl.head_enqueued = true;
+      CLEF_CUDA_CHECK(cudaEventRecord(fl.done, stream_));
+    } else if (flights_.size() == 1) {
+      start_head(fl);
+    } else {
+      // The head is the earlier batch's until it ends: only the first pack's backbone can run
+      // now (the next one would overwrite final_hidden before this batch's head has read it).
+      launch_pack(fl, 0);
+    }
+  } catch (...) {
+    fl.error = std::current_exception();
+  }
+  return fl.ticket;
+}
+
+void CudaEngineImpl::await_device(Ticket t) {
+  Flight& f = flight(t);
+  if (f.awaited || f.error) return;
+  try {
+    use_device();
+    if (f.launched < f.packs.size()) {
+      if (&f != &flights_.front())
+        throw std::logic_error("cuda engine: end the older batch before awaiting this one");
+      start_head(f);
+    }
+    CLEF_CUDA_CHECK(cudaEventSynchronize(f.done));
+    f.awaited = true;
+  } catch (...) {
+    f.error = std::current_exception();
+  }
+}
+
+std::vector<ForwardOutput> CudaEngineImpl::end(Ticket t) {
+  if (flights_.empty() || flights_.front().ticket != t)
+    throw std::logic_error("cuda engine: batches end in the order they began");
+  use_device();
+  Flight f = std::move(flights_.front());
+  flights_.pop_front();
+  std::vector<ForwardOutput> out;
+  if (!f.error) {
+    try {
+      if (!f.head_enqueued) start_head(f);
+      if (!f.packs.empty()) {
+        std::vector<std::vector<std::vector<float>>> logits = head_->finish(head_stream_);
+        out.resize(f.batch.size());
+        for (size_t i = 0; i < out.size(); ++i) out[i].logits = std::move(logits[i]);
+      }
+    } catch (...) {
+      f.error = std::current_exception();
+    }
+  }
+  // The head is free: the next batch's can start (its first backbone pack already runs).
+  if (!flights_.empty() && !flights_.front().head_enqueued && !flights_.front().error) {
+    try {
+      start_head(flights_.front());
+    } catch (...) {
+      flights_.front().error = std::current_exception();
+    }
+  }
+  if (f.error) std::rethrow_exception(f.error);
   return out;
+}
+
+CudaEngineImpl::Flight& CudaEngineImpl::flight(Ticket t) {
+  for (Flight& f : flights_)
+    if (f.ticket == t) return f;
+  throw std::logic_error("cuda engine: no open batch has this ticket");
+}
+
+void CudaEngineImpl::launch_pack(Flight& f, size_t i) {
+  const Pack& p = f.packs[i];
+  CLEF_CUDA_CHECK(cudaStreamWaitEvent(stream_, hidden_read_, 0));
+  if (p.media) {
+    run_media(*f.batch[p.first], p.ids, p.Tp, nullptr);
+  } else if (p.count == 1) {
+    run_backbone(p.ids, p.Tp, nullptr);
+  } else {
+    run_packed(p.ids, p.tables, p.ids + p.Tp);
+  }
+  CLEF_CUDA_CHECK(cudaEventRecord(pack_done_, stream_));
+  if (++f.launched == f.packs.size()) CLEF_CUDA_CHECK(cudaEventRecord(f.done, stream_));
+}
+
+void CudaEngineImpl::start_head(Flight& f) {
+  std::vector<int> groups;  // the head runs once a pack
+  for (const Pack& p : f.packs) groups.push_back(p.count);
+  head_->begin(f.batch, head_stream_, groups);
+  for (size_t i = 0; i < f.packs.size(); ++i) {
+    // pack_done_ was last recorded by pack i: by launch_pack just now, or (i == 0) by begin(),
+    // with nothing recorded since.
+    if (i >= f.launched) launch_pack(f, i);
+    CLEF_CUDA_CHECK(cudaStreamWaitEvent(head_stream_, pack_done_, 0));
+    head_->enqueue(workspace_->buffers().final_hidden, head_stream_, nullptr, hidden_read_);
+  }
+  f.head_enqueued = true;
+}
+
+void CudaEngineImpl::require_no_flight(const char* what) const {
+  if (!flights_.empty())
+    throw std::logic_error(std::string("cuda engine: ") + what + " while a batch is open");
 }
 
 int CudaEngineImpl::rows_per_tile(int Tp) const {

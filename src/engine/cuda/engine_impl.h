@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,6 +24,7 @@
 #include "engine/cuda/vision/vision_tower.h"
 #include "engine/cuda/weights.h"
 #include "engine/cuda/workspace.h"
+#include "engine/pipeline.h"
 #include "engine/prepare/tuning_cache.h"
 
 namespace clef::engine::cuda {
@@ -40,13 +43,22 @@ struct CudaEngineConfig {
   int device = 0;  // the CUDA device index it runs on
 };
 
-class CudaEngineImpl final : public CudaEngine {
+class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
  public:
   CudaEngineImpl(std::shared_ptr<const model::Release> release, const CudaEngineConfig& config);
   ~CudaEngineImpl() override;
 
+  // begin + end of one batch (no other batch may be open).
   std::vector<ForwardOutput> forward(
       const std::vector<const encoding::EncodedRequest*>& batch) override;
+  // The pipeline (engine/pipeline.h): a batch's backbone packs on stream_, its head on
+  // head_stream_ (its own cuBLASLt workspace), so the head of batch k runs beside the backbone of
+  // batch k+1. A pack's backbone waits only until the previous group's head has read
+  // final_hidden (hidden_read_); the head waits for its pack (pack_done_).
+  ForwardPipeline* native_pipeline() override { return this; }
+  Ticket begin(const std::vector<const encoding::EncodedRequest*>& batch) override;
+  void await_device(Ticket t) override;
+  std::vector<ForwardOutput> end(Ticket t) override;
   EngineInfo info() const override;
   PrepareReport prepare(const PrepareOptions& o) override;
   int64_t memory_used_bytes() const override;
@@ -97,6 +109,18 @@ class CudaEngineImpl final : public CudaEngine {
   static size_t table_ints(const PackTables& t);
   // ids_pinned_ with room for `ints` int32 values (grown after the stream drains).
   int32_t* pinned_staging(size_t ints);
+  // A batch between begin() and end(): its packs (ids and tables staged in ids_pinned_), how many
+  // of their backbones are enqueued, whether its head is, and the error end() reports.
+  struct Flight;
+  Flight& flight(Ticket t);
+  // Enqueues pack i's backbone on stream_ behind the previous group's read of final_hidden, then
+  // records pack_done_ (and the flight's `done` after its last pack).
+  void launch_pack(Flight& f, size_t i);
+  // The flight's head (the head must be free: no earlier flight open): begin(), then per pack its
+  // backbone (if not yet enqueued) and its group on head_stream_.
+  void start_head(Flight& f);
+  // Throws when a flight is open: forward() and the diagnostics run the head on stream_.
+  void require_no_flight(const char* what) const;
   void check_ids(const std::vector<int32_t>& ids) const;
   std::vector<float> hidden_host(int T);
   ForwardOutput run_head(const encoding::EncodedRequest& req,
@@ -113,7 +137,10 @@ class CudaEngineImpl final : public CudaEngine {
   std::string device_, device_name_;
   std::map<std::string, std::string> versions_;  // driver and libraries, read once
   cudaStream_t stream_ = nullptr;
+  cudaStream_t head_stream_ = nullptr;  // the pipeline's heads (high priority: short kernels)
+  cudaEvent_t pack_done_ = nullptr, hidden_read_ = nullptr;
   Gemm gemm_;
+  Gemm head_gemm_;  // the head's GEMMs may run beside the backbone's: a workspace of their own
   BackboneWeights weights_;
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<CudaBackbone> backbone_;
@@ -132,8 +159,22 @@ class CudaEngineImpl final : public CudaEngine {
     int count = 0, tokens = 0, Tp = 0;  // Tp: the padded bucket
     bool media = false;                 // one request with images or videos (count 1)
     std::vector<int> lengths;
-    PackTables tables;  // count > 1
+    PackTables tables;       // count > 1
+    int32_t* ids = nullptr;  // its Tp padded ids in ids_pinned_, then its tables
   };
+  struct Flight {
+    Ticket ticket = 0;
+    std::vector<const encoding::EncodedRequest*> batch;
+    std::vector<Pack> packs;
+    size_t launched = 0;  // packs whose backbone is enqueued
+    bool head_enqueued = false;
+    bool awaited = false;
+    cudaEvent_t done = nullptr;  // after the last pack's backbone (one of done_events_)
+    std::exception_ptr error;
+  };
+  std::deque<Flight> flights_;                       // open batches, oldest first (at most two)
+  cudaEvent_t done_events_[2] = {nullptr, nullptr};  // by ticket parity
+  Ticket next_ticket_ = 1;
 };
 
 }  // namespace clef::engine::cuda

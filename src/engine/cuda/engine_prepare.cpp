@@ -53,6 +53,7 @@ std::string CudaEngineImpl::tuning_file_name() const {
 }
 
 PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
+  require_no_flight("prepare");
   use_device();
   const auto t0 = Clock::now();
   auto say = [&](const std::string& m) {

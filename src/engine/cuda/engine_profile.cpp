@@ -22,6 +22,7 @@ ColdWork CudaEngineImpl::cold_work() const {
 }
 
 StageTimes CudaEngineImpl::forward_profiled(const encoding::EncodedRequest& req) {
+  require_no_flight("forward_profiled");
   use_device();
   StageRecorder rec(stream_);
   if (req.has_media()) {
@@ -40,6 +41,7 @@ StageTimes CudaEngineImpl::forward_profiled(const encoding::EncodedRequest& req)
 StageTimes CudaEngineImpl::forward_profiled(
     const std::vector<const encoding::EncodedRequest*>& batch) {
   if (batch.size() == 1 && batch[0]) return forward_profiled(*batch[0]);
+  require_no_flight("forward_profiled");
   use_device();
   std::vector<int> lengths;
   std::vector<int32_t> ids;

@@ -273,12 +273,10 @@ struct CudaJointHead::GroupBuild {
   int total_rows = 0, total_q = 0, total_N = 0, max_opts = 0;
 };
 
-void CudaJointHead::stage(const encoding::EncodedRequest& enc, GroupBuild& g) const {
+void CudaJointHead::check(const encoding::EncodedRequest& enc) const {
   const int T = static_cast<int>(enc.input_ids.size());
   if (T <= 0) throw std::runtime_error("joint head: empty input");
   if (enc.questions.empty()) throw std::runtime_error("joint head: no questions");
-  const int r = static_cast<int>(g.rows.size()), row0 = g.total_rows, q0 = g.total_q;
-  int N = 0;
   for (const auto& q : enc.questions) {
     if (q.option_spans.empty())
       throw std::runtime_error("joint head: question " + q.id + " has no options");
@@ -286,11 +284,20 @@ void CudaJointHead::stage(const encoding::EncodedRequest& enc, GroupBuild& g) co
     for (const auto& sp : q.option_spans) check_span(sp, T, "option of question " + q.id);
     const int t = static_cast<int>(q.type);
     if (t < 0 || t > 2) throw std::runtime_error("joint head: unknown question type");
-    N += static_cast<int>(q.option_spans.size());
-    g.max_opts = std::max(g.max_opts, static_cast<int>(q.option_spans.size()));
   }
   for (int32_t id : enc.input_ids)
     if (id < 0 || id >= vocab_) throw std::runtime_error("joint head: token id outside lm_head");
+}
+
+void CudaJointHead::stage(const encoding::EncodedRequest& enc, GroupBuild& g) const {
+  check(enc);
+  const int T = static_cast<int>(enc.input_ids.size());
+  const int r = static_cast<int>(g.rows.size()), row0 = g.total_rows, q0 = g.total_q;
+  int N = 0;
+  for (const auto& q : enc.questions) {
+    N += static_cast<int>(q.option_spans.size());
+    g.max_opts = std::max(g.max_opts, static_cast<int>(q.option_spans.size()));
+  }
   int k = q0;
   for (const auto& q : enc.questions) {
     g.q_spans.insert(g.q_spans.end(), {row0 + q.question_span.start, row0 + q.question_span.end});
@@ -484,7 +491,7 @@ std::vector<std::vector<float>> CudaJointHead::run(const void* hidden, int T,
 }
 
 void CudaJointHead::enqueue(const void* hidden, cudaStream_t s,
-                            std::function<void(const char*)> marks) {
+                            std::function<void(const char*)> marks, cudaEvent_t hidden_read) {
   if (enqueued_ >= groups_.size())
     throw std::runtime_error("joint head: more groups enqueued than begin() staged");
   struct Reset {  // marks live for this call only
@@ -519,6 +526,8 @@ void CudaJointHead::enqueue(const void* hidden, cudaStream_t s,
   else
     hk::layer_norm(static_cast<const float*>(hidden), T, D, w_.hidden_norm.weight,
                    w_.hidden_norm.bias, kLnEps, S, nullptr, s);
+  // Nothing below reads `hidden` (S and S16 hold its normalised rows).
+  if (hidden_read) CLEF_CUDA_CHECK(cudaEventRecord(hidden_read, s));
   mark("head.small");
   float* M = b.M.get<float>();
   linear(S, S16, T, D, w_.memory_projection, 0, W, M, false, nullptr, false, false, s);

@@ -109,8 +109,13 @@ class CudaJointHead {
   // batch order. A request's logits do not depend on its group (head_attention.h).
   void begin(const std::vector<const encoding::EncodedRequest*>& batch, cudaStream_t stream,
              const std::vector<int>& group_sizes = {});
+  // `hidden_read` (optional) is recorded on `stream` once the group's last read of `hidden` is
+  // enqueued (its first op): a later writer of those rows on another stream waits for it.
   void enqueue(const void* hidden, cudaStream_t stream,
-               std::function<void(const char*)> marks = nullptr);
+               std::function<void(const char*)> marks = nullptr, cudaEvent_t hidden_read = nullptr);
+  // What begin() would refuse in this request (spans, questions, token ids), without staging
+  // anything: a caller that begins the head later can refuse the request now.
+  void check(const encoding::EncodedRequest& enc) const;
   std::vector<std::vector<std::vector<float>>> finish(cudaStream_t stream);
 
   // Grows the staging (tables, logits) and the scratch for groups of up to `max_requests`

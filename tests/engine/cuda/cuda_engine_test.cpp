@@ -18,6 +18,7 @@
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/engine.h"
 #include "engine/golden_models.h"
+#include "engine/pipeline.h"
 #include "model/make_model.h"
 #include "model/safetensors.h"
 #include "support/scratch_dir.h"
@@ -348,6 +349,70 @@ TEST_P(CudaEngineGolden, PackedBatchesMatchAloneAndRepeatBitwise) {
     EXPECT_THROW(eng->forward({&encs[0], &bad_span}), std::runtime_error);
     const auto after = eng->forward({&encs[2], &encs[0]});
     EXPECT_EQ(after.size(), 2u);
+  }
+}
+
+// The pipeline (engine/pipeline.h) as the server's worker drives it: batch k+1 begun after
+// await_device(k) and before end(k), so batch k's head runs beside k+1's backbone, and batches of
+// more than 64 requests (two packs: the second pack's backbone waits for the first group's head)
+// begun while the head is still the previous batch's. Every batch answers bit for bit as forward()
+// answers it alone; the calls out of order are refused; a refused batch leaves the pipeline usable.
+TEST_P(CudaEngineGolden, PipelinedBatchesMatchForwardBitwise) {
+  CLEF_REQUIRE_GPU();
+  auto release = testing::load_golden_model(GetParam());
+  const auto records = testing::load_golden(GetParam());
+  std::vector<encoding::EncodedRequest> encs;
+  for (const auto& r : records)
+    encs.push_back(encoding::encode_request(encoding::validate_request(r.request),
+                                            *release->tokenizer,
+                                            testing::golden_encode_options(r)));
+  auto rng = gputest::fresh_rng();
+  for (const char* dtype : {"bfloat16", "float32"}) {
+    SCOPED_TRACE(dtype);
+    auto eng = make(GetParam(), dtype);
+    engine::ForwardPipeline* pipe = eng->native_pipeline();
+    ASSERT_NE(pipe, nullptr);
+    std::vector<std::vector<const encoding::EncodedRequest*>> batches;
+    for (int k = 0; k < 10; ++k) {
+      // Mostly small batches; every third one over the 64 sequences of a pack.
+      std::uniform_int_distribution<size_t> pick(0, encs.size() - 1),
+          size(k % 3 == 2 ? 65 : 1, k % 3 == 2 ? 90 : 12);
+      std::vector<const encoding::EncodedRequest*> b(size(rng));
+      for (auto& e : b) e = &encs[pick(rng)];
+      batches.push_back(std::move(b));
+    }
+    std::vector<std::vector<engine::ForwardOutput>> want;
+    for (const auto& b : batches) want.push_back(eng->forward(b));
+    std::vector<std::vector<engine::ForwardOutput>> got;
+    engine::ForwardPipeline::Ticket prev = pipe->begin(batches[0]);
+    for (size_t k = 1; k <= batches.size(); ++k) {
+      pipe->await_device(prev);
+      engine::ForwardPipeline::Ticket cur = 0;
+      if (k < batches.size()) cur = pipe->begin(batches[k]);
+      if (k == 3) {  // out of order, and a third open batch, are refused
+        EXPECT_THROW(pipe->end(cur), std::logic_error);
+        EXPECT_THROW(pipe->begin(batches[0]), std::logic_error);
+        EXPECT_THROW(eng->forward(batches[0]), std::logic_error);
+      }
+      got.push_back(pipe->end(prev));
+      prev = cur;
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k].size(), want[k].size()) << "batch " << k;
+      for (size_t j = 0; j < got[k].size(); ++j)
+        EXPECT_EQ(got[k][j].logits, want[k][j].logits) << "batch " << k << " request " << j;
+    }
+    // A bad request refuses its batch at begin(), before anything runs; the next batch runs.
+    encoding::EncodedRequest bad = encs[0];
+    bad.questions[0].question_span = {0, static_cast<int>(bad.input_ids.size()) + 1};
+    const engine::ForwardPipeline::Ticket t = pipe->begin(batches[0]);
+    EXPECT_THROW(pipe->begin({&encs[1], &bad}), std::runtime_error);
+    pipe->await_device(t);
+    const auto again = pipe->end(t);
+    ASSERT_EQ(again.size(), want[0].size());
+    for (size_t j = 0; j < again.size(); ++j) EXPECT_EQ(again[j].logits, want[0][j].logits);
+    EXPECT_TRUE(pipe->end(pipe->begin({})).empty());
   }
 }
 
