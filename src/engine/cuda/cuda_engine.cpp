@@ -387,6 +387,8 @@ EngineInfo CudaEngineImpl::info() const {
 }
 
 void CudaEngineImpl::reserve(int Tp) {
+  // A growth frees the old block, whose final_hidden an open head may still be reading.
+  if (Tp > workspace_->tokens()) CLEF_CUDA_CHECK(cudaStreamSynchronize(head_stream_));
   if (workspace_->reserve(Tp)) graphs_.clear();  // captured graphs hold the old pointers
 }
 
