@@ -99,6 +99,16 @@ inline std::shared_ptr<const model::Release> load_golden_model(const std::string
   return slot;
 }
 
+// Every golden record of `model` encoded as the reference encoded it, in file order.
+inline std::vector<encoding::EncodedRequest> encode_golden(const std::string& model) {
+  const auto release = load_golden_model(model);
+  std::vector<encoding::EncodedRequest> out;
+  for (const auto& r : load_golden(model))
+    out.push_back(encoding::encode_request(encoding::validate_request(r.request),
+                                           *release->tokenizer, golden_encode_options(r)));
+  return out;
+}
+
 // A float32 tensor of a record's debug_tensors file (hidden states), its raw values: no bf16
 // loading rule. Throws when the file has no such tensor or it is not F32.
 inline std::vector<float> f32_tensor(const model::SafetensorsFile& f, const std::string& name) {

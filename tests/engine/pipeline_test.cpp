@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "encoding/encode.h"
-#include "encoding/request.h"
 #include "engine/engine.h"
 #include "engine/golden_models.h"
 #include "engine/pipeline.h"
@@ -18,18 +17,9 @@
 namespace clef {
 namespace {
 
-std::vector<encoding::EncodedRequest> golden_encoded(const model::Release& release,
-                                                     const std::string& model) {
-  std::vector<encoding::EncodedRequest> out;
-  for (const auto& r : testing::load_golden(model))
-    out.push_back(encoding::encode_request(encoding::validate_request(r.request),
-                                           *release.tokenizer, testing::golden_encode_options(r)));
-  return out;
-}
-
 TEST(SerialPipeline, BatchesInTheWorkersOrderAnswerAsForwardDoes) {
   auto release = testing::load_golden_model("tiny-r2");
-  const auto encs = golden_encoded(*release, "tiny-r2");
+  const std::vector<encoding::EncodedRequest> encs = testing::encode_golden("tiny-r2");
   engine::EngineOptions eo;
   eo.threads = 1;
   auto eng = engine::create_engine(release, eo);

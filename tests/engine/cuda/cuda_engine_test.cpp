@@ -297,12 +297,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngineGolden, ::testing::Values("tiny-r2", "t
 TEST_P(CudaEngineGolden, PackedBatchesMatchAloneAndRepeatBitwise) {
   CLEF_REQUIRE_GPU();
   auto release = testing::load_golden_model(GetParam());
-  const auto records = testing::load_golden(GetParam());
-  std::vector<encoding::EncodedRequest> encs;
-  for (const auto& r : records)
-    encs.push_back(encoding::encode_request(encoding::validate_request(r.request),
-                                            *release->tokenizer,
-                                            testing::golden_encode_options(r)));
+  const std::vector<encoding::EncodedRequest> encs = testing::encode_golden(GetParam());
   ASSERT_GE(encs.size(), 3u);
   auto rng = gputest::fresh_rng();
   for (const char* dtype : {"bfloat16", "float32", "fp8"}) {
@@ -359,13 +354,7 @@ TEST_P(CudaEngineGolden, PackedBatchesMatchAloneAndRepeatBitwise) {
 // answers it alone; the calls out of order are refused; a refused batch leaves the pipeline usable.
 TEST_P(CudaEngineGolden, PipelinedBatchesMatchForwardBitwise) {
   CLEF_REQUIRE_GPU();
-  auto release = testing::load_golden_model(GetParam());
-  const auto records = testing::load_golden(GetParam());
-  std::vector<encoding::EncodedRequest> encs;
-  for (const auto& r : records)
-    encs.push_back(encoding::encode_request(encoding::validate_request(r.request),
-                                            *release->tokenizer,
-                                            testing::golden_encode_options(r)));
+  const std::vector<encoding::EncodedRequest> encs = testing::encode_golden(GetParam());
   auto rng = gputest::fresh_rng();
   for (const char* dtype : {"bfloat16", "float32"}) {
     SCOPED_TRACE(dtype);
