@@ -71,8 +71,8 @@ class Engine {
   // Bytes in use on the engine's device (for /metrics), -1 when not known (the CPU engine).
   virtual int64_t memory_used_bytes() const { return -1; }
   // The engine's own pipeline when it overlaps consecutive batches (the CUDA engine: a batch's
-  // head beside the next one's backbone), else null; make_pipeline() (pipeline.h) gives every
-  // engine one. Its batches and forward() must not be mixed while a ticket is open.
+  // head beside the next one's backbone), else null (pipeline.h's serial_pipeline() serves
+  // those). Its batches and forward() must not be mixed while a ticket is open.
   virtual ForwardPipeline* native_pipeline() { return nullptr; }
 };
 

@@ -1,5 +1,6 @@
 #include "engine/pipeline.h"
 
+#include <deque>
 #include <exception>
 #include <stdexcept>
 #include <utility>
@@ -14,10 +15,8 @@ class SerialPipeline final : public ForwardPipeline {
   explicit SerialPipeline(Engine& e) : engine_(e) {}
 
   Ticket begin(const std::vector<const encoding::EncodedRequest*>& batch) override {
-    if (open_ == 2) throw std::logic_error("pipeline: two batches are open already");
-    Slot& s = slots_[(first_ + open_) % 2];
-    s = Slot{next_, batch, {}, nullptr, false};
-    ++open_;
+    if (open_.size() == 2) throw std::logic_error("pipeline: two batches are open already");
+    open_.push_back(Slot{next_, batch, {}, nullptr, false});
     return next_++;
   }
 
@@ -33,12 +32,11 @@ class SerialPipeline final : public ForwardPipeline {
   }
 
   std::vector<ForwardOutput> end(Ticket t) override {
-    if (open_ == 0 || slots_[first_].ticket != t)
+    if (open_.empty() || open_.front().ticket != t)
       throw std::logic_error("pipeline: batches end in the order they began");
     await_device(t);
-    Slot s = std::move(slots_[first_]);
-    first_ = (first_ + 1) % 2;
-    --open_;
+    Slot s = std::move(open_.front());
+    open_.pop_front();
     if (s.error) std::rethrow_exception(s.error);
     return std::move(s.out);
   }
@@ -52,38 +50,19 @@ class SerialPipeline final : public ForwardPipeline {
     bool ran = false;
   };
   Slot& slot(Ticket t) {
-    for (int i = 0; i < open_; ++i) {
-      Slot& s = slots_[(first_ + i) % 2];
+    for (Slot& s : open_)
       if (s.ticket == t) return s;
-    }
     throw std::logic_error("pipeline: no open batch has this ticket");
   }
 
   Engine& engine_;
-  Slot slots_[2];
-  int first_ = 0, open_ = 0;
+  std::deque<Slot> open_;  // oldest first
   Ticket next_ = 1;
-};
-
-// A non-owning view of an engine's own pipeline.
-class NativePipeline final : public ForwardPipeline {
- public:
-  explicit NativePipeline(ForwardPipeline& p) : p_(p) {}
-  Ticket begin(const std::vector<const encoding::EncodedRequest*>& batch) override {
-    return p_.begin(batch);
-  }
-  void await_device(Ticket t) override { p_.await_device(t); }
-  std::vector<ForwardOutput> end(Ticket t) override { return p_.end(t); }
-
- private:
-  ForwardPipeline& p_;
 };
 
 }  // namespace
 
-std::unique_ptr<ForwardPipeline> make_pipeline(Engine& engine) {
-  if (ForwardPipeline* own = engine.native_pipeline())
-    return std::make_unique<NativePipeline>(*own);
+std::unique_ptr<ForwardPipeline> serial_pipeline(Engine& engine) {
   return std::make_unique<SerialPipeline>(engine);
 }
 

@@ -28,9 +28,9 @@ class ForwardPipeline {
   virtual std::vector<ForwardOutput> end(Ticket t) = 0;
 };
 
-// The engine's own pipeline when it overlaps batches (Engine::native_pipeline), else a serial
-// one over forward(): await_device() runs the batch there, so the next batch is still taken
-// only after it. `engine` must outlive the pipeline.
-std::unique_ptr<ForwardPipeline> make_pipeline(Engine& engine);
+// For an engine without its own pipeline (Engine::native_pipeline null): one over forward(),
+// run inside await_device(), so the next batch is still taken only after it. `engine` must
+// outlive the pipeline.
+std::unique_ptr<ForwardPipeline> serial_pipeline(Engine& engine);
 
 }  // namespace clef::engine

@@ -69,15 +69,21 @@ void InferenceQueue::stop() {
 // previous batch's head then runs beside the next backbone, and its answers go out while the GPU
 // is busy.
 void InferenceQueue::run(size_t index) {
-  std::unique_ptr<engine::ForwardPipeline> pipe = engine::make_pipeline(*engines_[index].engine);
+  engine::Engine& eng = *engines_[index].engine;
+  std::unique_ptr<engine::ForwardPipeline> serial;
+  engine::ForwardPipeline* pipe = eng.native_pipeline();
+  if (!pipe) pipe = (serial = engine::serial_pipeline(eng)).get();
   std::optional<Batch> prev;
   for (;;) {
     if (prev && !prev->error) pipe->await_device(prev->ticket);
     std::optional<Batch> cur = take(/*wait=*/!prev);
     if (cur) {
+      std::vector<const encoding::EncodedRequest*> inputs;
+      inputs.reserve(cur->jobs.size());
+      for (const auto& j : cur->jobs) inputs.push_back(j.enc);
       cur->t0 = std::chrono::steady_clock::now();
       try {
-        cur->ticket = pipe->begin(cur->inputs);
+        cur->ticket = pipe->begin(inputs);
       } catch (...) {
         cur->error = std::current_exception();
       }
@@ -117,17 +123,9 @@ std::optional<InferenceQueue::Batch> InferenceQueue::take(bool wait) {
   if (!dropped.empty()) {
     metrics_.add_dropped(dropped.size());
     const auto err = std::make_exception_ptr(Cancelled());
-    for (auto& j : dropped) {
-      if (j.done) {
-        j.done(nullptr, err);
-      } else {
-        j.result.set_exception(err);
-      }
-    }
+    for (auto& j : dropped) j.fail(err);
   }
   if (b.jobs.empty()) return std::nullopt;  // nothing queued, or every job had been cancelled
-  b.inputs.reserve(b.jobs.size());
-  for (const auto& j : b.jobs) b.inputs.push_back(j.enc);
   return b;
 }
 
@@ -153,11 +151,7 @@ void InferenceQueue::finish(size_t index, engine::ForwardPipeline& pipe, Batch& 
   for (size_t i = 0; i < batch.jobs.size(); ++i) {
     Job& job = batch.jobs[i];
     if (err) {
-      if (job.done) {
-        job.done(nullptr, err);
-      } else {
-        job.result.set_exception(err);
-      }
+      job.fail(err);
       continue;
     }
     QueueResult r;

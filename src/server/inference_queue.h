@@ -93,11 +93,17 @@ class InferenceQueue {
     Done done;  // set: called instead of fulfilling `result`
     CancelFlag cancelled;
     bool is_cancelled() const { return cancelled && cancelled->load(); }
+    void fail(std::exception_ptr e) {
+      if (done) {
+        done(nullptr, e);
+      } else {
+        result.set_exception(e);
+      }
+    }
   };
   // A batch taken from the queue, from its begin to its end on the worker's pipeline.
   struct Batch {
     std::vector<Job> jobs;
-    std::vector<const encoding::EncodedRequest*> inputs;
     size_t tokens = 0;
     std::chrono::steady_clock::time_point t0;  // begun
     uint64_t ticket = 0;

@@ -24,7 +24,7 @@ TEST(SerialPipeline, BatchesInTheWorkersOrderAnswerAsForwardDoes) {
   eo.threads = 1;
   auto eng = engine::create_engine(release, eo);
   ASSERT_EQ(eng->native_pipeline(), nullptr);  // the CPU engine overlaps nothing
-  auto pipe = engine::make_pipeline(*eng);
+  auto pipe = engine::serial_pipeline(*eng);
   std::mt19937 rng(std::random_device{}());
   std::vector<std::vector<const encoding::EncodedRequest*>> batches;
   for (int k = 0; k < 5; ++k) {

@@ -186,7 +186,7 @@ ForwardPipeline::Ticket CudaEngineImpl::begin(
 
 void CudaEngineImpl::await_device(Ticket t) {
   Flight& f = flight(t);
-  if (f.awaited || f.error) return;
+  if (f.error) return;
   try {
     use_device();
     if (f.launched < f.packs.size()) {
@@ -194,8 +194,7 @@ void CudaEngineImpl::await_device(Ticket t) {
         throw std::logic_error("cuda engine: end the older batch before awaiting this one");
       start_head(f);
     }
-    CLEF_CUDA_CHECK(cudaEventSynchronize(f.done));
-    f.awaited = true;
+    CLEF_CUDA_CHECK(cudaEventSynchronize(f.done));  // at once when it has passed
   } catch (...) {
     f.error = std::current_exception();
   }

@@ -168,7 +168,6 @@ class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
     std::vector<Pack> packs;
     size_t launched = 0;  // packs whose backbone is enqueued
     bool head_enqueued = false;
-    bool awaited = false;
     cudaEvent_t done = nullptr;  // after the last pack's backbone (one of done_events_)
     std::exception_ptr error;
   };
