@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "bench/quality.h"
+#include "bench/server_batches.h"
 #include "bench/stats.h"
 #include "bench/svg_plot.h"
 
@@ -89,6 +90,49 @@ std::string overhead_line(const Json& r) {
       line += std::string(", ") + k + " p50 " + fmt(r[key]["p50"], "%.2f") + " ms";
   }
   return line + ".\n";
+}
+
+// Input tokens/s, the server's batches over the measured phase and the GEMM-bound ceiling, where
+// the report has them.
+std::string throughput_lines(const Json& r) {
+  std::string o;
+  const Json& tp = r["throughput"];
+  if (tp.contains("input_tokens_per_s") && !tp["input_tokens_per_s"].is_null())
+    o += "Input tokens: " + fmt(tp["input_tokens_per_s"], "%.0f") + " a second, " +
+         fmt(r["input_tokens"]["mean"], "%.1f") + " a request on average.\n";
+  if (r.contains("server_batches")) {
+    const Json& b = r["server_batches"];
+    if (b.contains("error")) {
+      o += "Server batches: n/a (" + b["error"].get<std::string>() + ").\n";
+    } else {
+      o += "Server batches over the measured phase (its /metrics): " + fmt(b["forwards"], "%.0f") +
+           " forwards, " + fmt(b["mean_requests_per_forward"], "%.2f") + " requests and " +
+           fmt(b["mean_tokens_per_forward"], "%.0f") + " tokens a forward";
+      // The cumulative histogram up to the first bucket that holds every forward.
+      std::string les, counts;
+      for (const auto& h : b["forwards_with_at_most"]) {
+        les += (les.empty() ? "" : " / ") + fmt(h["le"], "%g");
+        counts += (counts.empty() ? "" : " / ") + fmt(h["forwards"], "%.0f");
+        if (h["forwards"] == b["forwards"]) break;
+      }
+      if (!les.empty())
+        o += "; forwards of at most " + les + " requests: " + counts + " of " +
+             fmt(b["forwards"], "%.0f");
+      o += ". Other clients' requests in that window count too.\n";
+    }
+  }
+  if (r.contains("gemm_bound_ceiling")) {
+    const Json& g = r["gemm_bound_ceiling"];
+    if (g.contains("error"))
+      o += "GEMM-bound ceiling: n/a (" + g["error"].get<std::string>() + ").\n";
+    else
+      o += "GEMM-bound ceiling: " + fmt(g["floor_tokens_per_s"], "%.0f") + " tokens/s / " +
+           fmt(g["mean_input_tokens"], "%.1f") +
+           " tokens a request = " + fmt(g["requests_per_s"], "%.2f") + " requests/s; this run " +
+           fmt(tp["requests_per_s"], "%.2f") + " = **" + fmt(g["of_ceiling"], "%.3f") +
+           "** of it.\n";
+  }
+  return o;
 }
 
 }  // namespace
@@ -185,12 +229,38 @@ Json build_report(const ReportInputs& in) {
   tokens["p95"] = opt(nearest_rank(ok_tokens, 95));
   tokens["max"] =
       ok_tokens.empty() ? Json() : Json(*std::max_element(ok_tokens.begin(), ok_tokens.end()));
+  // Token rates only where every successful answer told its input tokens (usage.input_tokens).
+  const bool all_tokens = successful > 0 && ok_tokens.size() == successful;
+  double token_sum = 0.0;
+  for (double t : ok_tokens) token_sum += t;
+  tokens["mean"] = all_tokens ? Json(token_sum / successful) : Json();
+  tokens["sum"] = all_tokens ? Json(token_sum) : Json();
   r["input_tokens"] = tokens;
   Json tp = Json::object();
   tp["wall_s"] = c.measured_wall_s;
   tp["requests_per_s"] = c.measured_wall_s > 0 ? Json(successful / c.measured_wall_s) : Json();
   tp["decisions_per_s"] = c.measured_wall_s > 0 ? Json(decisions / c.measured_wall_s) : Json();
+  tp["input_tokens_per_s"] =
+      all_tokens && c.measured_wall_s > 0 ? Json(token_sum / c.measured_wall_s) : Json();
   r["throughput"] = tp;
+  if (!c.metrics_error.empty())
+    r["server_batches"] = {{"error", c.metrics_error}};
+  else
+    r["server_batches"] = batch_window_json(parse_batch_counters(c.metrics_before),
+                                            parse_batch_counters(c.metrics_after));
+  if (in.gemm_floor_tokens_per_s) {
+    const double floor = *in.gemm_floor_tokens_per_s;
+    Json g = {{"floor_tokens_per_s", floor}};
+    if (all_tokens && c.measured_wall_s > 0) {
+      const double ceiling = floor * successful / token_sum;  // floor / mean input tokens
+      g["mean_input_tokens"] = token_sum / successful;
+      g["requests_per_s"] = ceiling;
+      g["of_ceiling"] = successful / c.measured_wall_s / ceiling;
+    } else {
+      g["error"] = "no successful request, or one without usage.input_tokens";
+    }
+    r["gemm_bound_ceiling"] = g;
+  }
   r["cold_start_ms"] = opt(in.cold_start_ms);
 
   // Quality: each item's first valid measured answer (answers of one server run do not change).
@@ -272,6 +342,7 @@ std::string report_markdown(const Json& r) {
        fmt(r["throughput"]["requests_per_s"], "%.2f") + " | " +
        fmt(r["throughput"]["decisions_per_s"], "%.2f") + " | " + fmt(r["cold_start_ms"]) + " |\n";
   o += "\n" + overhead_line(r);
+  o += throughput_lines(r);
   if (r.contains("latency_by_traversal") && r["latency_by_traversal"].size() > 1) {
     o += "\n| traversal | successful | p50 ms | p95 ms | mean ms | max ms |\n"
          "|---|---|---|---|---|---|\n";

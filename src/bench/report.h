@@ -23,6 +23,10 @@ struct ReportInputs {
   std::string model;
   RunOptions run;
   std::optional<double> cold_start_ms;  // set when --spawn started the server
+  // --gemm-floor-tokens-per-s: the GEMM floor's tokens/s at this run's batch size (`clefserve
+  // profile --batch`); the report then gives the GEMM-bound ceiling, that rate over the mean
+  // request's input tokens, and this run's fraction of it.
+  std::optional<double> gemm_floor_tokens_per_s;
   std::string spawn_command;
 };
 

@@ -148,6 +148,20 @@ std::vector<RequestRecord> run_plan(const Manifest& m, const Target& t, const Ru
   return out;
 }
 
+// GET /metrics: its body, or "" with *error set (the first failure is kept).
+std::string fetch_metrics(const Target& t, const ClientOptions& opts, std::string* error) {
+  auto cli = make_client(t, opts);
+  auto res = cli->Get(t.metrics_path().c_str(), request_headers(opts));
+  std::string why;
+  if (!res)
+    why = "transport: " + httplib::to_string(res.error());
+  else if (res->status != 200)
+    why = "HTTP " + std::to_string(res->status);
+  if (why.empty()) return res->body;
+  if (error->empty()) *error = "GET " + t.metrics_path() + ": " + why;
+  return {};
+}
+
 }  // namespace
 
 CampaignResult run_campaign(const Manifest& m, const Target& t, const RunOptions& opts,
@@ -170,10 +184,13 @@ CampaignResult run_campaign(const Manifest& m, const Target& t, const RunOptions
       plan.traversal.push_back(tr);
     }
   }
+  // Outside the measured clock: the server's counters before and after (warm-up left out).
+  result.metrics_before = fetch_metrics(t, opts.client, &result.metrics_error);
   const auto t0 = std::chrono::steady_clock::now();
   if (!plan.items.empty()) result.measured = run_plan(m, t, opts, plan, "measured", progress);
   result.measured_wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.metrics_after = fetch_metrics(t, opts.client, &result.metrics_error);
   result.end_utc = utc_now_iso8601();
   return result;
 }

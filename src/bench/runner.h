@@ -46,6 +46,9 @@ struct CampaignResult {
   std::vector<RequestRecord> warmup;
   std::vector<RequestRecord> measured;  // in planned order: traversal-major, manifest order
   double measured_wall_s = 0.0;         // first measured POST to last measured answer
+  // The server's /metrics just before the first measured POST and just after the last answer
+  // (bench/server_batches.h reads them); empty, with metrics_error saying why, when unreadable.
+  std::string metrics_before, metrics_after, metrics_error;
   std::string start_utc, end_utc;
 };
 

@@ -19,6 +19,7 @@ struct Target {
   bool local = false;     // host is this machine (then local nvidia-smi describes its GPU)
   std::string decide_path() const { return base_path + "/v1/systemone"; }
   std::string health_path() const { return base_path + "/health"; }
+  std::string metrics_path() const { return base_path + "/metrics"; }
 };
 
 struct UrlError : std::invalid_argument {

@@ -24,6 +24,7 @@ struct BenchArgs {
   std::string url, manifest, model, out = "bench-out", api_key, spawn, tier_key;
   int concurrency = 1, warmup = 5, traversals = 3;
   double timeout_s = 120.0, spawn_timeout_s = 600.0;
+  std::optional<double> gemm_floor_tokens_per_s;
 };
 
 struct CompareArgs {
@@ -107,6 +108,7 @@ int run_bench(const BenchArgs& a) {
   in.run = run;
   in.cold_start_ms = cold_start_ms;
   in.spawn_command = a.spawn;
+  in.gemm_floor_tokens_per_s = a.gemm_floor_tokens_per_s;
   const nlohmann::ordered_json report = bench::build_report(in);
   bench::write_report_files(report, a.out);
   const std::string md = bench::report_markdown(report);
@@ -148,6 +150,10 @@ void add_bench(CLI::App& app, int& exit_code) {
                   "Seconds to wait for /health after --spawn")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--gemm-floor-tokens-per-s", args->gemm_floor_tokens_per_s,
+                  "The GEMM floor's tokens/s at this run's batch size (clefserve profile "
+                  "--batch): the report adds the GEMM-bound ceiling and this run's fraction of it")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--tier-key", args->tier_key,
                   "Item tier: a record field, or id-prefix (default: tier, else split, else all)");
 

@@ -222,7 +222,8 @@ TEST(BenchReport, FieldsAndCountsWithSpawn) {
   const int port = free_port();
   const int rc =
       run_cli("bench --url " + url_of(port) + " --manifest " + dir + "/m.jsonl --out " + dir +
-                  "/out --warmup 2 --traversals 2 --concurrency 2 --model clef-flash --spawn \"" +
+                  "/out --warmup 2 --traversals 2 --concurrency 2 --model clef-flash "
+                  "--gemm-floor-tokens-per-s 1000 --spawn \"" +
                   serve_command(port) + "\"",
               dir + "/run");
   ASSERT_EQ(rc, 0) << read_file(dir + "/run.err");
@@ -252,6 +253,34 @@ TEST(BenchReport, FieldsAndCountsWithSpawn) {
     EXPECT_EQ(q["answer"]["decision"]["type"], "choice");
     lat.push_back(q["latency_ms"]);
   }
+  double tokens = 0;
+  for (const auto& q : r["requests"]) tokens += q["input_tokens"].get<double>();
+  EXPECT_DOUBLE_EQ(r["input_tokens"]["sum"].get<double>(), tokens);
+  EXPECT_DOUBLE_EQ(r["input_tokens"]["mean"].get<double>(), tokens / 6);
+  const double wall = r["throughput"]["wall_s"].get<double>();
+  EXPECT_DOUBLE_EQ(r["throughput"]["input_tokens_per_s"].get<double>(), tokens / wall);
+  // The server's own counters over the measured phase: the 6 measured requests (the 2 warm-up ones
+  // left out), in 3 to 6 forwards of at most 2 requests (two closed-loop workers), and the same
+  // tokens its answers reported.
+  const Json& sb = r["server_batches"];
+  ASSERT_FALSE(sb.contains("error")) << sb.dump();
+  EXPECT_EQ(sb["requests"].get<double>(), 6);
+  EXPECT_DOUBLE_EQ(sb["tokens"].get<double>(), tokens);
+  const double forwards = sb["forwards"].get<double>();
+  EXPECT_GE(forwards, 3);
+  EXPECT_LE(forwards, 6);
+  EXPECT_DOUBLE_EQ(sb["mean_requests_per_forward"].get<double>(), 6 / forwards);
+  EXPECT_GT(sb["forward_seconds"].get<double>(), 0.0);
+  EXPECT_EQ(sb["forwards_with_at_most"].back()["le"], "+Inf");
+  EXPECT_EQ(sb["forwards_with_at_most"].back()["forwards"].get<double>(), forwards);
+  EXPECT_EQ(sb["forwards_with_at_most"][1]["le"].get<double>(), 2.0);
+  EXPECT_EQ(sb["forwards_with_at_most"][1]["forwards"].get<double>(), forwards);
+  // --gemm-floor-tokens-per-s 1000: the ceiling is 1000 tokens/s over the mean request's tokens.
+  const Json& g = r["gemm_bound_ceiling"];
+  const double rps = r["throughput"]["requests_per_s"].get<double>();
+  EXPECT_EQ(g["floor_tokens_per_s"].get<double>(), 1000.0);
+  EXPECT_DOUBLE_EQ(g["requests_per_s"].get<double>(), 1000.0 / (tokens / 6));
+  EXPECT_NEAR(g["of_ceiling"].get<double>(), rps / (1000.0 / (tokens / 6)), 1e-12);
   const Json& l = r["successful_latency_ms"];
   EXPECT_EQ(l["count"], 6);
   EXPECT_EQ(l["p50"].get<double>(), *nearest_rank(lat, 50));
@@ -293,6 +322,9 @@ TEST(BenchReport, FieldsAndCountsWithSpawn) {
   EXPECT_NE(md.find("| post_to_body_json_and_schema_validation | 2 | 2 | 2 | 6 | 6 | 0 (0/0/0) |"),
             std::string::npos)
       << md;
+  EXPECT_NE(md.find("GEMM-bound ceiling: 1000 tokens/s"), std::string::npos) << md;
+  EXPECT_NE(md.find("Server batches over the measured phase"), std::string::npos) << md;
+  EXPECT_NE(md.find("Input tokens: "), std::string::npos) << md;
   const std::string svg = read_file(dir + "/out/latency.svg");
   EXPECT_NE(svg.find("latency (ms)"), std::string::npos);
   EXPECT_EQ(std::count(svg.begin(), svg.end(), '<'), std::count(svg.begin(), svg.end(), '>'));
@@ -311,7 +343,9 @@ TEST(BenchReport, UnreachableServerGivesCountedTransportFailures) {
              R"({"id": "b", "state": "t", "question": {"type": "noul"}})"
              "\n");
   const int rc = run_cli("bench --url " + url_of(free_port()) + " --manifest " + dir +
-                             "/m.jsonl --out " + dir + "/out --warmup 1 --traversals 2 --timeout 2",
+                             "/m.jsonl --out " + dir +
+                             "/out --warmup 1 --traversals 2 --timeout 2 "
+                             "--gemm-floor-tokens-per-s 48000",
                          dir + "/run");
   ASSERT_EQ(rc, 0) << read_file(dir + "/run.err");
   const Json r = read_json(dir + "/out/report.json");
@@ -323,6 +357,13 @@ TEST(BenchReport, UnreachableServerGivesCountedTransportFailures) {
   EXPECT_EQ(r["evidence"]["server_health"], "unknown");
   EXPECT_FALSE(r["evidence_complete"].get<bool>());
   EXPECT_EQ(r["quality"]["unanswered"], 1);
+  // No counters, no token rate, no ceiling: each says why instead of a number.
+  EXPECT_EQ(r["server_batches"]["error"].get<std::string>().rfind("GET /metrics: transport", 0), 0u)
+      << r["server_batches"].dump();
+  EXPECT_TRUE(r["throughput"]["input_tokens_per_s"].is_null());
+  EXPECT_TRUE(r["gemm_bound_ceiling"].contains("error"));
+  EXPECT_FALSE(r["gemm_bound_ceiling"].contains("of_ceiling"));
+  EXPECT_NE(read_file(dir + "/out/report.md").find("GEMM-bound ceiling: n/a"), std::string::npos);
   EXPECT_NE(read_file(dir + "/out/report.md").find("Evidence incomplete"), std::string::npos);
   EXPECT_NE(read_file(dir + "/out/latency.svg").find("no successful requests"), std::string::npos);
   std::filesystem::remove_all(dir);
@@ -372,6 +413,14 @@ TEST(BenchCli, UsageErrors) {
       1);
   EXPECT_NE(read_file(dir + "/u3.err").find("bad.jsonl:1:"), std::string::npos)
       << read_file(dir + "/u3.err");
+  // A floor of 0 tokens/s would make every ceiling 0: refused before anything runs.
+  EXPECT_EQ(
+      run_cli("bench --url http://127.0.0.1:1 --manifest " +
+                  source_path("manifests/public231-shape.jsonl") + " --gemm-floor-tokens-per-s 0",
+              dir + "/u4"),
+      2);
+  EXPECT_NE(read_file(dir + "/u4.err").find("--gemm-floor-tokens-per-s"), std::string::npos)
+      << read_file(dir + "/u4.err");
   std::filesystem::remove_all(dir);
 }
 
