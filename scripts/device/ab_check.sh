@@ -7,7 +7,8 @@
 # with its start-up read from /health, then `clefserve bench` at each concurrency of CS over
 # public231-shape and at each of SHORT_CS over public231-short, with the /metrics batch counters.
 # `batch`: `profile --batch BATCH` (one packed forward) at BATCH_LENGTHS for every binary. Logs in $OUT.
-# TEST_VARS=VAR=VAL[,VAR=VAL] sets those for the tests only.
+# TEST_VARS=VAR=VAL[,VAR=VAL] sets those for the tests only. BENCH_ARGS: more `clefserve bench`
+# arguments, e.g. "--gemm-floor-tokens-per-s 49400" (the ceiling printed by the bench itself).
 # Usage (repo root on the device):
 #   [STEPS="tests wb profile serve"] [BINS="clefserve clefserve_b"] scripts/device/ab_check.sh
 set -uo pipefail
@@ -70,7 +71,7 @@ if has serve; then
     local before after rc
     before=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "$METRICS_RE")
     timeout 240 clefserve bench --url http://127.0.0.1:$PORT --manifest "$1" --concurrency "$2" \
-      --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" > "/tmp/bench_$3.log" 2>&1
+      --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" ${BENCH_ARGS:-} > "/tmp/bench_$3.log" 2>&1
     rc=$?
     { echo "## bench $3"; cat "/tmp/bench_$3.log"; } >> "$L/bench.log"
     after=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "$METRICS_RE")
