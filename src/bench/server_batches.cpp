@@ -74,6 +74,11 @@ Json batch_window_json(const BatchCounters& before, const BatchCounters& after) 
     j["error"] = "the server's /metrics had no clef_batch_size_requests histogram";
     return j;
   }
+  if (after.forwards < before.forwards || after.requests < before.requests) {
+    // Counters only grow: these went back, so the server restarted between the two readings.
+    j["error"] = "the server's batch counters went back during the run (a restart?)";
+    return j;
+  }
   const double forwards = after.forwards - before.forwards;
   const double requests = after.requests - before.requests;
   const double tokens = after.tokens - before.tokens;

@@ -27,7 +27,8 @@ BatchCounters parse_batch_counters(const std::string& metrics_text);
 
 // The measured window (after - before) as report JSON: forwards, requests, tokens, means a
 // forward, the summed forward time and the cumulative histogram [{le, forwards}] ("+Inf" last).
-// A reading that failed (either text empty or without the counters) gives {"error": why}.
+// A reading that failed (either text empty or without the counters), or counters that went back
+// (the server restarted in between), gives {"error": why}.
 nlohmann::ordered_json batch_window_json(const BatchCounters& before, const BatchCounters& after);
 
 }  // namespace clef::bench

@@ -44,6 +44,13 @@ TEST(ServerBatches, WindowOverTwoDevicesFromTheServersOwnText) {
   EXPECT_EQ(at["32.0"], 3);
   EXPECT_EQ(at["+Inf"], 4);
   EXPECT_EQ(w["forwards_with_at_most"].back()["le"], "+Inf");
+
+  // A server restarted between the readings starts its counters again: no negative window.
+  server::Metrics restarted({"cuda:0", "cuda:1"});
+  restarted.observe_batch(1, 2, 300, 0.125);
+  const Json back = batch_window_json(after, parse_batch_counters(restarted.render({})));
+  EXPECT_TRUE(back.contains("error"));
+  EXPECT_FALSE(back.contains("forwards"));
 }
 
 TEST(ServerBatches, DamagedOrForeignTextIsSkippedNotFatal) {
