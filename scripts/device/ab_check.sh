@@ -65,33 +65,33 @@ if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENG
   done
 fi
 if has serve; then
-  # The /metrics lines each bench run's difference is taken of: batch sizes, tokens, forward time.
-  METRICS_RE="^clef_batch_size_requests_(bucket|sum|count)|^clef_(batch_size_tokens|forward_duration_seconds)_(sum|count)"
   run_bench() {  # MANIFEST C LABEL
-    local before after rc
-    before=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "$METRICS_RE")
+    local rc
     timeout 240 clefserve bench --url http://127.0.0.1:$PORT --manifest "$1" --concurrency "$2" \
       --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" ${BENCH_ARGS:-} > "/tmp/bench_$3.log" 2>&1
     rc=$?
     { echo "## bench $3"; cat "/tmp/bench_$3.log"; } >> "$L/bench.log"
-    after=$(curl -s http://127.0.0.1:$PORT/metrics | grep -E "$METRICS_RE")
-    summary+=("$3: bench rc $rc :: $(python3 -c "
-import json; r = json.load(open('/tmp/bench_$3/report.json'))
+    # The rate, and the server's batches over the measured phase (the bench reads its /metrics
+    # before and after: warm-up left out), and the ceiling where BENCH_ARGS gave a floor.
+    local lines
+    mapfile -t lines < <(python3 - "/tmp/bench_$3/report.json" 2>&1 <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
 l = r.get('successful_latency_ms', {}); t = r.get('throughput', {})
-print('req/s %.2f, p50 %.1f ms, p95 %.1f ms, failures %s' % (t.get('requests_per_s') or 0, l.get('p50') or 0, l.get('p95') or 0, json.dumps(r.get('failures'))))" 2>&1)")
-    # The batch-size histogram of this run (warm-up included): /metrics after minus before.
-    summary+=("  batches: $(python3 - "$before" "$after" <<'EOF'
-import sys
-def parse(t):
-    d = {}
-    for line in t.splitlines():
-        k, v = line.rsplit(' ', 1)
-        d[k] = float(v)
-    return d
-b, a = parse(sys.argv[1]), parse(sys.argv[2])
-print(' '.join('%s=%g' % (k.replace('clef_batch_size_requests_', '').replace('{device="cuda:0"}', ''), a[k] - b.get(k, 0)) for k in a))
+print('req/s %.2f, p50 %.1f ms, p95 %.1f ms, failures %s' % (t.get('requests_per_s') or 0, l.get('p50') or 0, l.get('p95') or 0, json.dumps(r.get('failures'))))
+b = r.get('server_batches') or {'error': 'not in this report'}
+if 'error' in b:
+    print('  batches: n/a (%s)' % b['error'])
+else:
+    print('  batches: %g forwards, %.2f requests / %.0f tokens a forward, %.3f s of forwards; forwards of at most %s' % (
+        b['forwards'], b['mean_requests_per_forward'] or 0, b['mean_tokens_per_forward'] or 0, b['forward_seconds'],
+        ' '.join('%s:%g' % (h['le'] if isinstance(h['le'], str) else '%g' % h['le'], h['forwards']) for h in b['forwards_with_at_most'])))
+g = r.get('gemm_bound_ceiling')
+if g and 'error' not in g:
+    print('  ceiling %.2f req/s (floor %.0f tok/s): %.3f of it' % (g['requests_per_s'], g['floor_tokens_per_s'], g['of_ceiling']))
 EOF
-)")
+)
+    summary+=("$3: bench rc $rc :: ${lines[0]:-no report}" "${lines[@]:1}")
   }
   # SERVE_BINS (default: the first of BINS): served one after another, each cold but the first
   # GEMM tuning cache (written by the first, read by the rest: the same GEMM choices in each);

@@ -236,12 +236,13 @@ Json build_report(const ReportInputs& in) {
   tokens["mean"] = all_tokens ? Json(token_sum / successful) : Json();
   tokens["sum"] = all_tokens ? Json(token_sum) : Json();
   r["input_tokens"] = tokens;
+  const bool timed = c.measured_wall_s > 0;
+  const double rps = timed ? successful / c.measured_wall_s : 0.0;
   Json tp = Json::object();
   tp["wall_s"] = c.measured_wall_s;
-  tp["requests_per_s"] = c.measured_wall_s > 0 ? Json(successful / c.measured_wall_s) : Json();
-  tp["decisions_per_s"] = c.measured_wall_s > 0 ? Json(decisions / c.measured_wall_s) : Json();
-  tp["input_tokens_per_s"] =
-      all_tokens && c.measured_wall_s > 0 ? Json(token_sum / c.measured_wall_s) : Json();
+  tp["requests_per_s"] = timed ? Json(rps) : Json();
+  tp["decisions_per_s"] = timed ? Json(decisions / c.measured_wall_s) : Json();
+  tp["input_tokens_per_s"] = all_tokens && timed ? Json(token_sum / c.measured_wall_s) : Json();
   r["throughput"] = tp;
   if (!c.metrics_error.empty())
     r["server_batches"] = {{"error", c.metrics_error}};
@@ -251,11 +252,11 @@ Json build_report(const ReportInputs& in) {
   if (in.gemm_floor_tokens_per_s) {
     const double floor = *in.gemm_floor_tokens_per_s;
     Json g = {{"floor_tokens_per_s", floor}};
-    if (all_tokens && c.measured_wall_s > 0) {
+    if (all_tokens && timed) {
       const double ceiling = floor * successful / token_sum;  // floor / mean input tokens
       g["mean_input_tokens"] = token_sum / successful;
       g["requests_per_s"] = ceiling;
-      g["of_ceiling"] = successful / c.measured_wall_s / ceiling;
+      g["of_ceiling"] = rps / ceiling;
     } else {
       g["error"] = "no successful request, or one without usage.input_tokens";
     }
