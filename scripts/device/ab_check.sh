@@ -64,6 +64,15 @@ if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENG
     summary+=("batch profile $entry rc $?")
   done
 fi
+# BENCH_FLOOR=batch (with the batch step): the bench's --gemm-floor-tokens-per-s from this call's
+# own packed-forward floor (the first batch row: BATCH x tokens / its GEMM floor), so the ceiling it
+# prints is this GPU's.
+if has batch && [ "${BENCH_FLOOR:-}" = batch ]; then
+  fl=$(awk -F'|' '/^\| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$/ {
+         if ($6 > 0) { printf "%.0f", $2 * $3 / $6 * 1000; exit } }' "$L/profile.txt")
+  summary+=("floor from the batch profile: ${fl:-none} tokens/s")
+  [ -n "$fl" ] && BENCH_ARGS="${BENCH_ARGS:-} --gemm-floor-tokens-per-s $fl"
+fi
 if has serve; then
   run_bench() {  # MANIFEST C LABEL
     local rc
