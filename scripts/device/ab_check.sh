@@ -55,21 +55,26 @@ if has profile; then
   done
 fi
 if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENGTHS, each of BATCH_BINS
+  nb=0
+  rm -f /tmp/batch_*.json  # no earlier call's floor
   for entry in ${BATCH_BINS:-$BINS}; do  # NAME or NAME:VAR=VALUE[,VAR=VALUE], as in profile
+    nb=$((nb + 1))
     b=${entry%%:*}
     vars=(); [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
     echo "## batch ${BATCH:-8} binary $entry" >> "$L/profile.txt"
     timeout "${PROFILE_TIMEOUT:-150}" env "${vars[@]}" "/tmp/c/bin/$b" profile --model $M --device cuda \
-      --lengths "${BATCH_LENGTHS:-400,1000}" --runs 7 --warmup 2 --batch "${BATCH:-8}" >> "$L/profile.txt" 2>> "$L/misc.log"
+      --lengths "${BATCH_LENGTHS:-400,1000}" --runs 7 --warmup 2 --batch "${BATCH:-8}" \
+      --json "/tmp/batch_$nb.json" >> "$L/profile.txt" 2>> "$L/misc.log"
     summary+=("batch profile $entry rc $?")
   done
 fi
 # BENCH_FLOOR=batch (with the batch step): the bench's --gemm-floor-tokens-per-s from this call's
-# own packed-forward floor (the first batch row: BATCH x tokens / its GEMM floor), so the ceiling it
-# prints is this GPU's.
+# own packed-forward floor (the first binary's first length in its profile JSON: batch x tokens /
+# batch_gemm_floor_ms), so the ceiling it prints is this GPU's.
 if has batch && [ "${BENCH_FLOOR:-}" = batch ]; then
-  fl=$(awk -F'|' '/^\| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$/ {
-         if ($6 > 0) { printf "%.0f", $2 * $3 / $6 * 1000; exit } }' "$L/profile.txt")
+  fl=$(python3 -c "
+import json; r = json.load(open('/tmp/batch_1.json'))['rows'][0]
+print('%.0f' % (r['batch'] * r['tokens'] / r['batch_gemm_floor_ms'] * 1000))" 2>> "$L/misc.log")
   summary+=("floor from the batch profile: ${fl:-none} tokens/s")
   [ -n "$fl" ] && BENCH_ARGS="${BENCH_ARGS:-} --gemm-floor-tokens-per-s $fl"
 fi
