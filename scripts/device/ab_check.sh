@@ -85,26 +85,14 @@ if has serve; then
       --warmup "$2" --traversals "${TRAV:-2}" --out "/tmp/bench_$3" ${BENCH_ARGS:-} > "/tmp/bench_$3.log" 2>&1
     rc=$?
     { echo "## bench $3"; cat "/tmp/bench_$3.log"; } >> "$L/bench.log"
-    # The rate, and the server's batches over the measured phase (the bench reads its /metrics
-    # before and after: warm-up left out), and the ceiling where BENCH_ARGS gave a floor.
+    # The rate, then the bench's own report.md lines on the server's batches over the measured
+    # phase (warm-up left out) and on the ceiling where BENCH_ARGS gave a floor.
     local lines
-    mapfile -t lines < <(python3 - "/tmp/bench_$3/report.json" 2>&1 <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1]))
+    mapfile -t lines < <(python3 -c "
+import json; r = json.load(open('/tmp/bench_$3/report.json'))
 l = r.get('successful_latency_ms', {}); t = r.get('throughput', {})
-print('req/s %.2f, p50 %.1f ms, p95 %.1f ms, failures %s' % (t.get('requests_per_s') or 0, l.get('p50') or 0, l.get('p95') or 0, json.dumps(r.get('failures'))))
-b = r.get('server_batches') or {'error': 'not in this report'}
-if 'error' in b:
-    print('  batches: n/a (%s)' % b['error'])
-else:
-    print('  batches: %g forwards, %.2f requests / %.0f tokens a forward, %.3f s of forwards; forwards of at most %s' % (
-        b['forwards'], b['mean_requests_per_forward'] or 0, b['mean_tokens_per_forward'] or 0, b['forward_seconds'],
-        ' '.join('%s:%g' % (h['le'] if isinstance(h['le'], str) else '%g' % h['le'], h['forwards']) for h in b['forwards_with_at_most'])))
-g = r.get('gemm_bound_ceiling')
-if g and 'error' not in g:
-    print('  ceiling %.2f req/s (floor %.0f tok/s): %.3f of it' % (g['requests_per_s'], g['floor_tokens_per_s'], g['of_ceiling']))
-EOF
-)
+print('req/s %.2f, p50 %.1f ms, p95 %.1f ms, failures %s' % (t.get('requests_per_s') or 0, l.get('p50') or 0, l.get('p95') or 0, json.dumps(r.get('failures'))))" 2>&1;
+      grep -E "^(Server batches|GEMM-bound ceiling)" "/tmp/bench_$3/report.md" | sed 's/^/  /')
     summary+=("$3: bench rc $rc :: ${lines[0]:-no report}" "${lines[@]:1}")
   }
   # SERVE_BINS (default: the first of BINS): served one after another, each cold but the first
