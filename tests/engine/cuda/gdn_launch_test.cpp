@@ -1,11 +1,12 @@
 // The tensor-core GDN path's launch forms (gdn/tensor_core.h TcLaunch): programmatic edges between
-// prep, scan and output (the output kernel forming its P terms while the scan still runs), and the
-// scan at one or two CTAs an SM. They change when kernels start and how registers are allocated,
-// never an operation or its order, so o (and the fused gated norm's y) must be bit for bit the
-// same in every form; the plain form is also checked against the exact recurrence. Single
-// sequences (961 tokens: a one-wave scan, where the early start applies) and packed batches whose
-// scan grids pass one wave of SMs, both column splits, workspace and output NaN-poisoned. W's terms
-// in the scan (TcLaunch::w_terms) do change the bits: each choice is checked on its own against the
+// prep, scan and output (the output kernel forming its P terms while the scan still runs), the
+// scan at one or two CTAs an SM, and a packed scan's 32 or 64 columns a CTA. They change when
+// kernels start, how registers are allocated and which CTA holds a column, never an operation or
+// its order, so o (and the fused gated norm's y) must be bit for bit the same in every form; the
+// plain form is also checked against the exact recurrence. Single sequences (961 tokens: a
+// one-wave scan, where the early start applies) and packed batches whose scan grids pass one wave
+// of SMs, both column splits, workspace and output NaN-poisoned. W's terms in the scan
+// (TcLaunch::w_terms) do change the bits: each choice is checked on its own against the
 // recurrence, and every launch form within a choice bit for bit.
 #include <gtest/gtest.h>
 
@@ -79,14 +80,14 @@ std::vector<uint16_t> expect_forms_agree(const GdnTestInputs& in, const Shape& s
                                          const GdnSequences* seqs, const GdnGatedNorm* norm,
                                          const std::vector<float>* expect, int w_terms = 0) {
   const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1, w_terms, 0});
-  const gdn::TcLaunch forms[] = {{0, 1, w_terms, 1},
-                                 {1, 1, w_terms, 1},
-                                 {0, 2, w_terms, 0},
-                                 {1, 2, w_terms, 1},
-                                 {-1, 0, w_terms, -1}};
+  const gdn::TcLaunch forms[] = {{0, 1, w_terms, 1},         {1, 1, w_terms, 1},
+                                 {0, 2, w_terms, 0},         {1, 2, w_terms, 1},
+                                 {-1, 0, w_terms, -1},       {1, 1, w_terms, 1, 0, 0, 4},
+                                 {1, 1, w_terms, 1, 0, 0, 8}};
   for (const gdn::TcLaunch& f : forms) {
     SCOPED_TRACE("pdl " + std::to_string(f.pdl) + " scan_blocks " + std::to_string(f.scan_blocks) +
-                 " longest_first " + std::to_string(f.longest_first));
+                 " longest_first " + std::to_string(f.longest_first) + " scan_nt " +
+                 std::to_string(f.scan_nt));
     const auto got = run_form(in, sh, T, slots, seqs, norm, f);
     size_t differ = 0, first = 0;
     for (size_t i = 0; i < got.size(); ++i)
@@ -202,6 +203,39 @@ TEST(GdnLaunch, WTermsEachMatchTheRecurrence) {
   SCOPED_TRACE("lengths " + comma_list(lengths));
   const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
   check(c.in, c.T, c.slots, &c.dev.gdn, c.expect);
+}
+
+// The chain's other lo terms (TcLaunch::s_terms, v_terms: the published state in W S, diag(F) Vn
+// in the state update), one at a time and all three with W's at once (FlashInfer's one-term
+// chain): each close to the exact recurrence and different from the default's bits.
+TEST(GdnLaunch, ChainTermsEachMatchTheRecurrence) {
+  CLEF_REQUIRE_GPU();
+  if (!gdn::tc_supported(128, 128)) GTEST_SKIP() << "no tensor-core GDN path on this device";
+  auto rng = fresh_rng();
+  const Shape sh{16, 32, 128, 128};
+  const std::vector<int> lengths{1, 63, 64, 65, 700, 1500};
+  SCOPED_TRACE("lengths " + comma_list(lengths));
+  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  const auto base = run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, nullptr, {0, 1, 2, 0, 2, 2});
+  const auto eb = compare(widen(base), c.expect);
+  struct Terms {
+    int w, s, v;
+  };
+  for (const Terms t : {Terms{2, 1, 2}, Terms{2, 2, 1}, Terms{1, 1, 1}}) {
+    SCOPED_TRACE("terms W " + std::to_string(t.w) + " S " + std::to_string(t.s) + " F Vn " +
+                 std::to_string(t.v));
+    const auto got =
+        run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, nullptr, {0, 1, t.w, 0, t.s, t.v});
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != base[i];
+    EXPECT_GT(differ, 0u);
+    CLEF_EXPECT_CLOSE(widen(got), c.expect, 1e-2);
+    const auto e = compare(widen(got), c.expect);
+    std::printf(
+        "[gdn chain terms W %d S %d F Vn %d: rel L2 vs the recurrence %.3g (all two-term %.3g); "
+        "%zu of %zu values differ]\n",
+        t.w, t.s, t.v, e.rel_l2, eb.rel_l2, differ, got.size());
+  }
 }
 
 }  // namespace

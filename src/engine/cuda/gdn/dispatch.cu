@@ -70,6 +70,16 @@ int gdn_w_terms() {
   return terms;
 }
 
+int gdn_s_terms() {
+  static const int terms = env_is("CLEF_GDN_S_TERMS", "1") ? 1 : 2;
+  return terms;
+}
+
+int gdn_v_terms() {
+  static const int terms = env_is("CLEF_GDN_V_TERMS", "1") ? 1 : 2;
+  return terms;
+}
+
 bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path) &&
          !(gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));

@@ -87,6 +87,11 @@ bool gdn_longest_first();
 // started with CLEF_GDN_W_TERMS=1 (perf-log v21b: the GDN stage only 2 % faster, tiny-r2's bf16
 // max |dp| 0.0434 -> 0.0533, so two stays the default; the switch is for A/B runs).
 int gdn_w_terms();
+// The same for the chain's other two-term operands, for the precision budget of a fused core that
+// would keep them in one bf16 term as FlashInfer does (perf-log v25a): the published state in
+// Vn = U - W S (CLEF_GDN_S_TERMS=1) and diag(F) Vn in the state update (CLEF_GDN_V_TERMS=1).
+int gdn_s_terms();
+int gdn_v_terms();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
 // default output mode is not InScan: the engine then runs the separate gated norm).

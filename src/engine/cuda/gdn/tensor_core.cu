@@ -7,6 +7,8 @@
 // two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -492,6 +494,9 @@ struct ScanSmem {
 // chunk and its state are in shared memory) and kBarEmpty + s (the output warps are done with
 // them); one pair of barriers per slot, so neither side can arrive twice on one barrier before the
 // other has waited. The output warps alone sync on kBarOut (128 threads).
+// The chain's lo terms (ScanLaunch::lo): W's in Vn = U - W S, the published state's there, and
+// diag(F) Vn's in the state update (each dropped only by the precision switches of gdn.h).
+constexpr int kLoW = 1, kLoS = 2, kLoV = 4;
 constexpr int kBarTop = 1, kBarBottom = 2, kBarVn = 3, kBarFull = 4, kBarEmpty = 6, kBarOut = 8;
 __device__ __forceinline__ void bar_arrive(int id) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kScanThreads) : "memory");
@@ -517,8 +522,9 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
 // that kernel's limit.
 template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int lane, int first, int nC, int kgs, bool w_lo,
+                                         int warp, int lane, int first, int nC, int kgs, int lo,
                                          ScanSmem<NT, kOut> sm) {
+  const bool w_lo = lo & kLoW, s_lo = lo & kLoS;
   constexpr int ld = scan_ld<NT>();
   const int g = lane / 4, t = lane % 4;
   const size_t r0 = static_cast<size_t>(h) * Tc + static_cast<size_t>(first) * C;
@@ -570,13 +576,13 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         uint32_t bh[4], bl[4];
         const int off = b_pair_offset(16 * kg, np, ld, lane);
         ldmatrix_x4_trans(bh, Sh + off);
-        ldmatrix_x4_trans(bl, Sl + off);
+        if (s_lo) ldmatrix_x4_trans(bl, Sl + off);
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           const int n = 2 * np + q;
           mma_bf16(hh[n], ah, bh[2 * q], bh[2 * q + 1]);
           if (w_lo) mma_bf16(cr[n], al, bh[2 * q], bh[2 * q + 1]);
-          mma_bf16(cr[n], ah, bl[2 * q], bl[2 * q + 1]);
+          if (s_lo) mma_bf16(cr[n], ah, bl[2 * q], bl[2 * q + 1]);
         }
       }
     }
@@ -638,8 +644,9 @@ template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
                                          int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
                                          int c0, int warp, int lane, int first, int nC, int kgs,
-                                         ScanSmem<NT, kOut> sm) {
+                                         int lo, ScanSmem<NT, kOut> sm) {
   constexpr int ld = scan_ld<NT>();
+  const bool v_lo = lo & kLoV;
   const int sw = warp - 4, g = lane / 4, t = lane % 4, kh = h / (Hv / Hk);
   // this sequence's slots [first, first + nC) of the Tc / C in the scratch
   const size_t slot0 = static_cast<size_t>(h) * (Tc / C) + first;
@@ -718,11 +725,11 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
             uint32_t bh[4], bl[4];
             const int off = b_pair_offset(16 * kg, np, ld, lane);
             ldmatrix_x4_trans(bh, sm.Vh + off);
-            ldmatrix_x4_trans(bl, sm.Vl + off);
+            if (v_lo) ldmatrix_x4_trans(bl, sm.Vl + off);
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
               mma_bf16(s[mi][2 * np + q], a, bh[2 * q], bh[2 * q + 1]);
-              mma_bf16(s[mi][2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
+              if (v_lo) mma_bf16(s[mi][2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
             }
           }
         }
@@ -911,7 +918,7 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
 template <int NT, bool kOut, int kBlocks>
 __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
-                Ws ws, ScanOutArgs oa, bool early, bool w_lo, bool longest) {
+                Ws ws, ScanOutArgs oa, bool early, int lo, bool longest) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
   const ScanSmem<NT, kOut> sm(smem);
@@ -926,10 +933,10 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
 
   // separate functions: each role gets its own register allocation
   if (warp < 4) {
-    scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, w_lo, sm);
+    scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, lo, sm);
   } else if (warp < 8) {
     scan_states<NT, kOut, kBlocks>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC,
-                                   kgs, sm);
+                                   kgs, lo, sm);
   } else if constexpr (kOut) {
     scan_outputs<NT>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp - 8, lane, first, nC, kgs, sm,
                      oa);
@@ -1178,8 +1185,9 @@ void launch(void (*kernel)(Params...), dim3 grid, int block, size_t smem, cudaSt
 struct ScanLaunch {
   bool pdl = false, early = false;
   int blocks = 1;
-  bool w_lo = true;
-  bool longest = true;  // sequences longest first (TcLaunch::longest_first)
+  int lo = kLoW | kLoS | kLoV;  // the lo terms the chain's products keep (TcLaunch)
+  bool longest = true;          // sequences longest first (TcLaunch::longest_first)
+  int nt = 4;                   // n8 column tiles a CTA (scan_nt)
 };
 
 template <int NT, bool kOut, int kBlocks>
@@ -1191,7 +1199,7 @@ void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int H
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
   launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, how.pdl,
-         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.w_lo, how.longest);
+         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.lo, how.longest);
 }
 
 // oa.o set: the scan that also forms o (kOut; the caller asks for one CTA an SM, no early start);
@@ -1208,17 +1216,30 @@ void launch_scan_cols(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int
     launch_scan_nt<NT, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
 }
 
-// The scan's n8 column tiles a CTA: 32 columns where dv allows, half the CTAs re-reading each
-// chunk's W and keys from L2, which bounds the scan's step time (H200, 961 tokens: 94 -> 86-90 us
-// per layer); else 16.
-constexpr int scan_nt(int dv) {
-  return dv % 32 == 0 ? 4 : 2;
+// The scan's n8 column tiles a CTA. One sequence: 32 columns where dv allows (half the CTAs
+// re-reading each chunk's W and keys from L2, which bounds the scan's step time; H200, 961
+// tokens: 94 -> 86-90 us per layer), else 16. A packed grid (one CTA an SM, several waves): 64
+// columns where dv allows: half the CTA-steps, each ~1.5x as long (W, the keys and the hand-offs
+// once for twice the columns), and a quarter of the waves' tails (H100, workbench scan a layer:
+// 7 x 1000 287 -> 243 us, 28 x 330 456 -> 340, 2000 + 1000 x 4 + 500 x 6 371 -> 279; one 5000-token
+// chain beside six of 300, bound by its own 79 steps, 279 -> 290: perf-log v25b).
+// CLEF_GDN_SCAN_NT=4 keeps 32 columns for packs too (the A/B switch); `asked`: TcLaunch::scan_nt.
+int scan_nt(int dv, int sequences, int asked) {
+  static const bool narrow = [] {
+    const char* v = std::getenv("CLEF_GDN_SCAN_NT");
+    return v && std::string(v) == "4";
+  }();
+  const bool wide = asked == 8 || (asked == 0 && !narrow);
+  return wide && sequences > 1 && dv % 64 == 0 ? 8 : dv % 32 == 0 ? 4 : 2;
 }
 
 void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                  int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s,
                  const ScanLaunch& how) {
-  if (scan_nt(dv) == 4)
+  const int nt = how.nt;
+  if (nt == 8 && !oa.o && how.blocks == 1)
+    launch_scan_nt<8, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
+  else if (nt >= 4)
     launch_scan_cols<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
   else
     launch_scan_cols<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
@@ -1328,7 +1349,8 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // across the profiling events). The scan: two CTAs an SM where one sequence passes one wave.
   const bool pdl = (how.pdl < 0 ? gdn_pdl_allowed() : how.pdl == 1) &&
                    device_attribute(DeviceAttr::CcMajor) >= 9;
-  const long long scan_ctas = static_cast<long long>(dv / (8 * scan_nt(dv))) * Hv * n_seqs;
+  const int nt = scan_nt(dv, n_seqs, how.scan_nt);
+  const long long scan_ctas = static_cast<long long>(dv / (8 * nt)) * Hv * n_seqs;
   const int blocks = how.scan_blocks == 1 || how.scan_blocks == 2
                          ? how.scan_blocks
                          : gdn_scan_blocks(scan_ctas, sm_count(), n_seqs);
@@ -1337,19 +1359,22 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // and 961, where the P terms' work beside the scan's first steps costs the chain more than the
   // late CTAs gain; perf-log v20a).
   const bool early = scan_ctas <= static_cast<long long>(blocks) * sm_count() && nC >= 32;
-  const bool w_lo = (how.w_terms == 1 || how.w_terms == 2 ? how.w_terms : gdn_w_terms()) == 2;
+  auto terms = [](int asked, int process) { return asked == 1 || asked == 2 ? asked : process; };
+  const int lo = (terms(how.w_terms, gdn_w_terms()) == 2 ? kLoW : 0) |
+                 (terms(how.s_terms, gdn_s_terms()) == 2 ? kLoS : 0) |
+                 (terms(how.v_terms, gdn_v_terms()) == 2 ? kLoV : 0);
   const bool longest = how.longest_first < 0 ? gdn_longest_first() : how.longest_first == 1;
   launch(prep_kernel, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta, map,
          Tc, Hk, Hv, dk, dv, ws);
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
     launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
-                ScanLaunch{pdl && !between, false, 1, w_lo, longest});
+                ScanLaunch{pdl && !between, false, 1, lo, longest, nt});
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
   launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
-              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, w_lo, longest});
+              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, lo, longest, nt});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);

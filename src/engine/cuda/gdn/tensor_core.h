@@ -51,6 +51,11 @@ struct TcLaunch {
   int scan_blocks = 0;
   int w_terms = 0;
   int longest_first = -1;  // the scan's sequence order: -1 gdn_longest_first(), 0 slot order, 1 on
+  int s_terms = 0;  // the published state's terms in W S: 0 gdn_s_terms(), else 1 or 2 (bits)
+  int v_terms = 0;  // diag(F) Vn's terms in the state update: 0 gdn_v_terms(), else 1 or 2 (bits)
+  // the scan's n8 column tiles a CTA for a packed grid at one CTA an SM: 0 the process's choice
+  // (8 unless CLEF_GDN_SCAN_NT=4), 4 or 8 (the same bits either way)
+  int scan_nt = 0;
 };
 
 // The sequence slot each block z of a packed scan grid takes when it runs longest first (ChunkMap::
