@@ -6,7 +6,8 @@
 # and clocks spread over all of them; PROFILE_EXTRA adds arguments, e.g. "--batch 8"), and `serve`: the first of BINS served cold (no tuning cache)
 # with its start-up read from /health, then `clefserve bench` at each concurrency of CS over
 # public231-shape and at each of SHORT_CS over public231-short, with the /metrics batch counters.
-# `batch`: `profile --batch BATCH` (one packed forward) at BATCH_LENGTHS for every binary. Logs in $OUT.
+# `batch`: `profile --batch BATCH` (one packed forward) at BATCH_LENGTHS for every binary (or one per
+# BATCH_SETS entry "N:LENGTHS"). Logs in $OUT.
 # TEST_VARS=VAR=VAL[,VAR=VAL] sets those for the tests only. BENCH_ARGS: more `clefserve bench`
 # arguments, e.g. "--gemm-floor-tokens-per-s 49400" (the ceiling printed by the bench itself).
 # Usage (repo root on the device):
@@ -55,21 +56,24 @@ if has profile; then
   done
 fi
 if has batch; then  # one packed forward of BATCH requests of each of BATCH_LENGTHS, each of BATCH_BINS
-  nb=0
+  # BATCH_SETS="7:1000 28:330": one packed forward per set (BATCH:BATCH_LENGTHS) instead
   rm -f /tmp/batch_*.json  # no earlier call's floor
-  for entry in ${BATCH_BINS:-$BINS}; do  # NAME or NAME:VAR=VALUE[,VAR=VALUE], as in profile
-    nb=$((nb + 1))
-    b=${entry%%:*}
-    vars=(); [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
-    echo "## batch ${BATCH:-8} binary $entry" >> "$L/profile.txt"
-    timeout "${PROFILE_TIMEOUT:-150}" env "${vars[@]}" "/tmp/c/bin/$b" profile --model $M --device cuda \
-      --lengths "${BATCH_LENGTHS:-400,1000}" --runs 7 --warmup 2 --batch "${BATCH:-8}" \
-      --json "/tmp/batch_$nb.json" >> "$L/profile.txt" 2>> "$L/misc.log"
-    summary+=("batch profile $entry rc $?")
+  nb=0
+  for set in ${BATCH_SETS:-${BATCH:-8}:${BATCH_LENGTHS:-400,1000}}; do
+    for entry in ${BATCH_BINS:-$BINS}; do  # NAME or NAME:VAR=VALUE[,VAR=VALUE], as in profile
+      nb=$((nb + 1))
+      b=${entry%%:*}
+      vars=(); [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
+      echo "## batch ${set%%:*} x ${set#*:} binary $entry" >> "$L/profile.txt"
+      timeout "${PROFILE_TIMEOUT:-150}" env "${vars[@]}" "/tmp/c/bin/$b" profile --model $M --device cuda \
+        --lengths "${set#*:}" --runs 7 --warmup 2 --batch "${set%%:*}" \
+        --json "/tmp/batch_$nb.json" >> "$L/profile.txt" 2>> "$L/misc.log"
+      summary+=("batch profile ${set%%:*} x ${set#*:} $entry rc $?")
+    done
   done
 fi
 # BENCH_FLOOR=batch (with the batch step): the bench's --gemm-floor-tokens-per-s from this call's
-# own packed-forward floor (the first binary's first length in its profile JSON: batch x tokens /
+# own packed-forward floor (the first set's first binary, first length in its profile JSON: batch x tokens /
 # batch_gemm_floor_ms), so the ceiling it prints is this GPU's.
 if has batch && [ "${BENCH_FLOOR:-}" = batch ]; then
   fl=$(python3 -c "

@@ -80,6 +80,11 @@ int gdn_v_terms() {
   return terms;
 }
 
+bool gdn_scan_prefetch() {
+  static const bool on = !env_is("CLEF_GDN_SCAN_PREFETCH", "0");
+  return on;
+}
+
 bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path) &&
          !(gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));

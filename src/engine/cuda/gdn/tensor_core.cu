@@ -120,6 +120,17 @@ __device__ __forceinline__ float2 ldg2(const float* p) {
   return __ldg(reinterpret_cast<const float2*>(p));
 }
 
+// `bytes` (a multiple of 16) from 16-byte aligned global memory asked into L2 by one bulk request,
+// no registers held and nothing to wait for (sm_90; elsewhere nothing): the scan's register loads
+// of what prep published then wait for L2, not DRAM (perf-log v25c).
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 // Programmatic dependent launch (sm_90; chunked_tc launches prep, scan and output with it): a
 // kernel starts while its predecessor drains and waits here before its first read of what the
 // predecessor wrote (the wait returns at once where the launch had no programmatic edge);
@@ -523,7 +534,7 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
 template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
                                          int warp, int lane, int first, int nC, int kgs, int lo,
-                                         ScanSmem<NT, kOut> sm) {
+                                         bool prefetch, ScanSmem<NT, kOut> sm) {
   const bool w_lo = lo & kLoW, s_lo = lo & kLoS;
   constexpr int ld = scan_ld<NT>();
   const int g = lane / 4, t = lane % 4;
@@ -550,7 +561,16 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
     for (int n = 0; n < NT; ++n) ua[0][n] = ldg2(u + 8 * n), ua[1][n] = ldg2(u + 8 * dv + 8 * n);
     fa[0] = __ldg(Fp + chunk * C), fa[1] = __ldg(Fp + chunk * C + 8);
   };
+  // Chunk c's W slot and U rows (every column) into L2 while its register loads are still a step
+  // away (one request each, by one lane; the other column CTAs of the head ask for the same).
+  auto ask_l2 = [&](int c) {
+    if (!prefetch || c >= nC || warp != 0 || lane != 0) return;
+    const size_t rows = r0 + static_cast<size_t>(c) * C;
+    prefetch_l2(ws.W + rows * dk, static_cast<unsigned>(C * dk * sizeof(float)));
+    prefetch_l2(ws.U + rows * dv, static_cast<unsigned>(C * dv * sizeof(float)));
+  };
   load(0);
+  ask_l2(1);
   CLEF_PHASE_CLOCK(16, 2, nC, 0);
   for (int chunk = 0; chunk < nC; ++chunk) {
     float hh[NT][4] = {}, cr[NT][4] = {};  // W S = hh + cr (the hi x hi products, the others)
@@ -604,6 +624,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       // The next chunk's operands first (the chain's), then Vn for the output warps in slot
       // chunk % 2, once they are done with the chunk two back that used it.
       if (chunk + 1 < nC) load(chunk + 1);
+      ask_l2(chunk + 2);
       const int slot = chunk % 2;
       if (chunk >= 2) bar_wait(kBarEmpty + slot);
       bf16* vh = sm.Vp + slot * C * ld;
@@ -629,6 +650,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       }
       CLEF_PHASE(6);  // value: Vn's global copy
       if (chunk + 1 < nC) load(chunk + 1);
+      ask_l2(chunk + 2);
     }
   }
   if constexpr (kOut) {
@@ -918,7 +940,7 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
 template <int NT, bool kOut, int kBlocks>
 __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
-                Ws ws, ScanOutArgs oa, bool early, int lo, bool longest) {
+                Ws ws, ScanOutArgs oa, bool early, int lo, bool longest, bool prefetch) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
   const ScanSmem<NT, kOut> sm(smem);
@@ -933,7 +955,8 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
 
   // separate functions: each role gets its own register allocation
   if (warp < 4) {
-    scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, lo, sm);
+    scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, lo, prefetch,
+                                   sm);
   } else if (warp < 8) {
     scan_states<NT, kOut, kBlocks>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC,
                                    kgs, lo, sm);
@@ -1181,13 +1204,15 @@ void launch(void (*kernel)(Params...), dim3 grid, int block, size_t smem, cudaSt
 }
 
 // How the scan is launched: a programmatic edge to prep (pdl), the output kernel's early start
-// (`early`, see scan_kernel), CTAs an SM (gdn_scan_blocks) and W's lo term (TcLaunch::w_terms).
+// (`early`, see scan_kernel), CTAs an SM (gdn_scan_blocks), the chain's lo terms (TcLaunch), its
+// sequence order, its width and its L2 requests.
 struct ScanLaunch {
   bool pdl = false, early = false;
   int blocks = 1;
   int lo = kLoW | kLoS | kLoV;  // the lo terms the chain's products keep (TcLaunch)
   bool longest = true;          // sequences longest first (TcLaunch::longest_first)
   int nt = 4;                   // n8 column tiles a CTA (scan_nt)
+  bool prefetch = true;         // W and U two chunks ahead into L2 (gdn_scan_prefetch)
 };
 
 template <int NT, bool kOut, int kBlocks>
@@ -1199,7 +1224,7 @@ void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int H
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
   launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, how.pdl,
-         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.lo, how.longest);
+         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.lo, how.longest, how.prefetch);
 }
 
 // oa.o set: the scan that also forms o (kOut; the caller asks for one CTA an SM, no early start);
@@ -1369,12 +1394,13 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
     launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
-                ScanLaunch{pdl && !between, false, 1, lo, longest, nt});
+                ScanLaunch{pdl && !between, false, 1, lo, longest, nt, gdn_scan_prefetch()});
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
   launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
-              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, lo, longest, nt});
+              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, lo, longest, nt,
+                         gdn_scan_prefetch()});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);
