@@ -92,8 +92,8 @@ int gdn_w_terms();
 // Vn = U - W S (CLEF_GDN_S_TERMS=1) and diag(F) Vn in the state update (CLEF_GDN_V_TERMS=1).
 int gdn_s_terms();
 int gdn_v_terms();
-// Whether the scan's value warps ask L2 for W and U two chunks ahead of their register loads
-// (unless CLEF_GDN_SCAN_PREFETCH=0; perf-log v25c). Never changes a value.
+// Whether a packed scan's value warps ask L2 for W and U two chunks ahead of their register loads
+// (unless CLEF_GDN_SCAN_PREFETCH=0; one sequence never does; perf-log v25c). Never changes a value.
 bool gdn_scan_prefetch();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the

@@ -1389,18 +1389,21 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
                  (terms(how.s_terms, gdn_s_terms()) == 2 ? kLoS : 0) |
                  (terms(how.v_terms, gdn_v_terms()) == 2 ? kLoV : 0);
   const bool longest = how.longest_first < 0 ? gdn_longest_first() : how.longest_first == 1;
+  // The L2 requests were measured on packs only (perf-log v25c): one sequence (a C1 request) runs
+  // the scan as before them.
+  const bool prefetch = n_seqs > 1 && gdn_scan_prefetch();
   launch(prep_kernel, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta, map,
          Tc, Hk, Hv, dk, dv, ws);
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
     launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
-                ScanLaunch{pdl && !between, false, 1, lo, longest, nt, gdn_scan_prefetch()});
+                ScanLaunch{pdl && !between, false, 1, lo, longest, nt, prefetch});
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
-  launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
-              ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, lo, longest, nt,
-                         gdn_scan_prefetch()});
+  launch_scan(
+      in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
+      ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, lo, longest, nt, prefetch});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);
