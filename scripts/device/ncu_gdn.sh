@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Per-kernel hardware counters of the chunked-GDN kernels at one length (device call), with the
 # memory tables (which unit's traffic bounds the scan: perf-log v15c).
-# Usage (repo root on the device): T=5661 scripts/device/ncu_gdn.sh > $OUT/ncu_gdn.txt
+# Usage (repo root on the device): T=5661 | PACK=1000x7 scripts/device/ncu_gdn.sh > $OUT/ncu_gdn.txt
+# (other variables, e.g. CLEF_GDN_SCAN_NT=4, pass through to the workbench).
 set -uo pipefail
 [ -x /tmp/c/bin/workbench_gdn ] || source scripts/device/setup.sh > /dev/null
 export LD_LIBRARY_PATH=/tmp/c/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-# The tensor-core path runs first: skip its two warm-up repetitions (3 kernels each), profile one.
-CLEF_BENCH_T=${T:-5661} CLEF_BENCH_SKIP_CHECK=1 "$NCU" --clock-control none \
-  --kernel-name regex:"prep_kernel|scan_kernel|output_kernel" --launch-skip 6 --launch-count 3 \
+# T mode: the tensor-core path runs first: skip its two warm-up repetitions (3 kernels each),
+# profile one. PACK mode (CLEF_BENCH_PACK, e.g. PACK=1000x7): per launch form 32 launches of each
+# kernel (2 warm-up, 20 timed, 10 split); the packed default (longest first, one CTA an SM) is the
+# fourth form: its prep, scan and output of launch 98.
+if [ -n "${PACK:-}" ]; then mode=(CLEF_BENCH_PACK="$PACK"); skip=294; else mode=(CLEF_BENCH_T="${T:-5661}"); skip=6; fi
+env "${mode[@]}" CLEF_BENCH_SKIP_CHECK=1 "$NCU" --clock-control none \
+  --kernel-name regex:"prep_kernel|scan_kernel|output_kernel" --launch-skip $skip --launch-count 3 \
   --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-  --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SourceCounters --section InstructionStats \
+  --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  --section MemoryWorkloadAnalysis_Tables --section SourceCounters --section InstructionStats \
   --section SchedulerStats --print-details all \
   /tmp/c/bin/workbench_gdn 2>&1 | grep -vE "^==PROF==|^\s*$" | cut -c1-160

@@ -30,18 +30,9 @@ has wb && for v in "${VARIANTS[@]}" ""; do
   echo "## workbench_gdn ${v:-default}"
   timeout 120 env $v CLEF_BENCH_PACK="$PACKS" workbench_gdn 2>&1 | grep -E "1 CTA an SM|differs" | grep -v "slot order"
 done
-NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-if has ncu && [ -n "$NCU" ]; then
-  # per config 32 launches of each kernel (2 warm-up, 20 timed, 10 split); the packed default
-  # (longest first, one CTA an SM) is the fourth config: its prep, scan, output of launch 98
+if has ncu; then  # the packed default's three kernels (scripts/device/ncu_gdn.sh)
   t0=$(date +%s)
-  env ${NCU_VARS:-} CLEF_BENCH_PACK="${NCU_PACK:-1000x7}" timeout 240 "$NCU" --clock-control none \
-    --kernel-name regex:"prep_kernel|scan_kernel|output_kernel" --launch-skip 294 --launch-count 3 \
-    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-    --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
-    --print-details all workbench_gdn > "$OUT/ncu_gdn.txt" 2>&1
+  env ${NCU_VARS:-} PACK="${NCU_PACK:-1000x7}" timeout 240 scripts/device/ncu_gdn.sh > "$OUT/ncu_gdn.txt" 2>&1
   echo "ncu rc $? in $(( $(date +%s) - t0 )) s"
   grep -E "^  [a-z_:<>, 0-9A-Z()]*kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|Stall" "$OUT/ncu_gdn.txt" | cut -c1-150 | head -60
-else
-  echo "no ncu here"
 fi

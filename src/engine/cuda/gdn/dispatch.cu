@@ -80,6 +80,11 @@ int gdn_v_terms() {
   return terms;
 }
 
+bool gdn_scan_wide() {
+  static const bool on = !env_is("CLEF_GDN_SCAN_NT", "4");
+  return on;
+}
+
 bool gdn_scan_prefetch() {
   static const bool on = !env_is("CLEF_GDN_SCAN_PREFETCH", "0");
   return on;

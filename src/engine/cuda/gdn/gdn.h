@@ -95,6 +95,9 @@ int gdn_v_terms();
 // Whether a packed scan's value warps ask L2 for W and U two chunks ahead of their register loads
 // (unless CLEF_GDN_SCAN_PREFETCH=0; one sequence never does; perf-log v25c). Never changes a value.
 bool gdn_scan_prefetch();
+// Whether a packed scan takes 64 value columns a CTA instead of 32 (unless CLEF_GDN_SCAN_NT=4;
+// perf-log v25b). Never changes a value.
+bool gdn_scan_wide();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
 // default output mode is not InScan: the engine then runs the separate gated norm).

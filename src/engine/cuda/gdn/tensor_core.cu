@@ -7,8 +7,6 @@
 // two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -1248,23 +1246,18 @@ void launch_scan_cols(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int
 // once for twice the columns), and a quarter of the waves' tails (H100, workbench scan a layer:
 // 7 x 1000 287 -> 243 us, 28 x 330 456 -> 340, 2000 + 1000 x 4 + 500 x 6 371 -> 279; one 5000-token
 // chain beside six of 300, bound by its own 79 steps, 279 -> 290: perf-log v25b).
-// CLEF_GDN_SCAN_NT=4 keeps 32 columns for packs too (the A/B switch); `asked`: TcLaunch::scan_nt.
+// `asked`: TcLaunch::scan_nt (0: gdn_scan_wide()).
 int scan_nt(int dv, int sequences, int asked) {
-  static const bool narrow = [] {
-    const char* v = std::getenv("CLEF_GDN_SCAN_NT");
-    return v && std::string(v) == "4";
-  }();
-  const bool wide = asked == 8 || (asked == 0 && !narrow);
+  const bool wide = asked == 8 || (asked == 0 && gdn_scan_wide());
   return wide && sequences > 1 && dv % 64 == 0 ? 8 : dv % 32 == 0 ? 4 : 2;
 }
 
 void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                  int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s,
                  const ScanLaunch& how) {
-  const int nt = how.nt;
-  if (nt == 8 && !oa.o && how.blocks == 1)
+  if (how.nt == 8)
     launch_scan_nt<8, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
-  else if (nt >= 4)
+  else if (how.nt == 4)
     launch_scan_cols<4>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
   else
     launch_scan_cols<2>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
@@ -1374,7 +1367,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // across the profiling events). The scan: two CTAs an SM where one sequence passes one wave.
   const bool pdl = (how.pdl < 0 ? gdn_pdl_allowed() : how.pdl == 1) &&
                    device_attribute(DeviceAttr::CcMajor) >= 9;
-  const int nt = scan_nt(dv, n_seqs, how.scan_nt);
+  int nt = scan_nt(dv, n_seqs, how.scan_nt);
   const long long scan_ctas = static_cast<long long>(dv / (8 * nt)) * Hv * n_seqs;
   const int blocks = how.scan_blocks == 1 || how.scan_blocks == 2
                          ? how.scan_blocks
@@ -1384,6 +1377,8 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // and 961, where the P terms' work beside the scan's first steps costs the chain more than the
   // late CTAs gain; perf-log v20a).
   const bool early = scan_ctas <= static_cast<long long>(blocks) * sm_count() && nC >= 32;
+  // 64 columns exist only as the plain scan at one CTA an SM (the others would spill).
+  if (nt == 8 && (blocks != 1 || scan_output)) nt = 4;
   auto terms = [](int asked, int process) { return asked == 1 || asked == 2 ? asked : process; };
   const int lo = (terms(how.w_terms, gdn_w_terms()) == 2 ? kLoW : 0) |
                  (terms(how.s_terms, gdn_s_terms()) == 2 ? kLoS : 0) |
