@@ -238,5 +238,49 @@ TEST(GdnLaunch, ChainTermsEachMatchTheRecurrence) {
   }
 }
 
+// The fused core (work in progress, TcLaunch::fused; perf-log v24, v25d): o against the exact
+// recurrence as the three kernels' (single sequences and a packed batch with short and boundary
+// lengths), y with the fused gated norm against the three kernels' y, and both sequence orders
+// bit for bit (a sequence's work does not depend on which block runs it).
+TEST(GdnLaunch, FusedCoreMatchesTheRecurrence) {
+  CLEF_REQUIRE_GPU();
+  if (!gdn::fused_supported(128, 128)) GTEST_SKIP() << "no fused GDN core on this device";
+  auto rng = fresh_rng();
+  const Shape sh{16, 32, 128, 128};
+  const gdn::TcLaunch plain{0, 1, 0, 0, 0, 0, 0, -1}, fused{0, 1, 0, 0, 0, 0, 0, 1},
+      fused_longest{1, 1, 0, 1, 0, 0, 0, 1};
+  auto check = [&](const GdnTestInputs& in, int T, int slots, const GdnSequences* seqs,
+                   const std::vector<float>& expect) {
+    const auto three = run_form(in, sh, T, slots, seqs, nullptr, plain);
+    const auto one = run_form(in, sh, T, slots, seqs, nullptr, fused);
+    CLEF_EXPECT_CLOSE(widen(one), expect, 1e-2);
+    const auto e1 = compare(widen(one), expect), e3 = compare(widen(three), expect);
+    std::printf(
+        "[gdn fused core, T %d, %d sequence slots: rel L2 vs the recurrence %.3g (three "
+        "kernels %.3g)]\n",
+        T, slots, e1.rel_l2, e3.rel_l2);
+    const auto again = run_form(in, sh, T, slots, seqs, nullptr, fused_longest);
+    size_t differ = 0;
+    for (size_t i = 0; i < one.size(); ++i) differ += one[i] != again[i];
+    EXPECT_EQ(differ, 0u) << "fused core: slot order vs longest first";
+    const NormOperands nrm(rng, T, sh);
+    const auto y3 = run_form(in, sh, T, slots, seqs, &nrm.args, plain);
+    const auto y1 = run_form(in, sh, T, slots, seqs, &nrm.args, fused);
+    CLEF_EXPECT_CLOSE(widen(y1), widen(y3), 2e-2);
+  };
+  for (int T : {64, 961}) {
+    SCOPED_TRACE("one sequence of " + std::to_string(T));
+    const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
+    std::vector<float> expect(size_t(T) * sh.Hv * sh.dv);
+    ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
+                              sh.Hk, sh.Hv, sh.dk, sh.dv, expect.data());
+    check(in, T, 1, nullptr, expect);
+  }
+  const std::vector<int> lengths{1, 63, 64, 65, 700, 1500};
+  SCOPED_TRACE("lengths " + comma_list(lengths));
+  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  check(c.in, c.T, c.slots, &c.dev.gdn, c.expect);
+}
+
 }  // namespace
 }  // namespace clef

@@ -90,6 +90,11 @@ bool gdn_scan_prefetch() {
   return on;
 }
 
+bool gdn_fused() {
+  static const bool on = env_is("CLEF_GDN_FUSED", "1");
+  return on;
+}
+
 bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path) &&
          !(gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));

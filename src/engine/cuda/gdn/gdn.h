@@ -98,6 +98,9 @@ bool gdn_scan_prefetch();
 // Whether a packed scan takes 64 value columns a CTA instead of 32 (unless CLEF_GDN_SCAN_NT=4;
 // perf-log v25b). Never changes a value.
 bool gdn_scan_wide();
+// Whether the tensor-core path runs the fused core (work in progress: prep's T' and P, then one
+// kernel a (sequence, value head) to o) where CLEF_GDN_FUSED=1 and it applies; off by default.
+bool gdn_fused();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
 // default output mode is not InScan: the engine then runs the separate gated norm).

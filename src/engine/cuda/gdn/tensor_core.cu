@@ -310,11 +310,15 @@ __device__ __forceinline__ void lower_times(const float* L, int lda, const float
 // ---- prep: grid (nC, Hv). Shared: Am, Tm [C][C+4] fp32 (row stride 4 mod 32: conflict-free pair
 // loads of the A fragments), X [3][16][16], gam, bet, dec, rks, cw [C], Xk [C][kLdx] bf16; Xv
 // [C][kLdx] bf16 over Am once the inverse is done (55.25 KiB: four CTAs per SM).
+// kFused (the fused core's prep, fused_kernel below): instead of W and U, T' = Tm diag(beta) and
+// P = (Q K^T) o Gamma_incl, fp32 [C][C] each, in the slot's W rows (T' first; dk >= 2 C floats a
+// row hold both); xq and rq are read only then.
+template <bool kFused>
 __global__ void __launch_bounds__(kThreads, 4)
     prep_kernel(const bf16* __restrict__ xk, const bf16* __restrict__ xv,
                 const float* __restrict__ rk, const float* __restrict__ g,
                 const float* __restrict__ beta, ChunkMap map, int Tc, int Hk, int Hv, int dk,
-                int dv, Ws ws) {
+                int dv, Ws ws, const bf16* __restrict__ xq, const float* __restrict__ rq) {
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
   int t0, valid;  // the chunk's first input row and rows
@@ -436,6 +440,26 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
   }
   CLEF_PHASE(4);  // off-diagonal blocks
+  if constexpr (kFused) {
+    // Xq over Am (dead since the inverse) and rq over W's column factors while T' is stored.
+    bf16* Xq = Xv;
+    copy_x_tile_async<kThreads>(Xq, xq + (static_cast<size_t>(t0) * Hk + kh) * dk,
+                                static_cast<size_t>(Hk) * dk, dk, valid);
+    if (tid < C) cw[tid] = tid < valid ? rq[static_cast<size_t>(t0 + tid) * Hk + kh] : 0.0f;
+    float* Tq = ws.W + row0 * dk;
+    float* Pq = Tq + C * C;
+    for (int e = tid; e < C * C; e += kThreads) {
+      const int i = e / C, j = e % C;
+      Tq[e] = j <= i ? Tm[i * lda + j] * bet[j] : 0.0f;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    // Tiles above the diagonal blocks are not emitted; the fused kernel never reads them.
+    lower_xyt(Xq, Xk, dk, warp, lane, [&](int i, int j, float xx) {
+      Pq[i * C + j] = i >= j ? xx * cw[i] * rks[j] * __expf(gam[i] - gam[j]) : 0.0f;
+    });
+    return;
+  }
   // W = Tm diag(beta e^gamma rk) Xk, U = Tm diag(beta) Xv; Xv arrives over Am while W is formed.
   copy_x_tile_async<kThreads>(Xv, xv + (static_cast<size_t>(t0) * Hv + h) * dv,
                               static_cast<size_t>(Hv) * dv, dv, valid);
@@ -1183,6 +1207,353 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   }
 }
 
+// ---- fused core (work in progress, CLEF_GDN_FUSED=1; perf-log v24, v25d): grid (Hv, sequences),
+// one CTA a (sequence, value head) walking its chunks with the state in registers, after
+// prep_kernel<true> has stored each chunk's T' = Tm diag(beta) and P. Per chunk, with
+// R = Xv - diag(e^gamma rk) (Xk S):
+//   Vn = T' R,  O = diag(e^gamma rq) (Xq S) + P Vn,  S' = e^{gamma_C} S + Xk^T diag(F) Vn,
+// (Vn = U - W S of the three-kernel path, regrouped so that W and U are never formed). Two groups
+// of four warps, one per 64 value columns; warp wi of a group owns chunk rows 16 wi .. +15 of the
+// row products and the state's dk row tiles wi and wi + 4. The state enters the products in one
+// bf16 term (v25a: within the bf16 bound), R, T' and P in two, Vn for P Vn in one (as the output
+// kernel), diag(F) Vn in two (as the scan). The chunk's Xq, Xk and row factors are copied one chunk
+// ahead (two slots); T' and P at the chunk's start, waited for only before their products.
+constexpr int kFusedThreads = 256;
+constexpr int kFLd = 72;     // bf16 row stride of the 64-column operands (nine 16-byte units)
+constexpr int kTLd = C + 4;  // fp32 row stride of T' and P (as prep's Tm)
+struct FusedSmem {
+  bf16* Xq;    // [2 slots][C][kLdx]
+  bf16* Xk;    // [2 slots][C][kLdx]
+  float* Tp;   // [C][kTLd]
+  float* Pp;   // [C][kTLd]
+  float* vec;  // [2 slots][gamma, F, rq, rk][C]
+  bf16* Sb;    // [2 groups][kMaxHeadDim][kFLd] the state, one term
+  bf16* Rh;    // [2 groups][hi, lo][C][kFLd] R, then diag(F) Vn
+  bf16* Vb;    // [2 groups][C][kFLd] Vn
+  float* ss;   // [2 groups][C] the gated norm's sums of squares over each group's columns
+  __device__ explicit FusedSmem(void* p) {
+    Xq = static_cast<bf16*>(p);
+    Xk = Xq + 2 * C * kLdx;
+    Tp = reinterpret_cast<float*>(Xk + 2 * C * kLdx);
+    Pp = Tp + C * kTLd;
+    vec = Pp + C * kTLd;
+    Sb = reinterpret_cast<bf16*>(vec + 2 * 4 * C);
+    Rh = Sb + 2 * kMaxHeadDim * kFLd;
+    Vb = Rh + 2 * 2 * C * kFLd;
+    ss = reinterpret_cast<float*>(Vb + 2 * C * kFLd);
+  }
+  static constexpr size_t bytes() {
+    return sizeof(bf16) * (4 * C * kLdx + 2 * kMaxHeadDim * kFLd + 4 * C * kFLd + 2 * C * kFLd) +
+           sizeof(float) * (2 * C * kTLd + 8 * C + 2 * C);
+  }
+};
+
+__device__ __forceinline__ void group_sync(int grp) {
+  asm volatile("bar.sync %0, 128;" ::"r"(1 + grp) : "memory");
+}
+
+// The m16n16 A fragments (hi, lo terms) of rows 16 tm .. +15, k16 step kk of an fp32 [C][kTLd]
+// matrix in shared memory.
+__device__ __forceinline__ void fp32_a_terms(const float* M, int tm, int kk, int lane,
+                                             uint32_t (&ah)[4], uint32_t (&al)[4]) {
+  const int g = lane / 4, t = lane % 4;
+  const float* l = M + (16 * tm + g) * kTLd + 16 * kk + 2 * t;
+  const float2 x0 = *reinterpret_cast<const float2*>(l);
+  const float2 x1 = *reinterpret_cast<const float2*>(l + 8 * kTLd);
+  const float2 x2 = *reinterpret_cast<const float2*>(l + 8);
+  const float2 x3 = *reinterpret_cast<const float2*>(l + 8 * kTLd + 8);
+  uint32_t p0[2], p1[2], p2[2], p3[2];
+  split_pair(x0.x, x0.y, p0);
+  split_pair(x1.x, x1.y, p1);
+  split_pair(x2.x, x2.y, p2);
+  split_pair(x3.x, x3.y, p3);
+  ah[0] = p0[0], ah[1] = p1[0], ah[2] = p2[0], ah[3] = p3[0];
+  al[0] = p0[1], al[1] = p1[1], al[2] = p2[1], al[3] = p3[1];
+}
+
+template <bool kNorm>
+__global__ void __launch_bounds__(kFusedThreads, 1)
+    fused_kernel(const bf16* __restrict__ xq, const bf16* __restrict__ xk,
+                 const bf16* __restrict__ xv, const float* __restrict__ rq,
+                 const float* __restrict__ rk, ChunkMap map, int Tc, int Hk, int Hv, Ws ws,
+                 GdnGatedNorm nrm, bf16* __restrict__ o, bool longest) {
+  constexpr int dk = kMaxHeadDim, dv = kMaxHeadDim;  // fused_supported: 128 x 128 only
+  extern __shared__ __align__(128) float smem[];
+  const FusedSmem sm(smem);
+  const int h = blockIdx.x, kh = h / (Hv / Hk);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int grp = warp / 4, wi = warp % 4, g = lane / 4, t = lane % 4;
+  const int c0 = 64 * grp;    // the group's value columns
+  const int r = 16 * wi + g;  // this lane's chunk rows r and r + 8 in the row products
+  int first, nC;
+  map.sequence(longest ? map.longest_first(blockIdx.y, gridDim.y) : blockIdx.y, Tc / C, first, nC);
+  if (nC <= 0) return;
+  wait_predecessor();  // prep's T', P, gamma, F (the conv prep's outputs came before it)
+
+  auto load_x = [&](int c) {  // chunk c's Xq, Xk and row factors into slot c % 2 (no commit)
+    int t0, valid;
+    map.chunk(first + c, t0, valid);
+    const int b = c & 1;
+    bf16* dq = sm.Xq + b * C * kLdx;
+    bf16* dkk = sm.Xk + b * C * kLdx;
+    const size_t stride = static_cast<size_t>(Hk) * dk;
+    const bf16* sq = xq + (static_cast<size_t>(t0) * Hk + kh) * dk;
+    const bf16* sk = xk + (static_cast<size_t>(t0) * Hk + kh) * dk;
+    for (int e = tid; e < C * (dk / 8); e += kFusedThreads) {
+      const int i = e / (dk / 8), cc = (e % (dk / 8)) * 8;
+      const bool in = i < valid;
+      cp_async16(dq + i * kLdx + cc, in ? sq + i * stride + cc : sq, in ? 16 : 0);
+      cp_async16(dkk + i * kLdx + cc, in ? sk + i * stride + cc : sk, in ? 16 : 0);
+    }
+    float* v = sm.vec + b * 4 * C;
+    const size_t row = static_cast<size_t>(h) * Tc + static_cast<size_t>(first + c) * C;
+    if (tid < C / 4) {
+      cp_async16(v + 4 * tid, ws.G + row + 4 * tid, 16);
+      cp_async16(v + C + 4 * tid, ws.F + row + 4 * tid, 16);
+    } else if (tid >= 32 && tid < 32 + C) {
+      const int i = tid - 32;
+      const bool in = i < valid;
+      const size_t f = static_cast<size_t>(t0 + i) * Hk + kh;
+      cp_async4(v + 2 * C + i, in ? rq + f : rq, in ? 4 : 0);
+      cp_async4(v + 3 * C + i, in ? rk + f : rk, in ? 4 : 0);
+    }
+  };
+  auto load_tp = [&](int c) {  // chunk c's T' and P (one buffer; no commit)
+    const float* src =
+        ws.W + (static_cast<size_t>(h) * Tc + static_cast<size_t>(first + c) * C) * dk;
+    for (int e = tid; e < 2 * C * (C / 4); e += kFusedThreads) {
+      const int m = e / (C * C / 4), i = (e / (C / 4)) % C, cc = (e % (C / 4)) * 4;
+      cp_async16((m ? sm.Pp : sm.Tp) + i * kTLd + cc, src + m * C * C + i * C + cc, 16);
+    }
+  };
+
+  float s[2][8][4] = {};  // S[dk row tiles wi, wi + 4][the group's 64 columns], fp32
+  float2 wn[8];           // the norm's weights at this lane's columns
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) wn[n] = ldg2(nrm.w + c0 + 8 * n + 2 * t);
+  }
+  bf16* const Sb = sm.Sb + grp * kMaxHeadDim * kFLd;
+  bf16* const Rh = sm.Rh + grp * 2 * C * kFLd;
+  bf16* const Rl = Rh + C * kFLd;
+  bf16* const Vb = sm.Vb + grp * C * kFLd;
+  load_x(0);
+  cp_async_commit();
+  for (int c = 0; c < nC; ++c) {
+    const int b = c & 1;
+    int t0, valid;
+    map.chunk(first + c, t0, valid);
+    cp_async_wait<0>();  // this thread's copies of chunk c's Xq, Xk and factors
+    __syncthreads();     // everyone's, and every read of chunk c - 1's buffers done
+    load_tp(c);
+    cp_async_commit();
+    if (c + 1 < nC) load_x(c + 1);
+    cp_async_commit();
+    const bf16* Xq = sm.Xq + b * C * kLdx;
+    const bf16* Xk = sm.Xk + b * C * kLdx;
+    const float* gam = sm.vec + b * 4 * C;
+    const float* F = gam + C;
+    const float* rqs = gam + 2 * C;
+    const float* rks = gam + 3 * C;
+    // The state before chunk c, one bf16 term, for this group's products.
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      const int d = 16 * (wi + 4 * mi) + g;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        *reinterpret_cast<uint32_t*>(Sb + d * kFLd + 8 * n + 2 * t) =
+            pack_bf16(s[mi][n][0], s[mi][n][1]);
+        *reinterpret_cast<uint32_t*>(Sb + (d + 8) * kFLd + 8 * n + 2 * t) =
+            pack_bf16(s[mi][n][2], s[mi][n][3]);
+      }
+    }
+    uint32_t xvv[2][8];  // Xv at this lane's rows and columns, in flight during the products
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = r + 8 * hr;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        xvv[hr][n] =
+            i < valid ? __ldg(reinterpret_cast<const unsigned int*>(
+                            xv + (static_cast<size_t>(t0 + i) * Hv + h) * dv + c0 + 8 * n + 2 * t))
+                      : 0u;
+    }
+    group_sync(grp);
+    // KS = Xk S and QS = Xq S for rows r.., sharing each B fragment of S.
+    float ks[8][4] = {}, qs[8][4] = {};
+#pragma unroll
+    for (int kg = 0; kg < dk / 16; ++kg) {
+      uint32_t ak[4], aq[4];
+      ldmatrix_x4(ak, Xk + (16 * wi + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+      ldmatrix_x4(aq, Xq + (16 * wi + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bb[4];
+        ldmatrix_x4_trans(bb, Sb + b_pair_offset(16 * kg, np, kFLd, lane));
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          mma_bf16(ks[2 * np + q], ak, bb[2 * q], bb[2 * q + 1]);
+          mma_bf16(qs[2 * np + q], aq, bb[2 * q], bb[2 * q + 1]);
+        }
+      }
+    }
+    // R = Xv - diag(e^gamma rk) KS, two bf16 terms.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = r + 8 * hr;
+      const float a = __expf(gam[i]) * rks[i];
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        put_terms(Rh, Rl, i * kFLd + 8 * n + 2 * t, bf16_lo(xvv[hr][n]) - a * ks[n][2 * hr],
+                  bf16_hi(xvv[hr][n]) - a * ks[n][2 * hr + 1]);
+    }
+    cp_async_wait<1>();  // this thread's copies of T' and P
+    __syncthreads();     // everyone's, and R of both groups
+    uint32_t zz[2][8];   // z for the gated norm, in flight during Vn and O
+    if constexpr (kNorm) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = r + 8 * hr;
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+          zz[hr][n] = i < valid ? __ldg(reinterpret_cast<const unsigned int*>(
+                                      nrm.z + static_cast<size_t>(t0 + i) * nrm.ldz + h * dv + c0 +
+                                      8 * n + 2 * t))
+                                : 0u;
+      }
+    }
+    // Vn = T' R for rows r.. (T' lower triangular: k16 steps 0 .. wi), two terms by two.
+    float vn[8][4] = {};
+    for (int kk = 0; kk <= wi; ++kk) {
+      uint32_t ah[4], al[4];
+      fp32_a_terms(sm.Tp, wi, kk, lane, ah, al);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bh[4], bl[4];
+        const int off = b_pair_offset(16 * kk, np, kFLd, lane);
+        ldmatrix_x4_trans(bh, Rh + off);
+        ldmatrix_x4_trans(bl, Rl + off);
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          float(&d)[4] = vn[2 * np + q];
+          mma_bf16(d, ah, bh[2 * q], bh[2 * q + 1]);
+          mma_bf16(d, ah, bl[2 * q], bl[2 * q + 1]);
+          mma_bf16(d, al, bh[2 * q], bh[2 * q + 1]);
+        }
+      }
+    }
+    group_sync(grp);  // every read of R done: diag(F) Vn goes over it
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = r + 8 * hr;
+      const float f = F[i];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const int off = i * kFLd + 8 * n + 2 * t;
+        *reinterpret_cast<uint32_t*>(Vb + off) = pack_bf16(vn[n][2 * hr], vn[n][2 * hr + 1]);
+        put_terms(Rh, Rl, off, f * vn[n][2 * hr], f * vn[n][2 * hr + 1]);
+      }
+    }
+    group_sync(grp);
+    // O = diag(e^gamma rq) QS + P Vn (P lower triangular incl. the diagonal), in qs.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = r + 8 * hr;
+      const float qf = __expf(gam[i]) * rqs[i];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) qs[n][2 * hr] *= qf, qs[n][2 * hr + 1] *= qf;
+    }
+    for (int kk = 0; kk <= wi; ++kk) {
+      uint32_t ah[4], al[4];
+      fp32_a_terms(sm.Pp, wi, kk, lane, ah, al);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, Vb + b_pair_offset(16 * kk, np, kFLd, lane));
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          mma_bf16(qs[2 * np + q], ah, bv[2 * q], bv[2 * q + 1]);
+          mma_bf16(qs[2 * np + q], al, bv[2 * q], bv[2 * q + 1]);
+        }
+      }
+    }
+    if constexpr (kNorm) {
+      // y = (RMSNorm(o) w) silu(z) over dv = both groups' columns, gated_rms_norm's rounding
+      // points (gdn.h GdnGatedNorm); each row's sum of squares in two halves through smem.
+      float ssum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const float x0 = rnd<bf16>(qs[n][2 * hr]), x1 = rnd<bf16>(qs[n][2 * hr + 1]);
+          qs[n][2 * hr] = x0, qs[n][2 * hr + 1] = x1;
+          ssum[hr] += x0 * x0 + x1 * x1;
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        ssum[hr] += __shfl_xor_sync(0xffffffffu, ssum[hr], 1);
+        ssum[hr] += __shfl_xor_sync(0xffffffffu, ssum[hr], 2);
+      }
+      if (t == 0) sm.ss[grp * C + r] = ssum[0], sm.ss[grp * C + r + 8] = ssum[1];
+      __syncthreads();
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = r + 8 * hr;
+        if (i >= valid) continue;
+        const float rs = rsqrtf((sm.ss[i] + sm.ss[C + i]) / static_cast<float>(dv) + nrm.eps);
+        bf16* y = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + c0 + 2 * t;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const float n0 = rnd<bf16>(qs[n][2 * hr] * rs), n1 = rnd<bf16>(qs[n][2 * hr + 1] * rs);
+          const float zw0 = rnd<bf16>(wn[n].x * n0), zw1 = rnd<bf16>(wn[n].y * n1);
+          *reinterpret_cast<__nv_bfloat162*>(y + 8 * n) =
+              __floats2bfloat162_rn(zw0 * silu_rounded_to<bf16>(bf16_lo(zz[hr][n])),
+                                    zw1 * silu_rounded_to<bf16>(bf16_hi(zz[hr][n])));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = r + 8 * hr;
+        if (i >= valid) continue;
+        bf16* y = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + c0 + 2 * t;
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+          *reinterpret_cast<uint32_t*>(y + 8 * n) = pack_bf16(qs[n][2 * hr], qs[n][2 * hr + 1]);
+      }
+    }
+    if (c + 1 == nC) break;  // the state after the last chunk is not needed
+    // S = e^{gamma_C} S + Xk^T diag(F) Vn (Xk^T by ldmatrix.trans of the chunk's keys).
+    const float egl = __expf(gam[C - 1]);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      const int mt = wi + 4 * mi;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[mi][n][i] *= egl;
+#pragma unroll
+      for (int kg = 0; kg < C / 16; ++kg) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(
+            a, Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * mt + 8 * ((lane / 8) % 2));
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bh[4], bl[4];
+          const int off = b_pair_offset(16 * kg, np, kFLd, lane);
+          ldmatrix_x4_trans(bh, Rh + off);
+          ldmatrix_x4_trans(bl, Rl + off);
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            mma_bf16(s[mi][2 * np + q], a, bh[2 * q], bh[2 * q + 1]);
+            mma_bf16(s[mi][2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
+          }
+        }
+      }
+    }
+  }
+}
+
 // kernel<<<grid, block, smem, s>>>(args...), with a programmatic edge to the kernel before it in
 // the stream where `pdl` (cudaLaunchKernelEx; captured graphs keep the edge).
 template <typename... Params, typename... Args>
@@ -1290,6 +1661,11 @@ bool tc_supported(int dk, int dv) {
          std::max({prep_smem(), output_smem<2>(), ScanSmem<4>::bytes()}) <= smem_optin();
 }
 
+bool fused_supported(int dk, int dv) {
+  return dk == kMaxHeadDim && dv == kMaxHeadDim && tc_supported(dk, dv) &&
+         device_attribute(DeviceAttr::CcMajor) >= 8 && FusedSmem::bytes() <= smem_optin();
+}
+
 bool tc_scan_output_supported(int dk, int dv) {
   const size_t scan = dv % 32 == 0 ? ScanSmem<4, true>::bytes() : ScanSmem<2, true>::bytes();
   return tc_shapes(dk, dv) && std::max({prep_smem(), output_smem<2>(), scan}) <= smem_optin();
@@ -1348,8 +1724,8 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   const int n_seqs = seqs ? seqs->seq_slots : 1;
   const Ws ws = carve(workspace, Tc, Hv, dk, dv);
   constexpr size_t ps = prep_smem();
-  CLEF_CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(ps)));
+  CLEF_CUDA_CHECK(cudaFuncSetAttribute(
+      prep_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)));
   // Value heads an output CTA: the pair where a key head has an even number of them and one head
   // a CTA would need more than one wave (three CTAs an SM); within one wave a pair only makes each
   // CTA longer (H200, 361 tokens, 192 CTAs: GDN stage 1.59 -> 1.81 ms with pairs; perf-log v18c).
@@ -1387,8 +1763,27 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // The L2 requests were measured on packs only (perf-log v25c): one sequence (a C1 request) runs
   // the scan as before them.
   const bool prefetch = n_seqs > 1 && gdn_scan_prefetch();
-  launch(prep_kernel, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta, map,
-         Tc, Hk, Hv, dk, dv, ws);
+  // The fused core (work in progress): prep's T' and P, then one kernel to o (or y).
+  const bool fused = (how.fused == 1 || (how.fused == 0 && gdn_fused())) && !scan_output &&
+                     fused_supported(dk, dv);
+  if (fused) {
+    CLEF_CUDA_CHECK(cudaFuncSetAttribute(
+        prep_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)));
+    launch(prep_kernel<true>, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g,
+           in.beta, map, Tc, Hk, Hv, dk, dv, ws, in.xq, in.rq);
+    if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
+    auto* fk = norm ? fused_kernel<true> : fused_kernel<false>;
+    constexpr size_t fs = FusedSmem::bytes();
+    CLEF_CUDA_CHECK(cudaFuncSetAttribute(fk, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(fs)));
+    launch(fk, dim3(Hv, n_seqs), kFusedThreads, fs, s, pdl && !between, in.xq, in.xk, in.xv, in.rq,
+           in.rk, map, Tc, Hk, Hv, ws, norm ? *norm : GdnGatedNorm{}, o, longest);
+    if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
+    return;
+  }
+  launch(prep_kernel<false>, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta,
+         map, Tc, Hk, Hv, dk, dv, ws, static_cast<const bf16*>(nullptr),
+         static_cast<const float*>(nullptr));
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
     launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,

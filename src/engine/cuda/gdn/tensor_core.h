@@ -26,6 +26,10 @@ namespace clef::engine::cuda::gdn {
 // (at most ~56 KiB per block).
 bool tc_supported(int dk, int dv);
 
+// The fused core (work in progress; perf-log v24, v25d): dk = dv = 128, the tensor-core path, and
+// the device grants its ~195 KiB of shared memory per block.
+bool fused_supported(int dk, int dv);
+
 // tc_supported, and the device grants the scan that also forms o its 186.5 KiB (dv % 32 == 0) or
 // 146.5 KiB per block (dv % 32 == 16) (gdn.h GdnOutputMode::InScan).
 bool tc_scan_output_supported(int dk, int dv);
@@ -56,6 +60,9 @@ struct TcLaunch {
   // the scan's n8 column tiles a CTA for a packed grid at one CTA an SM: 0 the process's choice
   // (8 unless CLEF_GDN_SCAN_NT=4), 4 or 8 (the same bits either way)
   int scan_nt = 0;
+  // the fused core (work in progress, fused_kernel): 0 the process's choice (CLEF_GDN_FUSED=1), 1
+  // on where fused_supported, -1 off (changes the bits)
+  int fused = 0;
 };
 
 // The sequence slot each block z of a packed scan grid takes when it runs longest first (ChunkMap::
