@@ -1284,7 +1284,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int grp = warp / 4, wi = warp % 4, g = lane / 4, t = lane % 4;
   const int c0 = 64 * grp;    // the group's value columns
-  const int r = 16 * wi + g;  // this lane's chunk rows r and r + 8 in the row products
+  // The row tile of the row products: group 1 takes them in reverse, so that the two warps on
+  // each SM sub-partition (warps w and w + 4) hold tiles k and 3 - k, the same share of the
+  // triangular T' R and P Vn products (one order left SP 3 four times SP 0's share).
+  const int rt = grp ? 3 - wi : wi;
+  const int r = 16 * rt + g;  // this lane's chunk rows r and r + 8 in the row products
   int first, nC;
   map.sequence(longest ? map.longest_first(blockIdx.y, gridDim.y) : blockIdx.y, Tc / C, first, nC);
   if (nC <= 0) return;
@@ -1327,6 +1331,25 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
   };
 
+  // Chunk c's T' and P, Xv rows and z rows into L2 a chunk ahead: at one CTA an SM each chunk's
+  // loads otherwise wait on DRAM inside the chain (T' and P: one bulk request; the rows: one
+  // 128-byte line a thread).
+  auto prefetch_next = [&](int c) {
+    if (c >= nC) return;
+    int t0n, validn;
+    map.chunk(first + c, t0n, validn);
+    if (tid == 0)
+      prefetch_l2(ws.W + (static_cast<size_t>(h) * Tc + static_cast<size_t>(first + c) * C) * dk,
+                  static_cast<unsigned>(2 * C * C * sizeof(float)));
+    const int i = (tid / 2) % C, half = tid % 2;
+    if (i >= validn) return;
+    const bf16* p = nullptr;
+    if (tid < 2 * C)
+      p = xv + (static_cast<size_t>(t0n + i) * Hv + h) * dv + 64 * half;
+    else if (kNorm)
+      p = nrm.z + static_cast<size_t>(t0n + i) * nrm.ldz + h * dv + 64 * half;
+    if (p) asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+  };
   float s[2][8][4] = {};  // S[dk row tiles wi, wi + 4][the group's 64 columns], fp32
   float2 wn[8];           // the norm's weights at this lane's columns
   if constexpr (kNorm) {
@@ -1339,6 +1362,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   bf16* const Vb = sm.Vb + grp * C * kFLd;
   load_x(0);
   cp_async_commit();
+  prefetch_next(0);
   for (int c = 0; c < nC; ++c) {
     const int b = c & 1;
     int t0, valid;
@@ -1349,6 +1373,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     cp_async_commit();
     if (c + 1 < nC) load_x(c + 1);
     cp_async_commit();
+    prefetch_next(c + 1);
     const bf16* Xq = sm.Xq + b * C * kLdx;
     const bf16* Xk = sm.Xk + b * C * kLdx;
     const float* gam = sm.vec + b * 4 * C;
@@ -1384,8 +1409,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
 #pragma unroll
     for (int kg = 0; kg < dk / 16; ++kg) {
       uint32_t ak[4], aq[4];
-      ldmatrix_x4(ak, Xk + (16 * wi + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
-      ldmatrix_x4(aq, Xq + (16 * wi + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+      ldmatrix_x4(ak, Xk + (16 * rt + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
+      ldmatrix_x4(aq, Xq + (16 * rt + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t bb[4];
@@ -1422,11 +1447,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
                                 : 0u;
       }
     }
-    // Vn = T' R for rows r.. (T' lower triangular: k16 steps 0 .. wi), two terms by two.
+    // Vn = T' R for rows r.. (T' lower triangular: k16 steps 0 .. rt), two terms by two.
     float vn[8][4] = {};
-    for (int kk = 0; kk <= wi; ++kk) {
+    for (int kk = 0; kk <= rt; ++kk) {
       uint32_t ah[4], al[4];
-      fp32_a_terms(sm.Tp, wi, kk, lane, ah, al);
+      fp32_a_terms(sm.Tp, rt, kk, lane, ah, al);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t bh[4], bl[4];
@@ -1463,9 +1488,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
 #pragma unroll
       for (int n = 0; n < 8; ++n) qs[n][2 * hr] *= qf, qs[n][2 * hr + 1] *= qf;
     }
-    for (int kk = 0; kk <= wi; ++kk) {
+    for (int kk = 0; kk <= rt; ++kk) {
       uint32_t ah[4], al[4];
-      fp32_a_terms(sm.Pp, wi, kk, lane, ah, al);
+      fp32_a_terms(sm.Pp, rt, kk, lane, ah, al);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t bv[4];
@@ -1764,8 +1789,10 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // the scan as before them.
   const bool prefetch = n_seqs > 1 && gdn_scan_prefetch();
   // The fused core (work in progress): prep's T' and P, then one kernel to o (or y).
-  const bool fused = (how.fused == 1 || (how.fused == 0 && gdn_fused())) && !scan_output &&
-                     fused_supported(dk, dv);
+  // By the process's choice for packed grids only: one sequence has 32 CTAs walking its whole
+  // chain (H100, 361 tokens: 73 us against 49 us for the three kernels).
+  const bool fused = (how.fused == 1 || (how.fused == 0 && n_seqs > 1 && gdn_fused())) &&
+                     !scan_output && fused_supported(dk, dv);
   if (fused) {
     CLEF_CUDA_CHECK(cudaFuncSetAttribute(
         prep_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)));
