@@ -11,9 +11,11 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/
 # profile one. PACK mode (CLEF_BENCH_PACK, e.g. PACK=1000x7): per launch form 32 launches of each
 # kernel (2 warm-up, 20 timed, 10 split); the packed default (longest first, one CTA an SM) is the
 # fourth form: its prep, scan and output of launch 98.
-if [ -n "${PACK:-}" ]; then mode=(CLEF_BENCH_PACK="$PACK"); skip=294; else mode=(CLEF_BENCH_T="${T:-5661}"); skip=6; fi
+# With CLEF_GDN_FUSED=1 (packs only) a launch is two kernels, prep and fused_kernel.
+k=3; [ "${CLEF_GDN_FUSED:-}" = 1 ] && [ -n "${PACK:-}" ] && k=2
+if [ -n "${PACK:-}" ]; then mode=(CLEF_BENCH_PACK="$PACK"); skip=$((98 * k)); else mode=(CLEF_BENCH_T="${T:-5661}"); skip=6; fi
 env "${mode[@]}" CLEF_BENCH_SKIP_CHECK=1 "$NCU" --clock-control none \
-  --kernel-name regex:"prep_kernel|scan_kernel|output_kernel" --launch-skip $skip --launch-count 3 \
+  --kernel-name regex:"prep_kernel|scan_kernel|output_kernel|fused_kernel" --launch-skip $skip --launch-count $k \
   --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
   --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section MemoryWorkloadAnalysis_Tables --section SourceCounters --section InstructionStats \
