@@ -238,7 +238,7 @@ TEST(GdnLaunch, ChainTermsEachMatchTheRecurrence) {
   }
 }
 
-// The fused core (work in progress, TcLaunch::fused; perf-log v24, v25d): o against the exact
+// The fused core (opt-in, TcLaunch::fused; perf-log v25d, v26a): o against the exact
 // recurrence as the three kernels' (single sequences and a packed batch with short and boundary
 // lengths), y with the fused gated norm against the three kernels' y, and both sequence orders
 // bit for bit (a sequence's work does not depend on which block runs it).

@@ -98,8 +98,9 @@ bool gdn_scan_prefetch();
 // Whether a packed scan takes 64 value columns a CTA instead of 32 (unless CLEF_GDN_SCAN_NT=4;
 // perf-log v25b). Never changes a value.
 bool gdn_scan_wide();
-// Whether the tensor-core path runs the fused core (work in progress: prep's T' and P, then one
-// kernel a (sequence, value head) to o) where CLEF_GDN_FUSED=1 and it applies; off by default.
+// Whether a packed tensor-core grid runs the fused core (prep's T' and P, then one kernel a
+// (sequence, value head) to o) where it applies: CLEF_GDN_FUSED=1, off by default (perf-log v26b).
+// Changes the bits.
 bool gdn_fused();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the

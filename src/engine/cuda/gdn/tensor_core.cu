@@ -1207,7 +1207,7 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   }
 }
 
-// ---- fused core (work in progress, CLEF_GDN_FUSED=1; perf-log v24, v25d): grid (Hv, sequences),
+// ---- fused core (opt-in, CLEF_GDN_FUSED=1; perf-log v25d, v26a-b): grid (Hv, sequences),
 // one CTA a (sequence, value head) walking its chunks with the state in registers, after
 // prep_kernel<true> has stored each chunk's T' = Tm diag(beta) and P. Per chunk, with
 // R = Xv - diag(e^gamma rk) (Xk S):
@@ -1283,7 +1283,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const int h = blockIdx.x, kh = h / (Hv / Hk);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int grp = warp / 4, wi = warp % 4, g = lane / 4, t = lane % 4;
-  const int c0 = 64 * grp;    // the group's value columns
+  const int c0 = 64 * grp;  // the group's value columns
   // The row tile of the row products: group 1 takes them in reverse, so that the two warps on
   // each SM sub-partition (warps w and w + 4) hold tiles k and 3 - k, the same share of the
   // triangular T' R and P Vn products (one order left SP 3 four times SP 0's share).
@@ -1788,7 +1788,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // The L2 requests were measured on packs only (perf-log v25c): one sequence (a C1 request) runs
   // the scan as before them.
   const bool prefetch = n_seqs > 1 && gdn_scan_prefetch();
-  // The fused core (work in progress): prep's T' and P, then one kernel to o (or y).
+  // The fused core (opt-in; perf-log v26b): prep's T' and P, then one kernel to o (or y).
   // By the process's choice for packed grids only: one sequence has 32 CTAs walking its whole
   // chain (H100, 361 tokens: 73 us against 49 us for the three kernels).
   const bool fused = (how.fused == 1 || (how.fused == 0 && n_seqs > 1 && gdn_fused())) &&

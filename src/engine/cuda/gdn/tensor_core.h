@@ -26,7 +26,7 @@ namespace clef::engine::cuda::gdn {
 // (at most ~56 KiB per block).
 bool tc_supported(int dk, int dv);
 
-// The fused core (work in progress; perf-log v24, v25d): dk = dv = 128, the tensor-core path, and
+// The fused core (opt-in; perf-log v25d, v26a-b): dk = dv = 128, the tensor-core path, and
 // the device grants its ~195 KiB of shared memory per block.
 bool fused_supported(int dk, int dv);
 
@@ -60,7 +60,7 @@ struct TcLaunch {
   // the scan's n8 column tiles a CTA for a packed grid at one CTA an SM: 0 the process's choice
   // (8 unless CLEF_GDN_SCAN_NT=4), 4 or 8 (the same bits either way)
   int scan_nt = 0;
-  // the fused core (work in progress, fused_kernel): 0 the process's choice (CLEF_GDN_FUSED=1), 1
+  // the fused core (opt-in, fused_kernel): 0 the process's choice (CLEF_GDN_FUSED=1), 1
   // on where fused_supported, -1 off (changes the bits)
   int fused = 0;
 };
