@@ -1028,6 +1028,16 @@ __device__ __forceinline__ void times_frag_b(float (&acc)[2][4][4], const bf16* 
   }
 }
 
+// y at a pair of columns of one row from o (x0, x1, already rounded to bf16), the row's 1 / rms,
+// the norm's weights and z (a bf16 pair), at gated_rms_norm's element-wise rounding points.
+__device__ __forceinline__ __nv_bfloat162 gated_norm_pair(float x0, float x1, float rs, float2 w,
+                                                          uint32_t z) {
+  const float n0 = rnd<bf16>(x0 * rs), n1 = rnd<bf16>(x1 * rs);
+  const float zw0 = rnd<bf16>(w.x * n0), zw1 = rnd<bf16>(w.y * n1);
+  return __floats2bfloat162_rn(zw0 * silu_rounded_to<bf16>(bf16_lo(z)),
+                               zw1 * silu_rounded_to<bf16>(bf16_hi(z)));
+}
+
 // The gated RMSNorm epilogue (kNorm, GdnGatedNorm), after every warp has stored its O columns,
 // rounded to bf16 where the reference materialises o, into Os ([C][kLdx] bf16): warp w normalises
 // rows w, w + 8, ... (the sum of squares by shuffles over the row's dv values) and writes y to o
@@ -1064,11 +1074,8 @@ __device__ __forceinline__ void gated_norm_rows(const bf16* Os, const GdnGatedNo
     for (int p = 0; p < kPairs; ++p) {
       const int c = 2 * (lane + 32 * p);
       if (c >= dv) continue;
-      const float n0 = rnd<bf16>(x[p].x * rs), n1 = rnd<bf16>(x[p].y * rs);
-      const float zw0 = rnd<bf16>(w[p].x * n0), zw1 = rnd<bf16>(w[p].y * n1);
-      const float z0 = __uint_as_float(z[p] << 16), z1 = __uint_as_float(z[p] & 0xffff0000u);
       *reinterpret_cast<__nv_bfloat162*>(o + (row * Hv + h) * dv + c) =
-          __floats2bfloat162_rn(zw0 * silu_rounded_to<bf16>(z0), zw1 * silu_rounded_to<bf16>(z1));
+          gated_norm_pair(x[p].x, x[p].y, rs, w[p], z[p]);
     }
   }
 }
@@ -1213,13 +1220,15 @@ __global__ void __launch_bounds__(kOutThreads, 3)
 // R = Xv - diag(e^gamma rk) (Xk S):
 //   Vn = T' R,  O = diag(e^gamma rq) (Xq S) + P Vn,  S' = e^{gamma_C} S + Xk^T diag(F) Vn,
 // (Vn = U - W S of the three-kernel path, regrouped so that W and U are never formed). Two groups
-// of four warps, one per 64 value columns; warp wi of a group owns chunk rows 16 wi .. +15 of the
-// row products and the state's dk row tiles wi and wi + 4. The state enters the products in one
-// bf16 term (v25a: within the bf16 bound), R, T' and P in two, Vn for P Vn in one (as the output
-// kernel), diag(F) Vn in two (as the scan). The chunk's Xq, Xk and row factors are copied one chunk
-// ahead (two slots); T' and P at the chunk's start, waited for only before their products.
+// of four warps, one per 64 value columns; warp wi of a group owns a chunk row tile of the
+// row products (rt below) and the state's dk row tiles wi and wi + 4. The state enters the products
+// in one bf16 term (v25a: within the bf16 bound), R, T' and P in two, Vn for P Vn in one (as the
+// output kernel), diag(F) Vn in two (as the scan). The chunk's Xq, Xk and row factors are copied
+// one chunk ahead (two slots); T' and P at the chunk's start, waited for only before their
+// products.
 constexpr int kFusedThreads = 256;
-constexpr int kFLd = 72;     // bf16 row stride of the 64-column operands (nine 16-byte units)
+// bf16 row stride of the 64-column operands: the 64-column scan's (times_terms reads them).
+constexpr int kFLd = scan_ld<8>();
 constexpr int kTLd = C + 4;  // fp32 row stride of T' and P (as prep's Tm)
 struct FusedSmem {
   bf16* Xq;    // [2 slots][C][kLdx]
@@ -1491,16 +1500,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     for (int kk = 0; kk <= rt; ++kk) {
       uint32_t ah[4], al[4];
       fp32_a_terms(sm.Pp, rt, kk, lane, ah, al);
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bv[4];
-        ldmatrix_x4_trans(bv, Vb + b_pair_offset(16 * kk, np, kFLd, lane));
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          mma_bf16(qs[2 * np + q], ah, bv[2 * q], bv[2 * q + 1]);
-          mma_bf16(qs[2 * np + q], al, bv[2 * q], bv[2 * q + 1]);
-        }
-      }
+      times_terms<8, true>(qs, ah, al, Vb, 16 * kk, lane);
     }
     if constexpr (kNorm) {
       // y = (RMSNorm(o) w) silu(z) over dv = both groups' columns, gated_rms_norm's rounding
@@ -1528,13 +1528,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
         const float rs = rsqrtf((sm.ss[i] + sm.ss[C + i]) / static_cast<float>(dv) + nrm.eps);
         bf16* y = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + c0 + 2 * t;
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const float n0 = rnd<bf16>(qs[n][2 * hr] * rs), n1 = rnd<bf16>(qs[n][2 * hr + 1] * rs);
-          const float zw0 = rnd<bf16>(wn[n].x * n0), zw1 = rnd<bf16>(wn[n].y * n1);
+        for (int n = 0; n < 8; ++n)
           *reinterpret_cast<__nv_bfloat162*>(y + 8 * n) =
-              __floats2bfloat162_rn(zw0 * silu_rounded_to<bf16>(bf16_lo(zz[hr][n])),
-                                    zw1 * silu_rounded_to<bf16>(bf16_hi(zz[hr][n])));
-        }
+              gated_norm_pair(qs[n][2 * hr], qs[n][2 * hr + 1], rs, wn[n], zz[hr][n]);
       }
     } else {
 #pragma unroll
