@@ -247,8 +247,8 @@ TEST(GdnLaunch, FusedCoreMatchesTheRecurrence) {
   if (!gdn::fused_supported(128, 128)) GTEST_SKIP() << "no fused GDN core on this device";
   auto rng = fresh_rng();
   const Shape sh{16, 32, 128, 128};
-  const gdn::TcLaunch plain{0, 1, 0, 0, 0, 0, 0, -1}, fused{0, 1, 0, 0, 0, 0, 0, 1},
-      fused_longest{1, 1, 0, 1, 0, 0, 0, 1};
+  const gdn::TcLaunch plain{0, 1, 0, 0, 0, 0, 0, -1}, fused{0, 1, 0, 0, 0, 0, 0, 1, 2},
+      fused_longest{1, 1, 0, 1, 0, 0, 0, 1, 2}, fused16{0, 1, 0, 0, 0, 0, 0, 1, 4};
   auto check = [&](const GdnTestInputs& in, int T, int slots, const GdnSequences* seqs,
                    const std::vector<float>& expect) {
     const auto three = run_form(in, sh, T, slots, seqs, nullptr, plain);
@@ -263,10 +263,17 @@ TEST(GdnLaunch, FusedCoreMatchesTheRecurrence) {
     size_t differ = 0;
     for (size_t i = 0; i < one.size(); ++i) differ += one[i] != again[i];
     EXPECT_EQ(differ, 0u) << "fused core: slot order vs longest first";
+    // Sixteen warps (four column groups): every column's sums in the same order, the same o.
+    const auto wide = run_form(in, sh, T, slots, seqs, nullptr, fused16);
+    differ = 0;
+    for (size_t i = 0; i < one.size(); ++i) differ += one[i] != wide[i];
+    EXPECT_EQ(differ, 0u) << "fused core: four column groups vs two";
     const NormOperands nrm(rng, T, sh);
     const auto y3 = run_form(in, sh, T, slots, seqs, &nrm.args, plain);
     const auto y1 = run_form(in, sh, T, slots, seqs, &nrm.args, fused);
     CLEF_EXPECT_CLOSE(widen(y1), widen(y3), 2e-2);
+    const auto y4 = run_form(in, sh, T, slots, seqs, &nrm.args, fused16);
+    CLEF_EXPECT_CLOSE(widen(y4), widen(y3), 2e-2);
   };
   for (int T : {64, 961}) {
     SCOPED_TRACE("one sequence of " + std::to_string(T));

@@ -95,6 +95,11 @@ bool gdn_fused() {
   return on;
 }
 
+int gdn_fused_groups() {
+  static const int groups = env_is("CLEF_GDN_FUSED_GROUPS", "4") ? 4 : 2;
+  return groups;
+}
+
 bool gdn_fuses_gated_norm(int dk, int dv, bool bf16, KernelPath path) {
   return use_tc(dk, dv, bf16, path) &&
          !(gdn_scan_output_by_default() && gdn::tc_scan_output_supported(dk, dv));

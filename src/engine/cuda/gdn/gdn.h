@@ -102,6 +102,9 @@ bool gdn_scan_wide();
 // (sequence, value head) to o) where it applies: CLEF_GDN_FUSED=1, off by default (perf-log v26b).
 // Changes the bits.
 bool gdn_fused();
+// The fused core's value-column groups: 4 (sixteen warps a CTA) where CLEF_GDN_FUSED_GROUPS=4,
+// else 2. o has the same bits either way; y's row sums of squares are added in another order.
+int gdn_fused_groups();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the
 // default output mode is not InScan: the engine then runs the separate gated norm).

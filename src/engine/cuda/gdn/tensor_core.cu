@@ -1219,27 +1219,37 @@ __global__ void __launch_bounds__(kOutThreads, 3)
 // prep_kernel<true> has stored each chunk's T' = Tm diag(beta) and P. Per chunk, with
 // R = Xv - diag(e^gamma rk) (Xk S):
 //   Vn = T' R,  O = diag(e^gamma rq) (Xq S) + P Vn,  S' = e^{gamma_C} S + Xk^T diag(F) Vn,
-// (Vn = U - W S of the three-kernel path, regrouped so that W and U are never formed). Two groups
-// of four warps, one per 64 value columns; warp wi of a group owns a chunk row tile of the
-// row products (rt below) and the state's dk row tiles wi and wi + 4. The state enters the products
-// in one bf16 term (v25a: within the bf16 bound), R, T' and P in two, Vn for P Vn in one (as the
-// output kernel), diag(F) Vn in two (as the scan). The chunk's Xq, Xk and row factors are copied
-// one chunk ahead (two slots); T' and P at the chunk's start, waited for only before their
-// products.
-constexpr int kFusedThreads = 256;
-// bf16 row stride of the 64-column operands: the 64-column scan's (times_terms reads them).
-constexpr int kFLd = scan_ld<8>();
+// (Vn = U - W S of the three-kernel path, regrouped so that W and U are never formed). NG groups
+// of four warps, one per 128 / NG value columns; warp wi of a group owns a chunk row tile of the
+// row products and the state's dk row tiles wi and wi + 4. The state enters the products in one
+// bf16 term (v25a: within the bf16 bound), R, T' and P in two, Vn for P Vn in one (as the output
+// kernel), diag(F) Vn in two (as the scan). The chunk's Xq, Xk and row factors are copied one chunk
+// ahead (two slots); T' and P at the chunk's start, waited for only before their products.
+// NG column groups of 128 / NG value columns (2: the first form; 4: sixteen warps, half the work a
+// warp and four warps a scheduler, perf-log v26b's lever 1).
+template <int NG>
+constexpr int fused_threads() {
+  return 128 * NG;
+}
+// bf16 row stride of a group's column operands: the scan's at the same width (times_terms reads
+// them).
+template <int NG>
+constexpr int fused_ld() {
+  return scan_ld<kMaxHeadDim / NG / 8>();
+}
 constexpr int kTLd = C + 4;  // fp32 row stride of T' and P (as prep's Tm)
+template <int NG>
 struct FusedSmem {
+  static constexpr int kFLd = fused_ld<NG>();
   bf16* Xq;    // [2 slots][C][kLdx]
   bf16* Xk;    // [2 slots][C][kLdx]
   float* Tp;   // [C][kTLd]
   float* Pp;   // [C][kTLd]
   float* vec;  // [2 slots][gamma, F, rq, rk][C]
-  bf16* Sb;    // [2 groups][kMaxHeadDim][kFLd] the state, one term
-  bf16* Rh;    // [2 groups][hi, lo][C][kFLd] R, then diag(F) Vn
-  bf16* Vb;    // [2 groups][C][kFLd] Vn
-  float* ss;   // [2 groups][C] the gated norm's sums of squares over each group's columns
+  bf16* Sb;    // [NG groups][kMaxHeadDim][kFLd] the state, one term
+  bf16* Rh;    // [NG groups][hi, lo][C][kFLd] R, then diag(F) Vn
+  bf16* Vb;    // [NG groups][C][kFLd] Vn
+  float* ss;   // [NG groups][C] the gated norm's sums of squares over each group's columns
   __device__ explicit FusedSmem(void* p) {
     Xq = static_cast<bf16*>(p);
     Xk = Xq + 2 * C * kLdx;
@@ -1247,13 +1257,14 @@ struct FusedSmem {
     Pp = Tp + C * kTLd;
     vec = Pp + C * kTLd;
     Sb = reinterpret_cast<bf16*>(vec + 2 * 4 * C);
-    Rh = Sb + 2 * kMaxHeadDim * kFLd;
-    Vb = Rh + 2 * 2 * C * kFLd;
-    ss = reinterpret_cast<float*>(Vb + 2 * C * kFLd);
+    Rh = Sb + NG * kMaxHeadDim * kFLd;
+    Vb = Rh + NG * 2 * C * kFLd;
+    ss = reinterpret_cast<float*>(Vb + NG * C * kFLd);
   }
   static constexpr size_t bytes() {
-    return sizeof(bf16) * (4 * C * kLdx + 2 * kMaxHeadDim * kFLd + 4 * C * kFLd + 2 * C * kFLd) +
-           sizeof(float) * (2 * C * kTLd + 8 * C + 2 * C);
+    return sizeof(bf16) *
+               (4 * C * kLdx + NG * kMaxHeadDim * kFLd + NG * 2 * C * kFLd + NG * C * kFLd) +
+           sizeof(float) * (2 * C * kTLd + 8 * C + NG * C);
   }
 };
 
@@ -1280,23 +1291,25 @@ __device__ __forceinline__ void fp32_a_terms(const float* M, int tm, int kk, int
   al[0] = p0[1], al[1] = p1[1], al[2] = p2[1], al[3] = p3[1];
 }
 
-template <bool kNorm>
-__global__ void __launch_bounds__(kFusedThreads, 1)
+template <bool kNorm, int NG>
+__global__ void __launch_bounds__(fused_threads<NG>(), 1)
     fused_kernel(const bf16* __restrict__ xq, const bf16* __restrict__ xk,
                  const bf16* __restrict__ xv, const float* __restrict__ rq,
                  const float* __restrict__ rk, ChunkMap map, int Tc, int Hk, int Hv, Ws ws,
                  GdnGatedNorm nrm, bf16* __restrict__ o, bool longest) {
   constexpr int dk = kMaxHeadDim, dv = kMaxHeadDim;  // fused_supported: 128 x 128 only
+  constexpr int kT = fused_threads<NG>(), kFLd = fused_ld<NG>();
+  constexpr int NCOL = dv / NG, NT = NCOL / 8, NP = NT / 2;  // a group's columns, n8 tiles, pairs
   extern __shared__ __align__(128) float smem[];
-  const FusedSmem sm(smem);
+  const FusedSmem<NG> sm(smem);
   const int h = blockIdx.x, kh = h / (Hv / Hk);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int grp = warp / 4, wi = warp % 4, g = lane / 4, t = lane % 4;
-  const int c0 = 64 * grp;  // the group's value columns
-  // The row tile of the row products: group 1 takes them in reverse, so that the two warps on
-  // each SM sub-partition (warps w and w + 4) hold tiles k and 3 - k, the same share of the
+  const int c0 = NCOL * grp;  // the group's value columns
+  // The row tile of the row products: odd groups take them in reverse, so that the warps on each
+  // SM sub-partition (warps w, w + 4, ...) hold tiles k and 3 - k alike, the same share of the
   // triangular T' R and P Vn products (one order left SP 3 four times SP 0's share).
-  const int rt = grp ? 3 - wi : wi;
+  const int rt = (grp & 1) ? 3 - wi : wi;
   const int r = 16 * rt + g;  // this lane's chunk rows r and r + 8 in the row products
   int first, nC;
   map.sequence(longest ? map.longest_first(blockIdx.y, gridDim.y) : blockIdx.y, Tc / C, first, nC);
@@ -1312,7 +1325,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     const size_t stride = static_cast<size_t>(Hk) * dk;
     const bf16* sq = xq + (static_cast<size_t>(t0) * Hk + kh) * dk;
     const bf16* sk = xk + (static_cast<size_t>(t0) * Hk + kh) * dk;
-    for (int e = tid; e < C * (dk / 8); e += kFusedThreads) {
+    for (int e = tid; e < C * (dk / 8); e += kT) {
       const int i = e / (dk / 8), cc = (e % (dk / 8)) * 8;
       const bool in = i < valid;
       cp_async16(dq + i * kLdx + cc, in ? sq + i * stride + cc : sq, in ? 16 : 0);
@@ -1334,7 +1347,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   auto load_tp = [&](int c) {  // chunk c's T' and P (one buffer; no commit)
     const float* src =
         ws.W + (static_cast<size_t>(h) * Tc + static_cast<size_t>(first + c) * C) * dk;
-    for (int e = tid; e < 2 * C * (C / 4); e += kFusedThreads) {
+    for (int e = tid; e < 2 * C * (C / 4); e += kT) {
       const int m = e / (C * C / 4), i = (e / (C / 4)) % C, cc = (e % (C / 4)) * 4;
       cp_async16((m ? sm.Pp : sm.Tp) + i * kTLd + cc, src + m * C * C + i * C + cc, 16);
     }
@@ -1350,6 +1363,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     if (tid == 0)
       prefetch_l2(ws.W + (static_cast<size_t>(h) * Tc + static_cast<size_t>(first + c) * C) * dk,
                   static_cast<unsigned>(2 * C * C * sizeof(float)));
+    if (tid >= 4 * C) return;
     const int i = (tid / 2) % C, half = tid % 2;
     if (i >= validn) return;
     const bf16* p = nullptr;
@@ -1359,11 +1373,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       p = nrm.z + static_cast<size_t>(t0n + i) * nrm.ldz + h * dv + 64 * half;
     if (p) asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
   };
-  float s[2][8][4] = {};  // S[dk row tiles wi, wi + 4][the group's 64 columns], fp32
-  float2 wn[8];           // the norm's weights at this lane's columns
+  float s[2][NT][4] = {};  // S[dk row tiles wi, wi + 4][the group's columns], fp32
+  float2 wn[NT];           // the norm's weights at this lane's columns
   if constexpr (kNorm) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) wn[n] = ldg2(nrm.w + c0 + 8 * n + 2 * t);
+    for (int n = 0; n < NT; ++n) wn[n] = ldg2(nrm.w + c0 + 8 * n + 2 * t);
   }
   bf16* const Sb = sm.Sb + grp * kMaxHeadDim * kFLd;
   bf16* const Rh = sm.Rh + grp * 2 * C * kFLd;
@@ -1394,19 +1408,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     for (int mi = 0; mi < 2; ++mi) {
       const int d = 16 * (wi + 4 * mi) + g;
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
+      for (int n = 0; n < NT; ++n) {
         *reinterpret_cast<uint32_t*>(Sb + d * kFLd + 8 * n + 2 * t) =
             pack_bf16(s[mi][n][0], s[mi][n][1]);
         *reinterpret_cast<uint32_t*>(Sb + (d + 8) * kFLd + 8 * n + 2 * t) =
             pack_bf16(s[mi][n][2], s[mi][n][3]);
       }
     }
-    uint32_t xvv[2][8];  // Xv at this lane's rows and columns, in flight during the products
+    uint32_t xvv[2][NT];  // Xv at this lane's rows and columns, in flight during the products
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int i = r + 8 * hr;
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < NT; ++n)
         xvv[hr][n] =
             i < valid ? __ldg(reinterpret_cast<const unsigned int*>(
                             xv + (static_cast<size_t>(t0 + i) * Hv + h) * dv + c0 + 8 * n + 2 * t))
@@ -1414,14 +1428,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
     group_sync(grp);
     // KS = Xk S and QS = Xq S for rows r.., sharing each B fragment of S.
-    float ks[8][4] = {}, qs[8][4] = {};
+    float ks[NT][4] = {}, qs[NT][4] = {};
 #pragma unroll
     for (int kg = 0; kg < dk / 16; ++kg) {
       uint32_t ak[4], aq[4];
       ldmatrix_x4(ak, Xk + (16 * rt + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
       ldmatrix_x4(aq, Xq + (16 * rt + lane % 16) * kLdx + 16 * kg + 8 * (lane / 16));
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
+      for (int np = 0; np < NP; ++np) {
         uint32_t bb[4];
         ldmatrix_x4_trans(bb, Sb + b_pair_offset(16 * kg, np, kFLd, lane));
 #pragma unroll
@@ -1437,19 +1451,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       const int i = r + 8 * hr;
       const float a = __expf(gam[i]) * rks[i];
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < NT; ++n)
         put_terms(Rh, Rl, i * kFLd + 8 * n + 2 * t, bf16_lo(xvv[hr][n]) - a * ks[n][2 * hr],
                   bf16_hi(xvv[hr][n]) - a * ks[n][2 * hr + 1]);
     }
     cp_async_wait<1>();  // this thread's copies of T' and P
     __syncthreads();     // everyone's, and R of both groups
-    uint32_t zz[2][8];   // z for the gated norm, in flight during Vn and O
+    uint32_t zz[2][NT];  // z for the gated norm, in flight during Vn and O
     if constexpr (kNorm) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int i = r + 8 * hr;
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+        for (int n = 0; n < NT; ++n)
           zz[hr][n] = i < valid ? __ldg(reinterpret_cast<const unsigned int*>(
                                       nrm.z + static_cast<size_t>(t0 + i) * nrm.ldz + h * dv + c0 +
                                       8 * n + 2 * t))
@@ -1457,12 +1471,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       }
     }
     // Vn = T' R for rows r.. (T' lower triangular: k16 steps 0 .. rt), two terms by two.
-    float vn[8][4] = {};
+    float vn[NT][4] = {};
     for (int kk = 0; kk <= rt; ++kk) {
       uint32_t ah[4], al[4];
       fp32_a_terms(sm.Tp, rt, kk, lane, ah, al);
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
+      for (int np = 0; np < NP; ++np) {
         uint32_t bh[4], bl[4];
         const int off = b_pair_offset(16 * kk, np, kFLd, lane);
         ldmatrix_x4_trans(bh, Rh + off);
@@ -1482,7 +1496,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       const int i = r + 8 * hr;
       const float f = F[i];
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
+      for (int n = 0; n < NT; ++n) {
         const int off = i * kFLd + 8 * n + 2 * t;
         *reinterpret_cast<uint32_t*>(Vb + off) = pack_bf16(vn[n][2 * hr], vn[n][2 * hr + 1]);
         put_terms(Rh, Rl, off, f * vn[n][2 * hr], f * vn[n][2 * hr + 1]);
@@ -1495,21 +1509,21 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       const int i = r + 8 * hr;
       const float qf = __expf(gam[i]) * rqs[i];
 #pragma unroll
-      for (int n = 0; n < 8; ++n) qs[n][2 * hr] *= qf, qs[n][2 * hr + 1] *= qf;
+      for (int n = 0; n < NT; ++n) qs[n][2 * hr] *= qf, qs[n][2 * hr + 1] *= qf;
     }
     for (int kk = 0; kk <= rt; ++kk) {
       uint32_t ah[4], al[4];
       fp32_a_terms(sm.Pp, rt, kk, lane, ah, al);
-      times_terms<8, true>(qs, ah, al, Vb, 16 * kk, lane);
+      times_terms<NT, true>(qs, ah, al, Vb, 16 * kk, lane);
     }
     if constexpr (kNorm) {
-      // y = (RMSNorm(o) w) silu(z) over dv = both groups' columns, gated_rms_norm's rounding
-      // points (gdn.h GdnGatedNorm); each row's sum of squares in two halves through smem.
+      // y = (RMSNorm(o) w) silu(z) over dv = all groups' columns, gated_rms_norm's rounding
+      // points (gdn.h GdnGatedNorm); each row's sum of squares in NG parts through smem.
       float ssum[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
+        for (int n = 0; n < NT; ++n) {
           const float x0 = rnd<bf16>(qs[n][2 * hr]), x1 = rnd<bf16>(qs[n][2 * hr + 1]);
           qs[n][2 * hr] = x0, qs[n][2 * hr + 1] = x1;
           ssum[hr] += x0 * x0 + x1 * x1;
@@ -1525,10 +1539,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       for (int hr = 0; hr < 2; ++hr) {
         const int i = r + 8 * hr;
         if (i >= valid) continue;
-        const float rs = rsqrtf((sm.ss[i] + sm.ss[C + i]) / static_cast<float>(dv) + nrm.eps);
+        float sq = sm.ss[i];
+#pragma unroll
+        for (int q = 1; q < NG; ++q) sq += sm.ss[q * C + i];
+        const float rs = rsqrtf(sq / static_cast<float>(dv) + nrm.eps);
         bf16* y = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + c0 + 2 * t;
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+        for (int n = 0; n < NT; ++n)
           *reinterpret_cast<__nv_bfloat162*>(y + 8 * n) =
               gated_norm_pair(qs[n][2 * hr], qs[n][2 * hr + 1], rs, wn[n], zz[hr][n]);
       }
@@ -1539,7 +1556,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
         if (i >= valid) continue;
         bf16* y = o + (static_cast<size_t>(t0 + i) * Hv + h) * dv + c0 + 2 * t;
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+        for (int n = 0; n < NT; ++n)
           *reinterpret_cast<uint32_t*>(y + 8 * n) = pack_bf16(qs[n][2 * hr], qs[n][2 * hr + 1]);
       }
     }
@@ -1550,7 +1567,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     for (int mi = 0; mi < 2; ++mi) {
       const int mt = wi + 4 * mi;
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[mi][n][i] *= egl;
 #pragma unroll
@@ -1559,7 +1576,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
         ldmatrix_x4_trans(
             a, Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * mt + 8 * ((lane / 8) % 2));
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
+        for (int np = 0; np < NP; ++np) {
           uint32_t bh[4], bl[4];
           const int off = b_pair_offset(16 * kg, np, kFLd, lane);
           ldmatrix_x4_trans(bh, Rh + off);
@@ -1684,7 +1701,8 @@ bool tc_supported(int dk, int dv) {
 
 bool fused_supported(int dk, int dv) {
   return dk == kMaxHeadDim && dv == kMaxHeadDim && tc_supported(dk, dv) &&
-         device_attribute(DeviceAttr::CcMajor) >= 8 && FusedSmem::bytes() <= smem_optin();
+         device_attribute(DeviceAttr::CcMajor) >= 8 &&
+         std::max(FusedSmem<2>::bytes(), FusedSmem<4>::bytes()) <= smem_optin();
 }
 
 bool tc_scan_output_supported(int dk, int dv) {
@@ -1795,12 +1813,20 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
     launch(prep_kernel<true>, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g,
            in.beta, map, Tc, Hk, Hv, dk, dv, ws, in.xq, in.rq);
     if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
-    auto* fk = norm ? fused_kernel<true> : fused_kernel<false>;
-    constexpr size_t fs = FusedSmem::bytes();
-    CLEF_CUDA_CHECK(cudaFuncSetAttribute(fk, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(fs)));
-    launch(fk, dim3(Hv, n_seqs), kFusedThreads, fs, s, pdl && !between, in.xq, in.xk, in.xv, in.rq,
-           in.rk, map, Tc, Hk, Hv, ws, norm ? *norm : GdnGatedNorm{}, o, longest);
+    const int groups = how.fused_groups ? how.fused_groups : gdn_fused_groups();
+    auto go = [&](auto ng) {
+      constexpr int NG = decltype(ng)::value;
+      auto* fk = norm ? fused_kernel<true, NG> : fused_kernel<false, NG>;
+      constexpr size_t fs = FusedSmem<NG>::bytes();
+      CLEF_CUDA_CHECK(cudaFuncSetAttribute(fk, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(fs)));
+      launch(fk, dim3(Hv, n_seqs), fused_threads<NG>(), fs, s, pdl && !between, in.xq, in.xk, in.xv,
+             in.rq, in.rk, map, Tc, Hk, Hv, ws, norm ? *norm : GdnGatedNorm{}, o, longest);
+    };
+    if (groups == 4)
+      go(std::integral_constant<int, 4>{});
+    else
+      go(std::integral_constant<int, 2>{});
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }

@@ -63,6 +63,10 @@ struct TcLaunch {
   // the fused core (opt-in, fused_kernel): 0 the process's choice (CLEF_GDN_FUSED=1), 1
   // on where fused_supported, -1 off (changes the bits)
   int fused = 0;
+  // the fused core's column groups: 0 the process's choice (4 where CLEF_GDN_FUSED_GROUPS=4, else
+  // 2), 2 (eight warps) or 4 (sixteen warps): o the same bits, y's row sums of squares added in
+  // another order
+  int fused_groups = 0;
 };
 
 // The sequence slot each block z of a packed scan grid takes when it runs longest first (ChunkMap::
