@@ -285,7 +285,7 @@ int32_t* CudaEngineImpl::pinned_staging(size_t ints) {
 
 size_t CudaEngineImpl::table_ints(const PackTables& t) {
   return t.positions.size() + t.chunk_row0.size() + t.chunk_valid.size() + t.seq_chunk0.size() +
-         t.tiles.size();
+         t.tiles.size() + 1;  // + the GDN core flag
 }
 
 void CudaEngineImpl::run_packed(const int32_t* padded_ids, const PackTables& t, int32_t* staging) {
@@ -311,6 +311,11 @@ PackView CudaEngineImpl::upload_pack(const int32_t* padded_ids, const PackTables
   upload(a.chunk_valid, t.chunk_valid);
   upload(a.seq_chunk0, t.seq_chunk0);
   upload(a.tiles, t.tiles);
+  // Which GDN core this pack runs where the process picks per pack (gdn/core_choice.h); read by
+  // the captured kernels of both cores.
+  upload(
+      a.gdn_core,
+      {gdn_fused_pays(t.seq_chunk0, cfg_.linear_num_value_heads, sm_count_, gdn_costs_) ? 1 : 0});
   return pack_view(t.rows, t.seq_slots);
 }
 
@@ -329,7 +334,8 @@ PackView CudaEngineImpl::pack_view(int Tp, int seq_slots) const {
   const Activations& a = workspace_->buffers();
   PackView v;
   v.positions = a.positions;
-  v.gdn = {a.chunk_row0, a.chunk_valid, a.seq_chunk0, gdn_chunk_slots(Tp, seq_slots), seq_slots};
+  v.gdn = {a.chunk_row0, a.chunk_valid, a.seq_chunk0, gdn_chunk_slots(Tp, seq_slots),
+           seq_slots,    a.gdn_core};
   v.attn = {a.tiles, attention_tile_slots(Tp, seq_slots, rows_per_tile(Tp))};
   return v;
 }

@@ -16,6 +16,7 @@
 #include "engine/cuda/backbone.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/gdn/core_choice.h"
 #include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/graph_cache.h"
 #include "engine/cuda/joint_head.h"
@@ -134,6 +135,7 @@ class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
   const model::TextConfig& cfg_;
   CudaEngineConfig config_;
   int cc_ = 0, sm_count_ = 0, device_index_ = 0;
+  const GdnCoreCosts gdn_costs_ = gdn_core_costs();  // the per-pack GDN core choice's estimates
   std::string device_, device_name_;
   std::map<std::string, std::string> versions_;  // driver and libraries, read once
   cudaStream_t stream_ = nullptr;

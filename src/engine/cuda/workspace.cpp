@@ -57,6 +57,7 @@ bool Workspace::reserve(int tokens) {
     carve(a_.chunk_row0, chunks * 4);
     carve(a_.chunk_valid, chunks * 4);
     carve(a_.seq_chunk0, (kMaxPackedSequences + 1) * 4);
+    carve(a_.gdn_core, 4);
     carve(a_.tiles, attention_tile_slots(tokens, kMaxPackedSequences, 16) * 16);
     carve(a_.hidden_f32, T * D * 4);
     if (fp8_) {

@@ -44,6 +44,7 @@ struct Activations {
   int32_t* chunk_row0 = nullptr;   // [gdn_chunk_slots(T, kMaxPackedSequences)]
   int32_t* chunk_valid = nullptr;  // same
   int32_t* seq_chunk0 = nullptr;   // [kMaxPackedSequences + 1]
+  int32_t* gdn_core = nullptr;     // [1] GdnSequences::fused
   int32_t* tiles = nullptr;        // [attention_tile_slots(T, kMaxPackedSequences, 16)][4]
   float* hidden_f32 = nullptr;     // fp32 [T, hidden]: final_hidden as float, for dumps
   // FP8 weights only (else null): the next FP8 GEMM's activations as its producer quantised them

@@ -289,5 +289,35 @@ TEST(GdnLaunch, FusedCoreMatchesTheRecurrence) {
   check(c.in, c.T, c.slots, &c.dev.gdn, c.expect);
 }
 
+// Both cores launched per pack (TcLaunch::fused 2, GdnSequences::fused: what a captured packed
+// graph runs where CLEF_GDN_FUSED=auto): the device flag's core gives exactly its own bits and the
+// other core's kernels leave the output alone, o and the fused norm's y alike.
+TEST(GdnLaunch, PerPackCoreRunsTheChosenCoreBitForBit) {
+  CLEF_REQUIRE_GPU();
+  if (!gdn::fused_supported(128, 128)) GTEST_SKIP() << "no fused GDN core on this device";
+  auto rng = fresh_rng();
+  const Shape sh{16, 32, 128, 128};
+  const std::vector<int> lengths{1, 63, 64, 65, 700, 1500};
+  SCOPED_TRACE("lengths " + comma_list(lengths));
+  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  const NormOperands nrm(rng, c.T, sh);
+  const gdn::TcLaunch three{0, 1, 0, 0, 0, 0, 0, -1}, fused{0, 1, 0, 0, 0, 0, 0, 1},
+      per_pack{1, 1, 0, 1, 0, 0, 0, 2};
+  DeviceBuffer flag(sizeof(int32_t));
+  GdnSequences seqs = c.dev.gdn;
+  seqs.fused = flag.get<int32_t>();
+  for (const GdnGatedNorm* norm : {static_cast<const GdnGatedNorm*>(nullptr), &nrm.args}) {
+    for (int32_t choice : {0, 1}) {
+      SCOPED_TRACE(std::string(norm ? "y" : "o") + ", flag " + std::to_string(choice));
+      CLEF_CUDA_CHECK(cudaMemcpy(flag.get(), &choice, sizeof(choice), cudaMemcpyHostToDevice));
+      const auto want = run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, norm, choice ? fused : three);
+      const auto got = run_form(c.in, sh, c.T, c.slots, &seqs, norm, per_pack);
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+      EXPECT_EQ(differ, 0u) << "of " << got.size() << " values";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace clef

@@ -90,9 +90,15 @@ bool gdn_scan_prefetch() {
   return on;
 }
 
+GdnFusedMode gdn_fused_mode() {
+  static const GdnFusedMode mode = env_is("CLEF_GDN_FUSED", "1")   ? GdnFusedMode::On
+                                   : env_is("CLEF_GDN_FUSED", "0") ? GdnFusedMode::Off
+                                                                   : GdnFusedMode::PerPack;
+  return mode;
+}
+
 bool gdn_fused() {
-  static const bool on = env_is("CLEF_GDN_FUSED", "1");
-  return on;
+  return gdn_fused_mode() == GdnFusedMode::On;
 }
 
 int gdn_fused_groups() {

@@ -32,6 +32,10 @@ struct GdnSequences {
   const int32_t* seq_chunk0 = nullptr;  // [seq_slots + 1]
   int chunk_slots = 0;                  // <= gdn_chunk_slots(T, seq_slots)
   int seq_slots = 0;
+  // [1] where the core is chosen per pack (gdn_fused_mode() PerPack, gdn/core_choice.h): 1 the
+  // fused core, 0 the three kernels. Both are launched (so one captured graph serves either) and
+  // the kernels of the one not chosen exit at once. Null: chosen at launch.
+  const int32_t* fused = nullptr;
 };
 
 // Chunk slots that any packing of `sequences` sequences into T rows needs at most.
@@ -98,9 +102,14 @@ bool gdn_scan_prefetch();
 // Whether a packed scan takes 64 value columns a CTA instead of 32 (unless CLEF_GDN_SCAN_NT=4;
 // perf-log v25b). Never changes a value.
 bool gdn_scan_wide();
-// Whether a packed tensor-core grid runs the fused core (prep's T' and P, then one kernel a
-// (sequence, value head) to o) where it applies: CLEF_GDN_FUSED=1, off by default (perf-log v26b).
-// Changes the bits.
+// Which core a packed tensor-core grid runs where the fused core applies (prep's T' and P, then
+// one kernel a (sequence, value head) to o; perf-log v26b-v27): PerPack, the default, the one
+// gdn_fused_pays picks for each pack (GdnSequences::fused); Off the three kernels
+// (CLEF_GDN_FUSED=0); On the fused core (CLEF_GDN_FUSED=1). One sequence always runs the three
+// kernels. The cores round differently: the choice changes the bits.
+enum class GdnFusedMode { Off, On, PerPack };
+GdnFusedMode gdn_fused_mode();
+// gdn_fused_mode() == On.
 bool gdn_fused();
 // The fused core's value-column groups: 4 (sixteen warps a CTA) where CLEF_GDN_FUSED_GROUPS=4,
 // else 2. o has the same bits either way; y's row sums of squares are added in another order.

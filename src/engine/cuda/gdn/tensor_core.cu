@@ -143,6 +143,14 @@ __device__ __forceinline__ void allow_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// A kernel of the core a pack did not choose (ChunkMap::core) leaves at once, but only after its
+// predecessor: the next kernel's programmatic edge is to this one, so this one must not end before
+// everything ahead of it has.
+__device__ __forceinline__ bool skip_core(const ChunkMap& map) {
+  if (!map.core_skipped()) return false;
+  wait_predecessor();
+  return true;
+}
 
 // Two 64-row bf16 tiles by a block of THREADS threads, every load in flight at once: row i of tile
 // X (colsX bf16, colsX % 8 == 0, 16-byte aligned) is at srcX + i * strideX and lands at dstX + i *
@@ -319,6 +327,7 @@ __global__ void __launch_bounds__(kThreads, 4)
                 const float* __restrict__ rk, const float* __restrict__ g,
                 const float* __restrict__ beta, ChunkMap map, int Tc, int Hk, int Hv, int dk,
                 int dv, Ws ws, const bf16* __restrict__ xq, const float* __restrict__ rq) {
+  if (skip_core(map)) return;
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
   int t0, valid;  // the chunk's first input row and rows
@@ -970,6 +979,7 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kgs = dk / 16;
   int first, nC;  // the chunk slots of sequence blockIdx.z; each sequence starts from S = 0
+  if (skip_core(map)) return;
   map.sequence(longest ? map.longest_first(blockIdx.z, gridDim.z) : blockIdx.z, Tc / C, first, nC);
   if (nC <= 0) return;  // an unused sequence slot (the whole CTA leaves before any barrier)
   wait_predecessor();   // prep's W, U, F, G
@@ -1097,6 +1107,7 @@ __global__ void __launch_bounds__(kOutThreads, 3)
                   const float* __restrict__ rq, const float* __restrict__ rk, ChunkMap map, int Tc,
                   int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o) {
   constexpr int NW = kOutThreads / 32;
+  if (skip_core(map)) return;
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h0 = blockIdx.y * NH, kh = h0 / (Hv / Hk), nC = Tc / C;
   int t0, valid;  // the chunk's first input row and rows
@@ -1311,6 +1322,7 @@ __global__ void __launch_bounds__(fused_threads<NG>(), 1)
   // triangular T' R and P Vn products (one order left SP 3 four times SP 0's share).
   const int rt = (grp & 1) ? 3 - wi : wi;
   const int r = 16 * rt + g;  // this lane's chunk rows r and r + 8 in the row products
+  if (skip_core(map)) return;
   int first, nC;
   map.sequence(longest ? map.longest_first(blockIdx.y, gridDim.y) : blockIdx.y, Tc / C, first, nC);
   if (nC <= 0) return;
@@ -1802,17 +1814,30 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // The L2 requests were measured on packs only (perf-log v25c): one sequence (a C1 request) runs
   // the scan as before them.
   const bool prefetch = n_seqs > 1 && gdn_scan_prefetch();
-  // The fused core (opt-in; perf-log v26b): prep's T' and P, then one kernel to o (or y).
-  // By the process's choice for packed grids only: one sequence has 32 CTAs walking its whole
-  // chain (H100, 361 tokens: 73 us against 49 us for the three kernels).
-  const bool fused = (how.fused == 1 || (how.fused == 0 && n_seqs > 1 && gdn_fused())) &&
-                     !scan_output && fused_supported(dk, dv);
-  if (fused) {
+  // The fused core (perf-log v26b-v27): prep's T' and P, then one kernel to o (or y). By the
+  // process's choice for packed grids only: one sequence has 32 CTAs walking its whole chain
+  // (H100, 361 tokens: 73 us against 49 us for the three kernels). Per pack (GdnSequences::fused):
+  // both cores are launched, prep<true>, prep<false>, fused, scan, output, and the kernels of the
+  // one the device flag does not name exit at once.
+  const bool fusable = !scan_output && fused_supported(dk, dv);
+  const bool per_pack =
+      fusable && seqs && seqs->fused && n_seqs > 1 &&
+      (how.fused == 2 || (how.fused == 0 && gdn_fused_mode() == GdnFusedMode::PerPack));
+  const bool fused =
+      fusable && !per_pack && (how.fused == 1 || (how.fused == 0 && n_seqs > 1 && gdn_fused()));
+  ChunkMap mf = map, m3 = map;  // the fused core's kernels' map, the three kernels'
+  if (per_pack) {
+    mf.core = m3.core = seqs->fused;
+    mf.core_runs_if = 1;
+    m3.core_runs_if = 0;
+  }
+  if (fused || per_pack) {
     CLEF_CUDA_CHECK(cudaFuncSetAttribute(
         prep_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)));
     launch(prep_kernel<true>, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g,
-           in.beta, map, Tc, Hk, Hv, dk, dv, ws, in.xq, in.rq);
-    if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
+           in.beta, mf, Tc, Hk, Hv, dk, dv, ws, in.xq, in.rq);
+  }
+  auto launch_fused = [&](bool edge) {
     const int groups = how.fused_groups ? how.fused_groups : gdn_fused_groups();
     auto go = [&](auto ng) {
       constexpr int NG = decltype(ng)::value;
@@ -1820,32 +1845,39 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
       constexpr size_t fs = FusedSmem<NG>::bytes();
       CLEF_CUDA_CHECK(cudaFuncSetAttribute(fk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(fs)));
-      launch(fk, dim3(Hv, n_seqs), fused_threads<NG>(), fs, s, pdl && !between, in.xq, in.xk, in.xv,
-             in.rq, in.rk, map, Tc, Hk, Hv, ws, norm ? *norm : GdnGatedNorm{}, o, longest);
+      launch(fk, dim3(Hv, n_seqs), fused_threads<NG>(), fs, s, edge, in.xq, in.xk, in.xv, in.rq,
+             in.rk, mf, Tc, Hk, Hv, ws, norm ? *norm : GdnGatedNorm{}, o, longest);
     };
     if (groups == 4)
       go(std::integral_constant<int, 4>{});
     else
       go(std::integral_constant<int, 2>{});
+  };
+  if (fused) {
+    if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
+    launch_fused(pdl && !between);
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
   launch(prep_kernel<false>, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta,
-         map, Tc, Hk, Hv, dk, dv, ws, static_cast<const bf16*>(nullptr),
+         m3, Tc, Hk, Hv, dk, dv, ws, static_cast<const bf16*>(nullptr),
          static_cast<const float*>(nullptr));
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
+  if (per_pack) launch_fused(pdl && !between);
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
-    launch_scan(in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
+    launch_scan(in.xk, m3, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{in.xq, in.rq, in.rk, o}, s,
                 ScanLaunch{pdl && !between, false, 1, lo, longest, nt, prefetch});
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
+  // The scan's edge is to the fused kernel in a per-pack grid (no event between them).
+  const bool scan_edge = pdl && (per_pack || !between);
   launch_scan(
-      in.xk, map, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
-      ScanLaunch{pdl && !between, pdl && !after_scan && early, blocks, lo, longest, nt, prefetch});
+      in.xk, m3, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
+      ScanLaunch{scan_edge, scan_edge && !after_scan && early, blocks, lo, longest, nt, prefetch});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
-         map, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);
+         m3, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);
 }
 
 }  // namespace clef::engine::cuda::gdn

@@ -60,8 +60,9 @@ struct TcLaunch {
   // the scan's n8 column tiles a CTA for a packed grid at one CTA an SM: 0 the process's choice
   // (8 unless CLEF_GDN_SCAN_NT=4), 4 or 8 (the same bits either way)
   int scan_nt = 0;
-  // the fused core (opt-in, fused_kernel): 0 the process's choice (CLEF_GDN_FUSED=1), 1
-  // on where fused_supported, -1 off (changes the bits)
+  // the fused core (fused_kernel): 0 the process's choice (gdn_fused_mode()), 1 on where
+  // fused_supported, -1 off, 2 per pack where GdnSequences::fused is set (both cores launched,
+  // the device flag picks; changes the bits)
   int fused = 0;
   // the fused core's column groups: 0 the process's choice (4 where CLEF_GDN_FUSED_GROUPS=4, else
   // 2), 2 (eight warps) or 4 (sixteen warps): o the same bits, y's row sums of squares added in

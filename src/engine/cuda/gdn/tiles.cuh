@@ -20,6 +20,14 @@ struct ChunkMap {
   const int32_t* valid;
   const int32_t* seq0;
   int T;
+  // A packed grid whose core is chosen per pack (GdnSequences::fused): the device's choice and
+  // the value this kernel's core runs for; the other core's kernels exit at once (skip_core).
+  // Null: the kernel always runs.
+  const int32_t* core = nullptr;
+  int core_runs_if = 0;
+  __device__ __forceinline__ bool core_skipped() const {
+    return core && __ldg(core) != core_runs_if;
+  }
   // First input row and rows of chunk slot c (rows <= 0: unused slot).
   __device__ __forceinline__ void chunk(int c, int& r0, int& rows) const {
     if (row0) {
