@@ -113,6 +113,7 @@ GdnFusedMode gdn_fused_mode();
 bool gdn_fused();
 // The fused core's value-column groups: 4 (sixteen warps a CTA) where CLEF_GDN_FUSED_GROUPS=4,
 // else 2. o has the same bits either way; y's row sums of squares are added in another order.
+// Four measured 5-10 % slower than two (H100, perf-log v27a): an A/B switch, off.
 int gdn_fused_groups();
 
 // Whether gdn_chunked takes a GdnGatedNorm for these head dims (the tensor-core path runs, and the

@@ -2,7 +2,6 @@
 // C^T = op(B)^T A^T: cuBLASLt's "A" is our B (K x N transposed when B is [N, K]), its "B" our A
 // (K x M), C = D = our C (N x M).
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -73,18 +72,6 @@ struct Preference {
   }
 };
 
-// CLEF_GEMM_INVARIANT=1, a diagnostic of batch invariance (perf-log v27): every problem that
-// differs only in M runs one algorithm (cuBLASLt's first heuristic answer without split-K at
-// M = kInvariantM), so that a row's result cannot depend on how many rows share its GEMM.
-bool gemm_invariant() {
-  static const bool on = [] {
-    const char* v = std::getenv("CLEF_GEMM_INVARIANT");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-constexpr int kInvariantM = 4096;
-
 std::string shape_text(const GemmProblem& p) {
   return std::to_string(p.M) + "x" + std::to_string(p.N) + "x" + std::to_string(p.K);
 }
@@ -113,8 +100,7 @@ std::string Gemm::policy() const {
   return "timed heuristic candidates: " + std::to_string(kCandidates) + " at most, " +
          std::to_string(kTimedRuns) + " timed runs after 1, workspace " +
          std::to_string(kWorkspace >> 20) + " MiB; cublasLt " +
-         std::to_string(cublasLtGetVersion()) +
-         (gemm_invariant() ? "; one algorithm for every M" : "");
+         std::to_string(cublasLtGetVersion());
 }
 
 size_t Gemm::tuned_shapes() const {
@@ -378,52 +364,6 @@ void Gemm::choose_heuristic(const GemmProblem& p, Plan& pl) {
   pl.algo = heur.algo;
 }
 
-bool Gemm::choose_invariant(const GemmProblem& p, Plan& pl) {
-  if (p.batch > 1) return false;
-  Key k = key_of(p);
-  k.v[1] = 0;  // M
-  auto it = invariant_.find(k);
-  if (it == invariant_.end()) {
-    GemmProblem q = p;
-    q.M = kInvariantM;
-    Plan d = make_descriptors(q);
-    Preference pref(pl.workspace);
-    if (p.tuning == GemmTuning::Heuristic) {
-      const Alignments al = alignments_of(p);
-      pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al.b);
-      pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al.a);
-      pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al.c);
-      pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.c);
-    }
-    cublasLtMatmulHeuristicResult_t res[kCandidates];
-    int n = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c,
-                                                             pref.p, kCandidates, res, &n);
-    destroy(d);
-    Invariant inv;
-    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n && !inv.found; ++i) {
-      uint32_t split = 1;
-      size_t written = 0;
-      if (res[i].state != CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                               &split, sizeof split,
-                                               &written) != CUBLAS_STATUS_SUCCESS ||
-          split > 1)
-        continue;
-      inv.algo = res[i].algo, inv.found = true;
-    }
-    it = invariant_.emplace(k, inv).first;
-  }
-  if (!it->second.found) return false;
-  cublasLtMatmulHeuristicResult_t check{};
-  if (cublasLtMatmulAlgoCheck(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, &it->second.algo, &check) !=
-          CUBLAS_STATUS_SUCCESS ||
-      check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > pl.workspace)
-    return false;
-  pl.algo = it->second.algo;
-  return true;
-}
-
 void Gemm::drop_heuristic_plans() {
   for (auto it = plans_.begin(); it != plans_.end();) {
     if (!it->second.timed) {
@@ -443,17 +383,12 @@ Gemm::Plan& Gemm::plan(const GemmProblem& p, cudaStream_t s) {
   Plan pl = make_descriptors(p);
   try {
     if (p.tuning == GemmTuning::Heuristic) {
-      pl.workspace = kHeuristicWorkspace;
-      if (!(gemm_invariant() && choose_invariant(p, pl))) choose_heuristic(p, pl);
+      choose_heuristic(p, pl);
     } else {
       pl.workspace = kWorkspace;
       pl.timed = true;
       pl.shape = tuning_shape(p);
-      if (gemm_invariant() && choose_invariant(p, pl)) {
-        ++invariant_used_;
-      } else if (!choose_preloaded(p, pl, s)) {
-        choose_timed(p, pl, s);
-      }
+      if (!choose_preloaded(p, pl, s)) choose_timed(p, pl, s);
     }
   } catch (...) {
     destroy(pl);

@@ -120,9 +120,6 @@ class Gemm {
   bool choose_preloaded(const GemmProblem& p, Plan& plan, cudaStream_t s);
   void choose_timed(const GemmProblem& p, Plan& plan, cudaStream_t s);
   void choose_heuristic(const GemmProblem& p, Plan& plan);
-  // CLEF_GEMM_INVARIANT=1 (cublaslt.cpp): the one algorithm of p's shape for every M; false
-  // where there is none (the usual choice then).
-  bool choose_invariant(const GemmProblem& p, Plan& plan);
   cublasStatus_t launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p,
                         void* c, cudaStream_t s);
   static void destroy(Plan& plan);
@@ -135,12 +132,6 @@ class Gemm {
   size_t heuristic_plans_ = 0;
   std::map<TuningEntry::Shape, cublasLtMatmulAlgo_t> preloaded_;
   size_t preloaded_used_ = 0, preloaded_rejected_ = 0;
-  struct Invariant {
-    cublasLtMatmulAlgo_t algo{};
-    bool found = false;
-  };
-  std::map<Key, Invariant> invariant_;  // by key_of with M = 0
-  size_t invariant_used_ = 0;
 };
 
 }  // namespace clef::engine::cuda
