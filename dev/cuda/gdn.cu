@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "common.h"
+#include "engine/cuda/gdn/core_choice.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/kernel_path.h"
@@ -219,6 +220,16 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
     size_t differ = 0;
     for (size_t i = 0; i < no; ++i)
       differ += y_of[0][i] != y_of[1][i] || y_of[0][i] != y_of[2][i] || y_of[0][i] != y_of[3][i];
+    // The per-pack choice's estimates (gdn/core_choice.h) beside this run's forms, to refit them.
+    std::vector<int> chunks;
+    for (int L : lengths) chunks.push_back((L + 63) / 64);
+    int sms = 0;
+    DEV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const GdnCoreCosts costs = gdn_core_costs();
+    const double t3 = gdn_three_kernel_us(chunks, kGdnHv, sms, costs),
+                 tf = gdn_fused_core_us(chunks, kGdnHv, sms, costs);
+    std::printf("[gdn pack] %s: per-pack estimate three kernels %.1f us, fused %.1f us: %s\n",
+                label.c_str(), t3, tf, tf < t3 ? "fused" : "three kernels");
     std::printf("[gdn pack] %s: y differs between the four forms in %zu of %zu values\n",
                 label.c_str(), differ, no);
     if (differ) return 1;
