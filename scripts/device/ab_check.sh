@@ -109,7 +109,11 @@ print('req/s %.2f, p50 %.1f ms, p95 %.1f ms, failures %s' % (t.get('requests_per
     vars=(); [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
     PORT=$((8740 + n))
     t0=$(date +%s)
-    env "${vars[@]}" "/tmp/c/bin/$b" serve --model $M --device cuda --port $PORT --tuning-cache /tmp/tc_ab > "/tmp/serve$n.log" 2>&1 &
+    # Servers after the first read a private copy of the first one's cache: one whose GEMM policy
+    # differs would otherwise overwrite it for the rest (perf-log v27b).
+    tc=/tmp/tc_ab
+    if [ $n -gt 1 ]; then tc=/tmp/tc_ab_$n; rm -rf $tc; cp -r /tmp/tc_ab $tc 2>/dev/null || mkdir -p $tc; fi
+    env "${vars[@]}" "/tmp/c/bin/$b" serve --model $M --device cuda --port $PORT --tuning-cache $tc > "/tmp/serve$n.log" 2>&1 &
     SP=$!
     for i in $(seq 1 900); do curl -sf http://127.0.0.1:$PORT/health > /tmp/health.json && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
     summary+=("serve $n $entry: healthy after $(( $(date +%s) - t0 )) s :: $(python3 -c "
