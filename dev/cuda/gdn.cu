@@ -221,8 +221,7 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
     for (size_t i = 0; i < no; ++i)
       differ += y_of[0][i] != y_of[1][i] || y_of[0][i] != y_of[2][i] || y_of[0][i] != y_of[3][i];
     // The per-pack choice's estimates (gdn/core_choice.h) beside this run's forms, to refit them.
-    std::vector<int> chunks;
-    for (int L : lengths) chunks.push_back((L + 63) / 64);
+    const std::vector<int> chunks = gdn_sequence_chunks(t.seq_chunk0);
     int sms = 0;
     DEV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const GdnCoreCosts costs = gdn_core_costs();

@@ -312,10 +312,11 @@ PackView CudaEngineImpl::upload_pack(const int32_t* padded_ids, const PackTables
   upload(a.seq_chunk0, t.seq_chunk0);
   upload(a.tiles, t.tiles);
   // Which GDN core this pack runs where the process picks per pack (gdn/core_choice.h); read by
-  // the captured kernels of both cores.
-  upload(
-      a.gdn_core,
-      {gdn_fused_pays(t.seq_chunk0, cfg_.linear_num_value_heads, sm_count_, gdn_costs_) ? 1 : 0});
+  // the captured kernels of both cores, by no kernel otherwise (no estimate then).
+  const bool fused =
+      gdn_fused_mode() == GdnFusedMode::PerPack &&
+      gdn_fused_pays(t.seq_chunk0, cfg_.linear_num_value_heads, sm_count_, gdn_costs_);
+  upload(a.gdn_core, {fused ? 1 : 0});
   return pack_view(t.rows, t.seq_slots);
 }
 

@@ -58,11 +58,16 @@ TEST(GdnCoreChoice, PicksTheFasterCoreOnMeasuredPacks) {
   const int Hv = 32, sms = 132;  // Qwen3.5-9B's value heads, the H100's SMs
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
+    // Each sequence's chunks, then 0 for the sequence bucket's unused slots.
+    const std::vector<int32_t> seq0 = seq_chunk0_of(c.lengths);
+    std::vector<int> want = chunks_of(c.lengths);
+    want.resize(seq0.size() - 1, 0);
+    EXPECT_EQ(gdn_sequence_chunks(seq0), want);
     const double t3 = gdn_three_kernel_us(chunks_of(c.lengths), Hv, sms, k);
     const double tf = gdn_fused_core_us(chunks_of(c.lengths), Hv, sms, k);
     EXPECT_LT(std::fabs(t3 / c.three_us - 1.0), 0.10) << "three kernels: estimate " << t3;
     EXPECT_LT(std::fabs(tf / c.fused_us - 1.0), 0.10) << "fused core: estimate " << tf;
-    EXPECT_EQ(gdn_fused_pays(seq_chunk0_of(c.lengths), Hv, sms, k), c.fused_us < c.three_us);
+    EXPECT_EQ(gdn_fused_pays(seq0, Hv, sms, k), c.fused_us < c.three_us);
   }
 }
 

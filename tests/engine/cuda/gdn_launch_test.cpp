@@ -64,6 +64,24 @@ std::vector<uint16_t> run_form(const GdnTestInputs& in, const Shape& sh, int T, 
   return out;
 }
 
+// Values that differ, bit for bit, between two outputs of the same shape.
+size_t count_differ(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+  return differ;
+}
+
+// The exact sequential recurrence of one sequence of T rows, [T, Hv, dv].
+std::vector<float> recurrence(const GdnTestInputs& in, int T, const Shape& sh) {
+  std::vector<float> expect(size_t(T) * sh.Hv * sh.dv);
+  ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
+                            sh.Hk, sh.Hv, sh.dk, sh.dv, expect.data());
+  return expect;
+}
+
+// The packed case of the terms and fused-core tests: short, chunk-boundary and long lengths.
+const std::vector<int> kPackLengths{1, 63, 64, 65, 700, 1500};
+
 std::vector<float> widen(const std::vector<uint16_t>& h) {
   std::vector<float> o(h.size());
   for (size_t i = 0; i < o.size(); ++i) {
@@ -121,9 +139,7 @@ TEST(GdnLaunch, SingleSequencesGiveTheSameBitsInEveryForm) {
       const NormOperands nrm(rng, c.T, c.sh);
       expect_forms_agree(in, c.sh, c.T, 1, nullptr, &nrm.args, nullptr);
     } else {
-      std::vector<float> expect(size_t(c.T) * c.sh.Hv * c.sh.dv);
-      ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
-                                c.T, c.sh.Hk, c.sh.Hv, c.sh.dk, c.sh.dv, expect.data());
+      const std::vector<float> expect = recurrence(in, c.T, c.sh);
       expect_forms_agree(in, c.sh, c.T, 1, nullptr, nullptr, &expect);
     }
   }
@@ -181,8 +197,7 @@ TEST(GdnLaunch, WTermsEachMatchTheRecurrence) {
                    const std::vector<float>& expect) {
     const auto one = expect_forms_agree(in, sh, T, slots, seqs, nullptr, &expect, 1);
     const auto two = expect_forms_agree(in, sh, T, slots, seqs, nullptr, &expect, 2);
-    size_t differ = 0;
-    for (size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
+    const size_t differ = count_differ(one, two);
     EXPECT_GT(differ, 0u);
     const auto e1 = compare(widen(one), expect), e2 = compare(widen(two), expect);
     std::printf(
@@ -193,15 +208,11 @@ TEST(GdnLaunch, WTermsEachMatchTheRecurrence) {
   {
     const int T = 961;
     const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
-    std::vector<float> expect(size_t(T) * sh.Hv * sh.dv);
-    ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
-                              sh.Hk, sh.Hv, sh.dk, sh.dv, expect.data());
     SCOPED_TRACE("961 tokens");
-    check(in, T, 1, nullptr, expect);
+    check(in, T, 1, nullptr, recurrence(in, T, sh));
   }
-  const std::vector<int> lengths{1, 63, 64, 65, 700, 1500};
-  SCOPED_TRACE("lengths " + comma_list(lengths));
-  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  SCOPED_TRACE("lengths " + comma_list(kPackLengths));
+  const PackedGdnCase c(rng, kPackLengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
   check(c.in, c.T, c.slots, &c.dev.gdn, c.expect);
 }
 
@@ -213,9 +224,8 @@ TEST(GdnLaunch, ChainTermsEachMatchTheRecurrence) {
   if (!gdn::tc_supported(128, 128)) GTEST_SKIP() << "no tensor-core GDN path on this device";
   auto rng = fresh_rng();
   const Shape sh{16, 32, 128, 128};
-  const std::vector<int> lengths{1, 63, 64, 65, 700, 1500};
-  SCOPED_TRACE("lengths " + comma_list(lengths));
-  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  SCOPED_TRACE("lengths " + comma_list(kPackLengths));
+  const PackedGdnCase c(rng, kPackLengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
   const auto base = run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, nullptr, {0, 1, 2, 0, 2, 2});
   const auto eb = compare(widen(base), c.expect);
   struct Terms {
@@ -226,8 +236,7 @@ TEST(GdnLaunch, ChainTermsEachMatchTheRecurrence) {
                  std::to_string(t.v));
     const auto got =
         run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, nullptr, {0, 1, t.w, 0, t.s, t.v});
-    size_t differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != base[i];
+    const size_t differ = count_differ(got, base);
     EXPECT_GT(differ, 0u);
     CLEF_EXPECT_CLOSE(widen(got), c.expect, 1e-2);
     const auto e = compare(widen(got), c.expect);
@@ -260,14 +269,10 @@ TEST(GdnLaunch, FusedCoreMatchesTheRecurrence) {
         "kernels %.3g)]\n",
         T, slots, e1.rel_l2, e3.rel_l2);
     const auto again = run_form(in, sh, T, slots, seqs, nullptr, fused_longest);
-    size_t differ = 0;
-    for (size_t i = 0; i < one.size(); ++i) differ += one[i] != again[i];
-    EXPECT_EQ(differ, 0u) << "fused core: slot order vs longest first";
+    EXPECT_EQ(count_differ(one, again), 0u) << "fused core: slot order vs longest first";
     // Sixteen warps (four column groups): every column's sums in the same order, the same o.
     const auto wide = run_form(in, sh, T, slots, seqs, nullptr, fused16);
-    differ = 0;
-    for (size_t i = 0; i < one.size(); ++i) differ += one[i] != wide[i];
-    EXPECT_EQ(differ, 0u) << "fused core: four column groups vs two";
+    EXPECT_EQ(count_differ(one, wide), 0u) << "fused core: four column groups vs two";
     const NormOperands nrm(rng, T, sh);
     const auto y3 = run_form(in, sh, T, slots, seqs, &nrm.args, plain);
     const auto y1 = run_form(in, sh, T, slots, seqs, &nrm.args, fused);
@@ -278,14 +283,10 @@ TEST(GdnLaunch, FusedCoreMatchesTheRecurrence) {
   for (int T : {64, 961}) {
     SCOPED_TRACE("one sequence of " + std::to_string(T));
     const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
-    std::vector<float> expect(size_t(T) * sh.Hv * sh.dv);
-    ref::gated_delta_rule_ref(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T,
-                              sh.Hk, sh.Hv, sh.dk, sh.dv, expect.data());
-    check(in, T, 1, nullptr, expect);
+    check(in, T, 1, nullptr, recurrence(in, T, sh));
   }
-  const std::vector<int> lengths{1, 63, 64, 65, 700, 1500};
-  SCOPED_TRACE("lengths " + comma_list(lengths));
-  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  SCOPED_TRACE("lengths " + comma_list(kPackLengths));
+  const PackedGdnCase c(rng, kPackLengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
   check(c.in, c.T, c.slots, &c.dev.gdn, c.expect);
 }
 
@@ -297,9 +298,8 @@ TEST(GdnLaunch, PerPackCoreRunsTheChosenCoreBitForBit) {
   if (!gdn::fused_supported(128, 128)) GTEST_SKIP() << "no fused GDN core on this device";
   auto rng = fresh_rng();
   const Shape sh{16, 32, 128, 128};
-  const std::vector<int> lengths{1, 63, 64, 65, 700, 1500};
-  SCOPED_TRACE("lengths " + comma_list(lengths));
-  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  SCOPED_TRACE("lengths " + comma_list(kPackLengths));
+  const PackedGdnCase c(rng, kPackLengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
   const NormOperands nrm(rng, c.T, sh);
   const gdn::TcLaunch three{0, 1, 0, 0, 0, 0, 0, -1}, fused{0, 1, 0, 0, 0, 0, 0, 1},
       per_pack{1, 1, 0, 1, 0, 0, 0, 2};
@@ -312,9 +312,7 @@ TEST(GdnLaunch, PerPackCoreRunsTheChosenCoreBitForBit) {
       CLEF_CUDA_CHECK(cudaMemcpy(flag.get(), &choice, sizeof(choice), cudaMemcpyHostToDevice));
       const auto want = run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, norm, choice ? fused : three);
       const auto got = run_form(c.in, sh, c.T, c.slots, &seqs, norm, per_pack);
-      size_t differ = 0;
-      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
-      EXPECT_EQ(differ, 0u) << "of " << got.size() << " values";
+      EXPECT_EQ(count_differ(got, want), 0u) << "of " << got.size() << " values";
     }
   }
 }

@@ -16,6 +16,13 @@ GdnCoreCosts gdn_core_costs() {
   return k;
 }
 
+std::vector<int> gdn_sequence_chunks(const std::vector<int32_t>& seq_chunk0) {
+  std::vector<int> chunks;
+  for (size_t s = 0; s + 1 < seq_chunk0.size(); ++s)
+    chunks.push_back(seq_chunk0[s + 1] - seq_chunk0[s]);
+  return chunks;
+}
+
 long long longest_first_makespan(const std::vector<int>& chunks, int per_seq, int sms) {
   std::vector<int> order(chunks);
   std::sort(order.begin(), order.end(), std::greater<>());
@@ -56,9 +63,7 @@ double gdn_fused_core_us(const std::vector<int>& chunks, int Hv, int sms, const 
 
 bool gdn_fused_pays(const std::vector<int32_t>& seq_chunk0, int Hv, int sms,
                     const GdnCoreCosts& k) {
-  std::vector<int> chunks;
-  for (size_t s = 0; s + 1 < seq_chunk0.size(); ++s)
-    chunks.push_back(seq_chunk0[s + 1] - seq_chunk0[s]);
+  const std::vector<int> chunks = gdn_sequence_chunks(seq_chunk0);
   return gdn_fused_core_us(chunks, Hv, sms, k) < gdn_three_kernel_us(chunks, Hv, sms, k);
 }
 

@@ -28,6 +28,10 @@ struct GdnCoreCosts {
 // fused form).
 GdnCoreCosts gdn_core_costs();
 
+// Chunks of each sequence of a pack, from its GdnSequences::seq_chunk0 (sequence s owns chunks
+// [seq_chunk0[s], seq_chunk0[s + 1]); empty slots give 0).
+std::vector<int> gdn_sequence_chunks(const std::vector<int32_t>& seq_chunk0);
+
 // Makespan in chunk steps of `per_seq` CTAs for each sequence, one of chunks[s] steps, dispatched
 // longest first onto `sms` slots (each CTA to the slot that frees first).
 long long longest_first_makespan(const std::vector<int>& chunks, int per_seq, int sms);
@@ -37,7 +41,7 @@ double gdn_three_kernel_us(const std::vector<int>& chunks, int Hv, int sms, cons
 double gdn_fused_core_us(const std::vector<int>& chunks, int Hv, int sms, const GdnCoreCosts& k);
 
 // Whether the fused core's estimate is the lower for the pack whose GdnSequences::seq_chunk0 is
-// given (sequence s owns chunks [seq_chunk0[s], seq_chunk0[s + 1]); empty slots count nothing).
+// given.
 bool gdn_fused_pays(const std::vector<int32_t>& seq_chunk0, int Hv, int sms, const GdnCoreCosts& k);
 
 }  // namespace clef::engine::cuda

@@ -824,6 +824,29 @@ __device__ __forceinline__ void times_terms(float (&acc)[NT][4], const uint32_t 
   }
 }
 
+// acc[n] += A B over the k16 step at row k0 of B, B in two bf16 terms (Bh, Bl: shared [k][n] tiles,
+// row stride scan_ld): per n8 tile A's hi term by Bh, then by Bl, then (kTwoA) A's lo term by Bh
+// (the fused core's two-term products, in its order).
+template <int NT, bool kTwoA>
+__device__ __forceinline__ void times_two_terms(float (&acc)[NT][4], const uint32_t (&ah)[4],
+                                                const uint32_t (&al)[4], const bf16* Bh,
+                                                const bf16* Bl, int k0, int lane) {
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    uint32_t bh[4], bl[4];
+    const int off = b_pair_offset(k0, np, scan_ld<NT>(), lane);
+    ldmatrix_x4_trans(bh, Bh + off);
+    ldmatrix_x4_trans(bl, Bl + off);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      float(&d)[4] = acc[2 * np + q];
+      mma_bf16(d, ah, bh[2 * q], bh[2 * q + 1]);
+      mma_bf16(d, ah, bl[2 * q], bl[2 * q + 1]);
+      if (kTwoA) mma_bf16(d, al, bh[2 * q], bh[2 * q + 1]);
+    }
+  }
+}
+
 // The in-scan output's operands beyond the scan's (o set: kOut).
 struct ScanOutArgs {
   const bf16* xq = nullptr;
@@ -1487,20 +1510,7 @@ __global__ void __launch_bounds__(fused_threads<NG>(), 1)
     for (int kk = 0; kk <= rt; ++kk) {
       uint32_t ah[4], al[4];
       fp32_a_terms(sm.Tp, rt, kk, lane, ah, al);
-#pragma unroll
-      for (int np = 0; np < NP; ++np) {
-        uint32_t bh[4], bl[4];
-        const int off = b_pair_offset(16 * kk, np, kFLd, lane);
-        ldmatrix_x4_trans(bh, Rh + off);
-        ldmatrix_x4_trans(bl, Rl + off);
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          float(&d)[4] = vn[2 * np + q];
-          mma_bf16(d, ah, bh[2 * q], bh[2 * q + 1]);
-          mma_bf16(d, ah, bl[2 * q], bl[2 * q + 1]);
-          mma_bf16(d, al, bh[2 * q], bh[2 * q + 1]);
-        }
-      }
+      times_two_terms<NT, true>(vn, ah, al, Rh, Rl, 16 * kk, lane);
     }
     group_sync(grp);  // every read of R done: diag(F) Vn goes over it
 #pragma unroll
@@ -1587,18 +1597,7 @@ __global__ void __launch_bounds__(fused_threads<NG>(), 1)
         uint32_t a[4];
         ldmatrix_x4_trans(
             a, Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * mt + 8 * ((lane / 8) % 2));
-#pragma unroll
-        for (int np = 0; np < NP; ++np) {
-          uint32_t bh[4], bl[4];
-          const int off = b_pair_offset(16 * kg, np, kFLd, lane);
-          ldmatrix_x4_trans(bh, Rh + off);
-          ldmatrix_x4_trans(bl, Rl + off);
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            mma_bf16(s[mi][2 * np + q], a, bh[2 * q], bh[2 * q + 1]);
-            mma_bf16(s[mi][2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
-          }
-        }
+        times_two_terms<NT, false>(s[mi], a, a, Rh, Rl, 16 * kg, lane);
       }
     }
   }
