@@ -97,10 +97,6 @@ GdnFusedMode gdn_fused_mode() {
   return mode;
 }
 
-bool gdn_fused() {
-  return gdn_fused_mode() == GdnFusedMode::On;
-}
-
 int gdn_fused_groups() {
   static const int groups = env_is("CLEF_GDN_FUSED_GROUPS", "4") ? 4 : 2;
   return groups;

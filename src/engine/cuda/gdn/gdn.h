@@ -109,8 +109,6 @@ bool gdn_scan_wide();
 // kernels. The cores round differently: the choice changes the bits.
 enum class GdnFusedMode { Off, On, PerPack };
 GdnFusedMode gdn_fused_mode();
-// gdn_fused_mode() == On.
-bool gdn_fused();
 // The fused core's value-column groups: 4 (sixteen warps a CTA) where CLEF_GDN_FUSED_GROUPS=4,
 // else 2. o has the same bits either way; y's row sums of squares are added in another order.
 // Four measured 5-10 % slower than two (H100, perf-log v27a): an A/B switch, off.

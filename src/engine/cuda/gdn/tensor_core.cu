@@ -1248,10 +1248,10 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   }
 }
 
-// ---- fused core (opt-in, CLEF_GDN_FUSED=1; perf-log v25d, v26a-b): grid (Hv, sequences),
-// one CTA a (sequence, value head) walking its chunks with the state in registers, after
-// prep_kernel<true> has stored each chunk's T' = Tm diag(beta) and P. Per chunk, with
-// R = Xv - diag(e^gamma rk) (Xk S):
+// ---- fused core (packs; per pack by default, chunked_tc; perf-log v25d-v27a): grid (Hv,
+// sequences), one CTA a (sequence, value head) walking its chunks with the state in registers,
+// after prep_kernel<true> has stored each chunk's T' = Tm diag(beta) and P. Per chunk, with R = Xv
+// - diag(e^gamma rk) (Xk S):
 //   Vn = T' R,  O = diag(e^gamma rq) (Xq S) + P Vn,  S' = e^{gamma_C} S + Xk^T diag(F) Vn,
 // (Vn = U - W S of the three-kernel path, regrouped so that W and U are never formed). NG groups
 // of four warps, one per 128 / NG value columns; warp wi of a group owns a chunk row tile of the
@@ -1823,7 +1823,8 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
       fusable && seqs && seqs->fused && n_seqs > 1 &&
       (how.fused == 2 || (how.fused == 0 && gdn_fused_mode() == GdnFusedMode::PerPack));
   const bool fused =
-      fusable && !per_pack && (how.fused == 1 || (how.fused == 0 && n_seqs > 1 && gdn_fused()));
+      fusable && !per_pack &&
+      (how.fused == 1 || (how.fused == 0 && n_seqs > 1 && gdn_fused_mode() == GdnFusedMode::On));
   ChunkMap mf = map, m3 = map;  // the fused core's kernels' map, the three kernels'
   if (per_pack) {
     mf.core = m3.core = seqs->fused;

@@ -26,8 +26,8 @@ namespace clef::engine::cuda::gdn {
 // (at most ~56 KiB per block).
 bool tc_supported(int dk, int dv);
 
-// The fused core (opt-in; perf-log v25d, v26a-b): dk = dv = 128, the tensor-core path, and
-// the device grants its ~195 KiB of shared memory per block.
+// The fused core (packs only, chosen per pack by default; perf-log v26a-v27a): dk = dv = 128, the
+// tensor-core path, and the device grants its ~195 KiB of shared memory per block.
 bool fused_supported(int dk, int dv);
 
 // tc_supported, and the device grants the scan that also forms o its 186.5 KiB (dv % 32 == 0) or
