@@ -1250,8 +1250,8 @@ __global__ void __launch_bounds__(kOutThreads, 3)
 
 // ---- fused core (packs; per pack by default, chunked_tc; perf-log v25d-v27a): grid (Hv,
 // sequences), one CTA a (sequence, value head) walking its chunks with the state in registers,
-// after prep_kernel<true> has stored each chunk's T' = Tm diag(beta) and P. Per chunk, with R = Xv
-// - diag(e^gamma rk) (Xk S):
+// after prep_kernel<true> has stored each chunk's T' = Tm diag(beta) and P. Per chunk, with
+// R = Xv - diag(e^gamma rk) (Xk S):
 //   Vn = T' R,  O = diag(e^gamma rq) (Xq S) + P Vn,  S' = e^{gamma_C} S + Xk^T diag(F) Vn,
 // (Vn = U - W S of the three-kernel path, regrouped so that W and U are never formed). NG groups
 // of four warps, one per 128 / NG value columns; warp wi of a group owns a chunk row tile of the
