@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/batch_invariance.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/kernels/attn_prep.h"
 #include "engine/cuda/kernels/elementwise.h"
@@ -117,9 +118,12 @@ bool is_fp8(const GemmProblem& p) {
 
 }  // namespace
 
-AttnVariant CudaBackbone::attention_kernel(int Tp) const {
+AttnVariant CudaBackbone::attention_kernel(int Tp, bool packed) const {
+  // Key tiles follow the global row: a packed sequence that starts inside one would see its keys
+  // blocked otherwise than alone, and the online softmax round otherwise (batch_invariance.h).
+  const bool tiles = cfg_.head_dim % 16 == 0 && !(packed && batch_invariant());
   return attention_core_bf16_pick(Tp, cfg_.num_attention_heads, cfg_.head_dim,
-                                  path_ == KernelPath::Generic, cfg_.head_dim % 16 == 0);
+                                  path_ == KernelPath::Generic, tiles);
 }
 
 std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
@@ -347,7 +351,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       // kv_tiled_elems for them).
       AttnVariant kernel;
       if constexpr (std::is_same_v<E, bf16>) {
-        kernel = attention_kernel(Tp);
+        kernel = attention_kernel(Tp, pack != nullptr);
         pa.kv_tiled = kernel.kv_tiled;
       }
       attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, path_, s);

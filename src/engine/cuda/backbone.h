@@ -66,8 +66,9 @@ class CudaBackbone {
   std::map<std::string, std::string> kernel_variants() const;
   // The bf16 attention kernel of the full-attention layers at Tp rows (tuning.h): the pick where
   // attn_prep can write K and V in key tiles (head dims that are a multiple of 16), so wg64ote /
-  // wg64te at the flash shape on sm_90 (attn_prep then writes the tiles).
-  AttnVariant attention_kernel(int Tp) const;
+  // wg64te at the flash shape on sm_90 (attn_prep then writes the tiles). packed: a packed
+  // forward's, by rows (wg64) under batch invariance (batch_invariance.h).
+  AttnVariant attention_kernel(int Tp, bool packed = false) const;
 
   const BackboneWeights& weights() const { return w_; }
   KernelPath path() const { return path_; }

@@ -91,6 +91,12 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
           " buckets (" + std::to_string(seconds_since(t0)) + " s)");
   }
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (gemm_.batch_invariant())
+    say("GEMM batch invariance: " + std::to_string(gemm_.invariant_groups()) +
+        " shapes run one algorithm at every M" +
+        (gemm_.variant_groups() ? ", " + std::to_string(gemm_.variant_groups()) +
+                                      " keep one per M (no candidate kept its rows)"
+                                : ""));
   if (config_.weights == DataType::F8_E4M3) {
     graphs_.clear();  // graphs captured before these choices may run the other precision
     // Where tune() found FP8 slower than bf16 (the GEMM then runs the weights' bf16 copy).

@@ -48,20 +48,26 @@ struct NormOperands {
 };
 
 // o (or y) of one launch form, from a fresh NaN-poisoned workspace and output.
-std::vector<uint16_t> run_form(const GdnTestInputs& in, const Shape& sh, int T, int slots,
+std::vector<uint16_t> run_form(const GdnInputs& in, const Shape& sh, int T, int slots,
                                const GdnSequences* seqs, const GdnGatedNorm* norm,
                                gdn::TcLaunch how) {
   DeviceBuffer ws(gdn_workspace_bytes(T, sh.Hv, sh.dk, sh.dv, slots));
   CLEF_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));
   const size_t no = size_t(T) * sh.Hv * sh.dv;
   auto o = poisoned<bf16>(no);
-  gdn::chunked_tc(in.form(true), T, sh.Hk, sh.Hv, sh.dk, sh.dv, o.get<bf16>(),
-                  static_cast<float*>(ws.get()), 0, nullptr, nullptr, seqs, norm, false, how);
+  gdn::chunked_tc(in, T, sh.Hk, sh.Hv, sh.dk, sh.dv, o.get<bf16>(), static_cast<float*>(ws.get()),
+                  0, nullptr, nullptr, seqs, norm, false, how);
   CLEF_CUDA_CHECK(cudaDeviceSynchronize());
   const auto b = bytes_to_host(o, 2 * no);
   std::vector<uint16_t> out(no);
   for (size_t i = 0; i < no; ++i) out[i] = uint16_t(b[2 * i] | (b[2 * i + 1] << 8));
   return out;
+}
+
+std::vector<uint16_t> run_form(const GdnTestInputs& in, const Shape& sh, int T, int slots,
+                               const GdnSequences* seqs, const GdnGatedNorm* norm,
+                               gdn::TcLaunch how) {
+  return run_form(in.form(true), sh, T, slots, seqs, norm, how);
 }
 
 // Values that differ, bit for bit, between two outputs of the same shape.
@@ -313,6 +319,39 @@ TEST(GdnLaunch, PerPackCoreRunsTheChosenCoreBitForBit) {
       const auto want = run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, norm, choice ? fused : three);
       const auto got = run_form(c.in, sh, c.T, c.slots, &seqs, norm, per_pack);
       EXPECT_EQ(count_differ(got, want), 0u) << "of " << got.size() << " values";
+    }
+  }
+}
+
+// Batch invariance (batch_invariance.h): each sequence of a pack, run alone from its own rows of
+// the same inputs, gives the bits it gives inside the pack, o and the fused norm's y, in the
+// process's launch form (the three kernels: a lone request never runs the fused core).
+TEST(GdnLaunch, PackedSequencesGiveTheirBitsAlone) {
+  CLEF_REQUIRE_GPU();
+  if (!gdn::tc_supported(128, 128)) GTEST_SKIP() << "no tensor-core GDN path on this device";
+  auto rng = fresh_rng();
+  const Shape sh{16, 32, 128, 128};
+  const std::vector<int> lengths{65, 1, 700, 63, 64, 37, 1500};
+  SCOPED_TRACE("lengths " + comma_list(lengths));
+  const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  const NormOperands nrm(rng, c.T, sh);
+  const gdn::TcLaunch three{-1, 0, 0, -1, 0, 0, 0, -1};
+  for (const GdnGatedNorm* norm : {static_cast<const GdnGatedNorm*>(nullptr), &nrm.args}) {
+    const auto packed = run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, norm, three);
+    const size_t row = size_t(sh.Hv) * sh.dv;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      const int b = c.tables.begin[i], L = lengths[i];
+      SCOPED_TRACE(std::string(norm ? "y" : "o") + ", sequence " + std::to_string(i) + " at row " +
+                   std::to_string(b));
+      GdnInputs in = c.in.form(true);  // the sequence's own rows of every input
+      in.xq += size_t(b) * sh.Hk * sh.dk, in.xk += size_t(b) * sh.Hk * sh.dk;
+      in.xv += size_t(b) * row, in.rq += size_t(b) * sh.Hk, in.rk += size_t(b) * sh.Hk;
+      in.g += size_t(b) * sh.Hv, in.beta += size_t(b) * sh.Hv;
+      GdnGatedNorm own;
+      if (norm) own = *norm, own.z += size_t(b) * norm->ldz;
+      const auto alone = run_form(in, sh, L, 1, nullptr, norm ? &own : nullptr, three);
+      const std::vector<uint16_t> inside(packed.begin() + b * row, packed.begin() + (b + L) * row);
+      EXPECT_EQ(count_differ(alone, inside), 0u) << "of " << alone.size() << " values";
     }
   }
 }

@@ -147,6 +147,105 @@ TEST(GemmModule, MatchesDoubleReferenceInEveryOperandLayout) {
   EXPECT_EQ(fresh.preloaded_rejected(), 0u);
 }
 
+// Batch invariance (gemm.h, batch_invariant.cpp): the same request rows inside problems of other
+// M (1 row alone, the request alone, packs of 361 to 7000 rows of random others, at other row
+// offsets) come out bit for bit the same, at the Clef-flash backbone's shapes (the residual ones
+// accumulating into C) and the head's memory projection (Heuristic, fp32 out), in bf16 and fp32.
+// With invariance off the same rows are allowed to differ (that is what the check guards against);
+// a tuning cache's entries give a fresh module the same bits.
+TEST(GemmModule, RequestRowsDoNotDependOnTheRowsBesideThem) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Shape {
+    int N, K;
+    bool accumulate, bf16;
+    GemmTuning tuning;
+  };
+  const Shape shapes[] = {{12288, 4096, false, true, GemmTuning::Timed},
+                          {4096, 12288, true, true, GemmTuning::Timed},
+                          {4096, 4096, true, true, GemmTuning::Timed},
+                          {1024, 4096, false, true, GemmTuning::Heuristic},
+                          {4096, 4096, true, false, GemmTuning::Timed}};
+  constexpr int R = 24;  // the request's rows
+  const int Ms[] = {R, 361, 1800, 7000};
+  const int offsets[] = {0, 200, 1001, 5555};
+  Gemm gemm;
+  ASSERT_TRUE(gemm.batch_invariant()) << "batch invariance is the default";
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE("N " + std::to_string(sh.N) + " K " + std::to_string(sh.K) +
+                 (sh.bf16 ? " bf16" : " fp32"));
+    const DataType t = sh.bf16 ? DataType::BF16 : DataType::F32;
+    const DataType ct = sh.tuning == GemmTuning::Heuristic ? DataType::F32 : t;
+    const size_t ea = sh.bf16 ? 2 : 4, ec = ct == DataType::BF16 ? 2 : 4;
+    auto w = host_rand(rng, size_t(sh.N) * sh.K, sh.bf16);
+    for (auto& x : w) x *= 0.05f;
+    auto req = host_rand(rng, size_t(R) * sh.K, sh.bf16);
+    auto req_c = host_rand(rng, size_t(R) * sh.N, ct == DataType::BF16);
+    const auto dw = upload(w, sh.bf16);
+    // Random other rows: one block of 1000, repeated (their values cannot matter to the request's).
+    const auto other = host_rand(rng, size_t(1000) * sh.K, sh.bf16);
+    std::vector<std::vector<uint8_t>> outs;
+    for (size_t i = 0; i < std::size(Ms); ++i) {
+      const int M = Ms[i], off = offsets[i];
+      std::vector<float> a(size_t(M) * sh.K), c0(size_t(M) * sh.N, 0.f);
+      for (int m = 0; m < M; ++m)
+        std::copy_n(other.begin() + size_t(m % 1000) * sh.K, sh.K, a.begin() + size_t(m) * sh.K);
+      std::copy(req.begin(), req.end(), a.begin() + size_t(off) * sh.K);
+      if (sh.accumulate) std::copy(req_c.begin(), req_c.end(), c0.begin() + size_t(off) * sh.N);
+      const auto da = upload(a, sh.bf16);
+      auto dc = upload(c0, ct == DataType::BF16);
+      GemmProblem p;
+      p.M = M;
+      p.N = sh.N;
+      p.K = sh.K;
+      p.a = {da.get(), t, sh.K};
+      p.b = {dw.get(), t, sh.K};
+      p.c = dc.get();
+      p.c_dtype = ct;
+      p.ldc = sh.N;
+      p.accumulate = sh.accumulate;
+      p.tuning = sh.tuning;
+      gemm.run(p, 0);
+      const auto all = bytes_to_host(dc, size_t(M) * sh.N * ec);
+      outs.emplace_back(all.begin() + size_t(off) * sh.N * ec,
+                        all.begin() + size_t(off + R) * sh.N * ec);
+      if (i > 0)
+        EXPECT_TRUE(outs[i] == outs[0]) << "the request inside " << M << " rows at " << off;
+      if (M == R) {  // its first row alone (M = 1)
+        p.M = 1;
+        gemm.run(p, 0);
+        const auto one = bytes_to_host(dc, size_t(sh.N) * ec);
+        if (!sh.accumulate)  // (accumulating again would add twice)
+          EXPECT_TRUE(std::equal(one.begin(), one.end(), outs[0].begin())) << "one row alone";
+      }
+    }
+  }
+  EXPECT_EQ(gemm.variant_groups(), 0u) << "a shape found no algorithm that keeps its rows";
+  EXPECT_GE(gemm.invariant_groups(), 4u);
+  // A tuning cache's entries: a fresh module takes the shape's one algorithm without timing.
+  const auto w = host_rand(rng, size_t(4096) * 4096, true),
+             a = host_rand(rng, size_t(361) * 4096, true);
+  const auto dw = upload(w, true), da = upload(a, true);
+  DeviceBuffer c1(size_t(361) * 4096 * 2), c2(size_t(361) * 4096 * 2);
+  GemmProblem p;
+  p.M = 361;
+  p.N = 4096;
+  p.K = 4096;
+  p.a = {da.get(), DataType::BF16, 4096};
+  p.b = {dw.get(), DataType::BF16, 4096};
+  p.c = c1.get();
+  p.c_dtype = DataType::BF16;
+  p.ldc = 4096;
+  gemm.run(p, 0);
+  Gemm fresh;
+  fresh.preload(gemm.entries());
+  p.c = c2.get();
+  fresh.run(p, 0);
+  EXPECT_EQ(fresh.preloaded_used(), 1u);
+  EXPECT_EQ(bytes_to_host(c1, size_t(361) * 4096 * 2), bytes_to_host(c2, size_t(361) * 4096 * 2))
+      << "the cached choice";
+}
+
 // The fused bias (the vision tower's Linear layers): C = A W^T + bias (+ C), bias per output
 // column, in the output's type, rounded once; bf16 and fp32, with and without accumulation, the
 // plan shared by two calls with different biases.

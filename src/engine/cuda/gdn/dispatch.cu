@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "engine/cuda/batch_invariance.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn/simt.h"
 #include "engine/cuda/gdn/tensor_core.h"
@@ -91,9 +92,12 @@ bool gdn_scan_prefetch() {
 }
 
 GdnFusedMode gdn_fused_mode() {
-  static const GdnFusedMode mode = env_is("CLEF_GDN_FUSED", "1")   ? GdnFusedMode::On
-                                   : env_is("CLEF_GDN_FUSED", "0") ? GdnFusedMode::Off
-                                                                   : GdnFusedMode::PerPack;
+  // Unset: the three kernels under batch invariance (a lone request runs them), else per pack.
+  static const GdnFusedMode mode = env_is("CLEF_GDN_FUSED", "1")      ? GdnFusedMode::On
+                                   : env_is("CLEF_GDN_FUSED", "0")    ? GdnFusedMode::Off
+                                   : env_is("CLEF_GDN_FUSED", "auto") ? GdnFusedMode::PerPack
+                                   : batch_invariant()                ? GdnFusedMode::Off
+                                                                      : GdnFusedMode::PerPack;
   return mode;
 }
 

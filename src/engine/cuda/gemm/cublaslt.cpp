@@ -7,78 +7,19 @@
 #include <string>
 
 #include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/gemm/lt_helpers.h"
 
 namespace clef::engine::cuda {
+using namespace lt;
 namespace {
 
-constexpr size_t kWorkspace = 64ull << 20;
-// The head's heuristic queries were answered for a 32 MiB workspace; keeping that bound keeps its
-// choices (and so its sums) as they were.
-constexpr size_t kHeuristicWorkspace = 32ull << 20;
 constexpr int kCandidates = 12;
 constexpr int kTimedRuns = 2;  // per candidate, after one untimed run (start-up tunes ~100 buckets)
 constexpr size_t kMaxHeuristicPlans = 4096;  // bounded: head shapes vary with every request
 
-cudaDataType_t lt_type(DataType t) {
-  switch (t) {
-    case DataType::F32:
-      return CUDA_R_32F;
-    case DataType::BF16:
-      return CUDA_R_16BF;
-    case DataType::F8_E4M3:
-      return CUDA_R_8F_E4M3;
-  }
-  return CUDA_R_32F;
-}
-
-// The alignment every batch's pointer keeps (cuBLASLt assumes 256 bytes unless told; row offsets
-// into weights and per-head column offsets are less aligned).
-uint32_t alignment(const void* p, int64_t batch_stride_bytes) {
-  uint64_t a = reinterpret_cast<uintptr_t>(p) | 256u;
-  if (batch_stride_bytes > 0) a |= static_cast<uint64_t>(batch_stride_bytes);
-  return static_cast<uint32_t>(a & (~a + 1));  // lowest set bit
-}
-
-struct Alignments {
-  uint32_t a = 0, b = 0, c = 0;
-};
-
-Alignments alignments_of(const GemmProblem& p) {
-  const int64_t bs = p.batch > 1 ? 1 : 0;  // strides matter only with several batches
-  return {alignment(p.a.ptr, bs * p.a.batch_stride * int64_t(data_type_bytes(p.a.dtype))),
-          alignment(p.b.ptr, bs * p.b.batch_stride * int64_t(data_type_bytes(p.b.dtype))),
-          alignment(p.c, bs * p.c_batch_stride * int64_t(data_type_bytes(p.c_dtype)))};
-}
-
-void set_batch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
-  if (batch <= 1) return;
-  int32_t count = batch;
-  CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                                     sizeof count));
-  CLEF_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                     &stride, sizeof stride));
-}
-
-struct Preference {
-  cublasLtMatmulPreference_t p = nullptr;
-  explicit Preference(size_t workspace) {
-    CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p));
-    CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
-  }
-  ~Preference() { cublasLtMatmulPreferenceDestroy(p); }
-  void align(cublasLtMatmulPreferenceAttributes_t attr, uint32_t bytes) {
-    CLEF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &bytes, sizeof bytes));
-  }
-};
-
-std::string shape_text(const GemmProblem& p) {
-  return std::to_string(p.M) + "x" + std::to_string(p.N) + "x" + std::to_string(p.K);
-}
-
 }  // namespace
 
-Gemm::Gemm() : workspace_(kWorkspace) {
+Gemm::Gemm(bool batch_invariant) : batch_invariant_(batch_invariant), workspace_(kWorkspace) {
   CLEF_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -100,7 +41,7 @@ std::string Gemm::policy() const {
   return "timed heuristic candidates: " + std::to_string(kCandidates) + " at most, " +
          std::to_string(kTimedRuns) + " timed runs after 1, workspace " +
          std::to_string(kWorkspace >> 20) + " MiB; cublasLt " +
-         std::to_string(cublasLtGetVersion());
+         std::to_string(cublasLtGetVersion()) + (batch_invariant_ ? "; " + group_policy() : "");
 }
 
 size_t Gemm::tuned_shapes() const {
@@ -172,10 +113,6 @@ std::vector<TuningEntry> Gemm::entries() const {
 }
 
 namespace {
-
-bool scaled(const GemmProblem& p) {
-  return p.a.scale_mode != ScaleMode::None || p.b.scale_mode != ScaleMode::None;
-}
 
 // The GELU epilogue is the bias epilogue's variant; with beta = 1 its order against C's add is not
 // what the tower needs, so it is refused rather than guessed.
@@ -288,8 +225,8 @@ bool Gemm::choose_preloaded(const GemmProblem& p, Plan& pl, cudaStream_t s) {
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CLEF_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
   if (cap != cudaStreamCaptureStatusNone) return false;  // checked later, outside a capture
+  // (Kept: batch invariance picks a shape's class of algorithms by its cached ones.)
   const cublasLtMatmulAlgo_t algo = it->second;
-  preloaded_.erase(it);
   cublasLtMatmulHeuristicResult_t check{};
   bool ok = cublasLtMatmulAlgoCheck(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, &algo, &check) ==
                 CUBLAS_STATUS_SUCCESS &&
@@ -315,47 +252,50 @@ void Gemm::choose_timed(const GemmProblem& p, Plan& pl, cudaStream_t s) {
   int n = 0;
   CLEF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, pref.p,
                                                    kCandidates, res, &n));
-  if (n <= 0) throw std::runtime_error("cuBLASLt has no algorithm for GEMM " + shape_text(p));
-  int best = 0;
+  std::vector<cublasLtMatmulAlgo_t> cands;
+  for (int i = 0; i < n; ++i)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS) cands.push_back(res[i].algo);
+  if (cands.empty())
+    throw std::runtime_error("cuBLASLt has no algorithm for GEMM " + shape_text(p));
+  pl.algo = cands[fastest(p, pl, cands, s)];
+}
+
+size_t Gemm::fastest(const GemmProblem& p, const Plan& pl,
+                     const std::vector<cublasLtMatmulAlgo_t>& cands, cudaStream_t s) {
+  size_t best = 0;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CLEF_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
-  if (n > 1 && cap == cudaStreamCaptureStatusNone) {
-    // Time each candidate on the real inputs into a scratch output (same layout).
-    const size_t out_bytes = static_cast<size_t>(p.ldc) * p.M * data_type_bytes(p.c_dtype);
-    scratch_.resize(out_bytes);
-    CLEF_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, out_bytes, s));
-    cudaEvent_t e0, e1;
-    CLEF_CUDA_CHECK(cudaEventCreate(&e0));
-    CLEF_CUDA_CHECK(cudaEventCreate(&e1));
-    float best_ms = 1e30f;
-    for (int i = 0; i < n; ++i) {
-      if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
-      bool ok = true;
-      for (int r = 0; r < kTimedRuns + 1 && ok; ++r) {
-        if (r == 1) CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
-        ok = launch(pl, res[i].algo, p, scratch_.get(), s) == CUBLAS_STATUS_SUCCESS;
-      }
-      if (!ok) continue;
-      CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
-      CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      if (ms < best_ms) best_ms = ms, best = i;
+  if (cands.size() < 2 || cap != cudaStreamCaptureStatusNone) return best;
+  // Time each candidate on the real inputs into a scratch output (same layout).
+  const size_t out_bytes = static_cast<size_t>(p.ldc) * p.M * data_type_bytes(p.c_dtype);
+  scratch_.resize(out_bytes);
+  CLEF_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, out_bytes, s));
+  cudaEvent_t e0, e1;
+  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
+  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
+  float best_ms = 1e30f;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    bool ok = true;
+    for (int r = 0; r < kTimedRuns + 1 && ok; ++r) {
+      if (r == 1) CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
+      ok = launch(pl, cands[i], p, scratch_.get(), s) == CUBLAS_STATUS_SUCCESS;
     }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    if (!ok) continue;
+    CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
+    CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (ms < best_ms) best_ms = ms, best = i;
   }
-  pl.algo = res[best].algo;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return best;
 }
 
 void Gemm::choose_heuristic(const GemmProblem& p, Plan& pl) {
   pl.workspace = kHeuristicWorkspace;
   Preference pref(kHeuristicWorkspace);
-  const Alignments al = alignments_of(p);
-  pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al.b);  // Lt's A is our B
-  pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al.a);
-  pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al.c);
-  pref.align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.c);
+  pref.align(alignments_of(p));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   CLEF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, pref.p,
@@ -383,12 +323,14 @@ Gemm::Plan& Gemm::plan(const GemmProblem& p, cudaStream_t s) {
   Plan pl = make_descriptors(p);
   try {
     if (p.tuning == GemmTuning::Heuristic) {
-      choose_heuristic(p, pl);
+      pl.workspace = kHeuristicWorkspace;
+      if (!choose_group(p, pl, s)) choose_heuristic(p, pl);
     } else {
       pl.workspace = kWorkspace;
       pl.timed = true;
       pl.shape = tuning_shape(p);
-      if (!choose_preloaded(p, pl, s)) choose_timed(p, pl, s);
+      // A cached choice first: the policy (batch invariance included) is part of the cache's key.
+      if (!choose_preloaded(p, pl, s) && !choose_group(p, pl, s)) choose_timed(p, pl, s);
     }
   } catch (...) {
     destroy(pl);

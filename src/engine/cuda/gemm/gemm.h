@@ -11,6 +11,11 @@
 //              choice is used only after cuBLASLt accepts it and one run succeeds.
 //   Heuristic  the head's GEMMs (shapes vary with every request): the heuristic's first answer,
 //              cached per problem.
+// Batch invariance (the default; gemm/batch_invariant.cpp): a row's result must not depend on how
+// many rows share its GEMM, and cuBLASLt picks its kernels (tiles, split K) by M. So every problem
+// that differs only in M runs one algorithm, chosen once for the shape among the candidates whose
+// rows come out bit for bit the same at every probe size, and both ways above apply only where no
+// such algorithm exists (FP8, strided batches, a shape first met inside a stream capture).
 #pragma once
 
 #include <cublasLt.h>
@@ -22,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/batch_invariance.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/data_type.h"
 #include "engine/prepare/tuning_cache.h"
@@ -80,7 +86,7 @@ struct GemmProblem {
 
 class Gemm {
  public:
-  Gemm();
+  explicit Gemm(bool batch_invariant = cuda::batch_invariant());
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -97,6 +103,10 @@ class Gemm {
   std::vector<TuningEntry> entries() const;  // every Timed choice, for the tuning cache
   size_t preloaded_used() const { return preloaded_used_; }
   size_t preloaded_rejected() const { return preloaded_rejected_; }
+  bool batch_invariant() const { return batch_invariant_; }
+  // Shapes given one algorithm for every M, and those where no candidate kept its rows.
+  size_t invariant_groups() const;
+  size_t variant_groups() const;
 
  private:
   // Everything cuBLASLt's choice can depend on. Alignments matter only for Heuristic problems
@@ -124,6 +134,21 @@ class Gemm {
                         void* c, cudaStream_t s);
   static void destroy(Plan& plan);
   void drop_heuristic_plans();
+  // Time each of cands on p (into scratch) and return the fastest's index (0 inside a capture).
+  size_t fastest(const GemmProblem& p, const Plan& plan,
+                 const std::vector<cublasLtMatmulAlgo_t>& cands, cudaStream_t s);
+  // Batch invariance (batch_invariant.cpp): a shape's class, the algorithms that give a row the
+  // same bits at every probe M and one another, each with its time at each probe; every M of the
+  // shape picks among them. Empty: no such algorithm (the usual choice then).
+  struct Group {
+    std::vector<cublasLtMatmulAlgo_t> algos;
+    std::vector<std::vector<float>> ms;  // [algo][probe]
+  };
+  static std::string group_policy();
+  bool choose_group(const GemmProblem& p, Plan& plan, cudaStream_t s);
+  Group select_group(const GemmProblem& p, size_t workspace, cudaStream_t s);
+
+  bool batch_invariant_ = true;
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
@@ -132,6 +157,7 @@ class Gemm {
   size_t heuristic_plans_ = 0;
   std::map<TuningEntry::Shape, cublasLtMatmulAlgo_t> preloaded_;
   size_t preloaded_used_ = 0, preloaded_rejected_ = 0;
+  std::map<Key, Group> groups_;  // by key_of with M = 0
 };
 
 }  // namespace clef::engine::cuda

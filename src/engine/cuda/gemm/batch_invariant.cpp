@@ -1,0 +1,271 @@
+// Batch invariance of the GEMM module (gemm.h, issue 14). A packed forward runs one GEMM over the
+// rows of every request in the pack, so a request's rows meet GEMMs of many M. cuBLASLt chooses
+// kernels by M, and kernels that split K (or schedule tiles by the problem's size) round a row's
+// sums in another order. So a shape (a problem less its M) is given a class of algorithms, once:
+//   * the candidates are the heuristic's first answers at each probe M;
+//   * each runs at every probe M on the same random "request" rows, placed at another row offset
+//     at each M (zeros around them); one whose rows differ bit for bit between probes is dropped;
+//   * the rest fall into classes of equal bits (on an H100 all of gate_up's 16 candidates gave
+//     one class; down's 24 gave two); the class is the one holding the shape's cached choices
+//     (a tuning cache), else the one whose best member is nearest each probe's fastest (summed).
+// Every M of the shape then runs a member of that class: Timed problems time the members at their
+// M (as choose_timed times the heuristic's), Heuristic ones take the member fastest at the nearest
+// probe. No class: the shape keeps the usual choice per M, and start-up says so.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/gemm/gemm.h"
+#include "engine/cuda/gemm/lt_helpers.h"
+#include "model/bf16.h"
+
+namespace clef::engine::cuda {
+using namespace lt;
+namespace {
+
+// A served C1 request lands near 384 rows, a C16 pack near 7k; 8192 bounds the probe buffers.
+constexpr std::array<int, 4> kProbeM = {384, 1024, 4096, 8192};
+constexpr int kProbeRows = 64;        // the "request" compared across probes
+constexpr int kGroupCandidates = 12;  // asked of the heuristic at each probe
+constexpr int kGroupTimedRuns = 2;    // after the checked run
+
+// n random values in t (bf16 or fp32), as bytes.
+std::vector<unsigned char> random_values(DataType t, size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<unsigned char> out(n * data_type_bytes(t));
+  for (size_t i = 0; i < n; ++i) {
+    const float x = g(rng);
+    if (t == DataType::BF16) {
+      const uint16_t b = model::float_to_bf16(x);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    } else {
+      std::memcpy(out.data() + 4 * i, &x, 4);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Gemm::group_policy() {
+  std::string probes;
+  for (int m : kProbeM) probes += (probes.empty() ? "" : "/") + std::to_string(m);
+  return "every M of a shape from one class of algorithms equal bit for bit at M " + probes + ", " +
+         std::to_string(kGroupCandidates) + " candidates a probe";
+}
+
+size_t Gemm::invariant_groups() const {
+  return static_cast<size_t>(std::count_if(groups_.begin(), groups_.end(),
+                                           [](const auto& g) { return !g.second.algos.empty(); }));
+}
+
+size_t Gemm::variant_groups() const {
+  return groups_.size() - invariant_groups();
+}
+
+bool Gemm::choose_group(const GemmProblem& p, Plan& pl, cudaStream_t s) {
+  if (!batch_invariant_ || p.batch > 1 || scaled(p)) return false;
+  Key k = key_of(p);
+  k.v[1] = 0;  // M
+  auto it = groups_.find(k);
+  if (it == groups_.end()) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CLEF_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return false;  // nothing may run inside a capture
+    it = groups_.emplace(k, select_group(p, pl.workspace, s)).first;
+  }
+  const Group& g = it->second;
+  if (g.algos.empty()) return false;
+  std::vector<cublasLtMatmulAlgo_t> here;  // the members that run at this M
+  std::vector<size_t> index;
+  for (size_t i = 0; i < g.algos.size(); ++i) {
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, &g.algos[i], &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= pl.workspace)
+      here.push_back(g.algos[i]), index.push_back(i);
+  }
+  if (here.empty()) {
+    std::fprintf(stderr,
+                 "clefserve: gemm %s: no algorithm of the shape's class runs at this M; "
+                 "this M gets its own (not batch invariant)\n",
+                 shape_text(p).c_str());
+    return false;
+  }
+  if (p.tuning == GemmTuning::Timed) {
+    pl.algo = here[fastest(p, pl, here, s)];
+  } else {  // the member fastest at the probe nearest this M (log scale)
+    size_t probe = 0;
+    for (size_t j = 1; j < kProbeM.size(); ++j)
+      if (std::abs(std::log(double(p.M) / kProbeM[j])) <
+          std::abs(std::log(double(p.M) / kProbeM[probe])))
+        probe = j;
+    size_t best = 0;
+    for (size_t i = 1; i < here.size(); ++i)
+      if (g.ms[index[i]][probe] < g.ms[index[best]][probe]) best = i;
+    pl.algo = here[best];
+  }
+  return true;
+}
+Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStream_t s) {
+  const bool heur = p.tuning == GemmTuning::Heuristic;
+  const Alignments al = heur ? alignments_of(p) : Alignments{};
+
+  // The candidates: every probe's first answers, each algorithm once.
+  std::vector<cublasLtMatmulAlgo_t> cands;
+  for (int M : kProbeM) {
+    GemmProblem q = p;
+    q.M = M;
+    Plan d = make_descriptors(q);
+    Preference pref(workspace);
+    if (heur) pref.align(al);
+    cublasLtMatmulHeuristicResult_t res[kGroupCandidates];
+    int n = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c,
+                                                             pref.p, kGroupCandidates, res, &n);
+    destroy(d);
+    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n; ++i) {
+      if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      const bool seen = std::any_of(cands.begin(), cands.end(), [&](const auto& c) {
+        return std::memcmp(&c, &res[i].algo, sizeof c) == 0;
+      });
+      if (!seen) cands.push_back(res[i].algo);
+    }
+  }
+
+  // Probe buffers in the real layouts; a Heuristic problem's pointers keep its alignments.
+  const size_t ea = data_type_bytes(p.a.dtype), ec = data_type_bytes(p.c_dtype);
+  const int m_max = kProbeM.back();
+  const size_t a_bytes = static_cast<size_t>(p.a.ld) * m_max * ea;
+  const size_t c_bytes = static_cast<size_t>(p.ldc) * m_max * ec;
+  DeviceBuffer a_buf(a_bytes + 256), c_buf(c_bytes + 256);
+  auto at = [](const DeviceBuffer& b, uint32_t align) {
+    return b.get<char>() + (align > 0 && align < 256 ? align : 0);
+  };
+  char* a_ptr = at(a_buf, al.a);
+  char* c_ptr = at(c_buf, al.c);
+  std::mt19937 rng(0x5eed + p.N * 31 + p.K);  // fixed: the check is the same in every process
+  const std::vector<unsigned char> rows_a =
+      random_values(p.a.dtype, static_cast<size_t>(kProbeRows) * p.K, rng);
+  const std::vector<unsigned char> rows_c =
+      random_values(p.c_dtype, static_cast<size_t>(kProbeRows) * p.N, rng);
+  const size_t out_row = static_cast<size_t>(p.N) * ec;
+  std::vector<std::vector<unsigned char>> first(cands.size());
+  std::vector<unsigned char> got(out_row * kProbeRows);
+  std::vector<bool> kept(cands.size(), true);
+  std::vector<std::array<float, kProbeM.size()>> ms(cands.size());
+  cudaEvent_t e0, e1;
+  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
+  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
+
+  for (size_t j = 0; j < kProbeM.size(); ++j) {
+    GemmProblem q = p;
+    q.M = kProbeM[j];
+    q.a.ptr = a_ptr;
+    q.c = c_ptr;
+    const int off = (q.M - kProbeRows) * 2 / 3;  // another row offset at every probe
+    CLEF_CUDA_CHECK(cudaMemsetAsync(a_buf.get(), 0, a_bytes + 256, s));
+    CLEF_CUDA_CHECK(cudaMemsetAsync(c_buf.get(), 0, c_bytes + 256, s));
+    CLEF_CUDA_CHECK(cudaMemcpy2DAsync(a_ptr + off * p.a.ld * ea, p.a.ld * ea, rows_a.data(),
+                                      p.K * ea, p.K * ea, kProbeRows, cudaMemcpyHostToDevice, s));
+    Plan d = make_descriptors(q);
+    for (size_t c = 0; c < cands.size(); ++c) {
+      if (!kept[c]) continue;
+      cublasLtMatmulHeuristicResult_t check{};
+      if (cublasLtMatmulAlgoCheck(handle_, d.op, d.a, d.b, d.c, d.c, &cands[c], &check) !=
+              CUBLAS_STATUS_SUCCESS ||
+          check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace) {
+        kept[c] = false;
+        continue;
+      }
+      char* c_rows = c_ptr + off * p.ldc * ec;
+      if (p.accumulate)
+        CLEF_CUDA_CHECK(cudaMemcpy2DAsync(c_rows, p.ldc * ec, rows_c.data(), out_row, out_row,
+                                          kProbeRows, cudaMemcpyHostToDevice, s));
+      if (launch(d, cands[c], q, c_ptr, s) != CUBLAS_STATUS_SUCCESS) {
+        kept[c] = false;
+        continue;
+      }
+      CLEF_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), out_row, c_rows, p.ldc * ec, out_row,
+                                        kProbeRows, cudaMemcpyDeviceToHost, s));
+      CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
+      if (j == 0) {
+        first[c] = got;
+      } else if (got != first[c]) {
+        kept[c] = false;  // this algorithm's rows depend on M or on where they sit
+        continue;
+      }
+      CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
+      bool ok = true;
+      for (int r = 0; r < kGroupTimedRuns && ok; ++r)
+        ok = launch(d, cands[c], q, c_ptr, s) == CUBLAS_STATUS_SUCCESS;
+      CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
+      CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
+      CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms[c][j], e0, e1));
+      if (!ok) kept[c] = false;
+    }
+    destroy(d);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+
+  // Classes of equal bits among the candidates kept.
+  std::vector<int> cls(cands.size(), -1);
+  int n_cls = 0;
+  for (size_t c = 0; c < cands.size(); ++c) {
+    if (!kept[c] || cls[c] >= 0) continue;
+    for (size_t d = c; d < cands.size(); ++d)
+      if (kept[d] && cls[d] < 0 && first[d] == first[c]) cls[d] = n_cls;
+    ++n_cls;
+  }
+  // The class of the shape's cached choices, if a tuning cache holds any; else the one whose
+  // best member at each probe is nearest that probe's fastest (summed over the probes).
+  int chosen = -1;
+  const TuningEntry::Shape mine = tuning_shape(p);
+  for (const auto& [shape, algo] : preloaded_) {
+    TuningEntry::Shape sh = shape;
+    sh[0] = mine[0];  // M
+    if (sh != mine) continue;
+    for (size_t c = 0; c < cands.size() && chosen < 0; ++c)
+      if (cls[c] >= 0 && std::memcmp(&cands[c], &algo, sizeof algo) == 0) chosen = cls[c];
+    if (chosen >= 0) break;
+  }
+  if (chosen < 0) {
+    std::array<float, kProbeM.size()> best;
+    best.fill(1e30f);
+    for (size_t c = 0; c < cands.size(); ++c)
+      if (kept[c])
+        for (size_t j = 0; j < kProbeM.size(); ++j) best[j] = std::min(best[j], ms[c][j]);
+    double best_cost = 1e300;
+    for (int k = 0; k < n_cls; ++k) {
+      double cost = 0;
+      for (size_t j = 0; j < kProbeM.size(); ++j) {
+        float m = 1e30f;
+        for (size_t c = 0; c < cands.size(); ++c)
+          if (cls[c] == k) m = std::min(m, ms[c][j]);
+        cost += m / std::max(best[j], 1e-6f);
+      }
+      if (cost < best_cost) best_cost = cost, chosen = k;
+    }
+  }
+  Group g;
+  for (size_t c = 0; c < cands.size(); ++c)
+    if (chosen >= 0 && cls[c] == chosen) {
+      g.algos.push_back(cands[c]);
+      g.ms.emplace_back(ms[c].begin(), ms[c].end());
+    }
+  if (g.algos.empty())
+    std::fprintf(stderr,
+                 "clefserve: gemm N %d K %d: none of %zu cuBLASLt algorithms gives a row the same "
+                 "bits at every M; this shape keeps a choice per M (not batch invariant)\n",
+                 p.N, p.K, cands.size());
+  return g;
+}
+
+}  // namespace clef::engine::cuda
