@@ -93,9 +93,9 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (gemm_.batch_invariant())
     say("GEMM batch invariance: " + std::to_string(gemm_.invariant_groups()) +
-        " shapes run one algorithm at every M" +
+        " shapes choose every M's algorithm from one class of equal bits" +
         (gemm_.variant_groups() ? ", " + std::to_string(gemm_.variant_groups()) +
-                                      " keep one per M (no candidate kept its rows)"
+                                      " keep a choice per M (not batch invariant)"
                                 : ""));
   if (config_.weights == DataType::F8_E4M3) {
     graphs_.clear();  // graphs captured before these choices may run the other precision

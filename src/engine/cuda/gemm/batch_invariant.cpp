@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -144,7 +145,20 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
   const int m_max = kProbeM.back();
   const size_t a_bytes = static_cast<size_t>(p.a.ld) * m_max * ea;
   const size_t c_bytes = static_cast<size_t>(p.ldc) * m_max * ec;
-  DeviceBuffer a_buf(a_bytes + 256), c_buf(c_bytes + 256);
+  // Probe buffers (up to ~1 GiB for the widest fp32 shape) come and go here; where the device has
+  // no room left for them the shape keeps its choice per M rather than failing the start-up.
+  DeviceBuffer a_buf, c_buf;
+  try {
+    a_buf.resize(a_bytes + 256);
+    c_buf.resize(c_bytes + 256);
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();  // an allocation failure is not sticky; leave no error behind
+    std::fprintf(stderr,
+                 "clefserve: gemm N %d K %d: no device memory for the batch-invariance probes "
+                 "(%s); this shape keeps a choice per M (not batch invariant)\n",
+                 p.N, p.K, e.what());
+    return {};
+  }
   auto at = [](const DeviceBuffer& b, uint32_t align) {
     return b.get<char>() + (align > 0 && align < 256 ? align : 0);
   };
