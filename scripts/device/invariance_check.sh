@@ -6,7 +6,8 @@
 # CLEF_BATCH_INVARIANT=0) with `clefserve bench` over public231-shape at C1 and C16 and over
 # public231-short at C64, and `clefserve bench compare` of each mode's C1 answers (every request alone)
 # against its C16 and short C64 answers (packs). Each result is appended to $OUT/result.txt as soon
-# as it exists, so a call cut short keeps what it measured.
+# as it exists, so a call cut short keeps what it measured. With workbench_gemm carried, its summary
+# (each shape's algorithm classes and whether the engine's per-M picks share one) goes there too.
 # Usage (repo root on the device): [PRESET=small] [TRAV=2] scripts/device/invariance_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
@@ -26,6 +27,11 @@ timeout 200 test_gpu --gtest_brief=1 \
 echo "tests rc $? $(( $(date +%s) - t0 ))s" | tee -a "$R"
 grep -E '^\[  (PASSED|FAILED|SKIPPED)|FAILED|packed vs alone|Failure|of [0-9]+ values' "$OUT/tests.log" |
   head -20 | tee -a "$R"
+if [ -x /tmp/c/bin/workbench_gemm ]; then  # the bit classes of the backbone's GEMM algorithms
+  CLEF_BENCH_MS=${BENCH_MS:-384,1024,4096,8192} timeout 150 workbench_gemm > /tmp/wb_gemm.txt 2>&1
+  echo "workbench_gemm rc $?" | tee -a "$R"
+  grep -E "^==|engine's picks|fastest one-class|^gemm:" /tmp/wb_gemm.txt | tee -a "$R"
+fi
 wait $MKP
 FLOOR=()
 if [ "$PRESET" = flash ]; then
