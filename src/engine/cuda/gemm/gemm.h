@@ -12,10 +12,12 @@
 //   Heuristic  the head's GEMMs (shapes vary with every request): the heuristic's first answer,
 //              cached per problem.
 // Batch invariance (the default; gemm/batch_invariant.cpp): a row's result must not depend on how
-// many rows share its GEMM, and cuBLASLt picks its kernels (tiles, split K) by M. So every problem
-// that differs only in M runs one algorithm, chosen once for the shape among the candidates whose
-// rows come out bit for bit the same at every probe size, and both ways above apply only where no
-// such algorithm exists (FP8, strided batches, a shape first met inside a stream capture).
+// many rows share its GEMM, and cuBLASLt picks its kernels (tiles, split K) by M. So a shape (a
+// problem less its M) is given, once, a class of algorithms that give a row the same bits at every
+// probe size and as one another, and each M chooses among them only (Timed: the fastest member at
+// its M, unless a tuning cache names one; Heuristic: the member fastest at the nearest probe). The
+// usual ways above apply where there is no class (FP8, strided batches, a shape first met inside a
+// stream capture, no candidate that keeps its rows).
 #pragma once
 
 #include <cublasLt.h>
@@ -104,7 +106,7 @@ class Gemm {
   size_t preloaded_used() const { return preloaded_used_; }
   size_t preloaded_rejected() const { return preloaded_rejected_; }
   bool batch_invariant() const { return batch_invariant_; }
-  // Shapes given one algorithm for every M, and those where no candidate kept its rows.
+  // Shapes given a class of bit-equal algorithms for every M, and those left a choice per M.
   size_t invariant_groups() const;
   size_t variant_groups() const;
 
