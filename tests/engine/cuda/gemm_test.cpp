@@ -34,10 +34,9 @@ DeviceBuffer upload(const std::vector<float>& v, bool bf16) {
   return bf16 ? to_device<__nv_bfloat16>(v) : to_device<float>(v);
 }
 
-// A vision Linear with its bias fused: C[M, N] = A[M, K] W[N, K]^T + bias[N], every operand packed
-// and of type t, the heuristic's plan (bias problems are heuristic only).
-GemmProblem bias_problem(int M, int N, int K, DataType t, const DeviceBuffer& a,
-                         const DeviceBuffer& w, DeviceBuffer& c, const DeviceBuffer& bias) {
+// C[M, N] (+)= A[M, K] W[N, K]^T, every operand packed: A and W of type t, C of type ct.
+GemmProblem packed_problem(int M, int N, int K, DataType t, const DeviceBuffer& a,
+                           const DeviceBuffer& w, DataType ct, DeviceBuffer& c) {
   GemmProblem p;
   p.M = M;
   p.N = N;
@@ -45,8 +44,16 @@ GemmProblem bias_problem(int M, int N, int K, DataType t, const DeviceBuffer& a,
   p.a = {a.get(), t, K};
   p.b = {w.get(), t, K};
   p.c = c.get();
-  p.c_dtype = t;
+  p.c_dtype = ct;
   p.ldc = N;
+  return p;
+}
+
+// A vision Linear with its bias fused: C[M, N] = A[M, K] W[N, K]^T + bias[N], every operand packed
+// and of type t, the heuristic's plan (bias problems are heuristic only).
+GemmProblem bias_problem(int M, int N, int K, DataType t, const DeviceBuffer& a,
+                         const DeviceBuffer& w, DeviceBuffer& c, const DeviceBuffer& bias) {
+  GemmProblem p = packed_problem(M, N, K, t, a, w, t, c);
   p.bias = bias.get();
   p.tuning = GemmTuning::Heuristic;
   return p;
@@ -194,15 +201,7 @@ TEST(GemmModule, RequestRowsDoNotDependOnTheRowsBesideThem) {
       if (sh.accumulate) std::copy(req_c.begin(), req_c.end(), c0.begin() + size_t(off) * sh.N);
       const auto da = upload(a, sh.bf16);
       auto dc = upload(c0, ct == DataType::BF16);
-      GemmProblem p;
-      p.M = M;
-      p.N = sh.N;
-      p.K = sh.K;
-      p.a = {da.get(), t, sh.K};
-      p.b = {dw.get(), t, sh.K};
-      p.c = dc.get();
-      p.c_dtype = ct;
-      p.ldc = sh.N;
+      GemmProblem p = packed_problem(M, sh.N, sh.K, t, da, dw, ct, dc);
       p.accumulate = sh.accumulate;
       p.tuning = sh.tuning;
       gemm.run(p, 0);
@@ -227,15 +226,7 @@ TEST(GemmModule, RequestRowsDoNotDependOnTheRowsBesideThem) {
              a = host_rand(rng, size_t(361) * 4096, true);
   const auto dw = upload(w, true), da = upload(a, true);
   DeviceBuffer c1(size_t(361) * 4096 * 2), c2(size_t(361) * 4096 * 2);
-  GemmProblem p;
-  p.M = 361;
-  p.N = 4096;
-  p.K = 4096;
-  p.a = {da.get(), DataType::BF16, 4096};
-  p.b = {dw.get(), DataType::BF16, 4096};
-  p.c = c1.get();
-  p.c_dtype = DataType::BF16;
-  p.ldc = 4096;
+  GemmProblem p = packed_problem(361, 4096, 4096, DataType::BF16, da, dw, DataType::BF16, c1);
   gemm.run(p, 0);
   Gemm fresh;
   fresh.preload(gemm.entries());

@@ -85,13 +85,8 @@ bool Gemm::choose_group(const GemmProblem& p, Plan& pl, cudaStream_t s) {
   if (g.algos.empty()) return false;
   std::vector<cublasLtMatmulAlgo_t> here;  // the members that run at this M
   std::vector<size_t> index;
-  for (size_t i = 0; i < g.algos.size(); ++i) {
-    cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, &g.algos[i], &check) ==
-            CUBLAS_STATUS_SUCCESS &&
-        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= pl.workspace)
-      here.push_back(g.algos[i]), index.push_back(i);
-  }
+  for (size_t i = 0; i < g.algos.size(); ++i)
+    if (accepts(pl, g.algos[i], pl.workspace)) here.push_back(g.algos[i]), index.push_back(i);
   if (here.empty()) {
     std::fprintf(stderr,
                  "clefserve: gemm %s: no algorithm of the shape's class runs at this M; "
@@ -126,17 +121,13 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
     Plan d = make_descriptors(q);
     Preference pref(workspace);
     if (heur) pref.align(al);
-    cublasLtMatmulHeuristicResult_t res[kGroupCandidates];
-    int n = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c,
-                                                             pref.p, kGroupCandidates, res, &n);
+    const std::vector<cublasLtMatmulAlgo_t> found = heuristic_algos(d, pref.p, kGroupCandidates);
     destroy(d);
-    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n; ++i) {
-      if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    for (const cublasLtMatmulAlgo_t& a : found) {
       const bool seen = std::any_of(cands.begin(), cands.end(), [&](const auto& c) {
-        return std::memcmp(&c, &res[i].algo, sizeof c) == 0;
+        return std::memcmp(&c, &a, sizeof c) == 0;
       });
-      if (!seen) cands.push_back(res[i].algo);
+      if (!seen) cands.push_back(a);
     }
   }
 
@@ -174,9 +165,6 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
   std::vector<unsigned char> got(out_row * kProbeRows);
   std::vector<bool> kept(cands.size(), true);
   std::vector<std::array<float, kProbeM.size()>> ms(cands.size());
-  cudaEvent_t e0, e1;
-  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
-  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
 
   for (size_t j = 0; j < kProbeM.size(); ++j) {
     GemmProblem q = p;
@@ -191,10 +179,7 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
     Plan d = make_descriptors(q);
     for (size_t c = 0; c < cands.size(); ++c) {
       if (!kept[c]) continue;
-      cublasLtMatmulHeuristicResult_t check{};
-      if (cublasLtMatmulAlgoCheck(handle_, d.op, d.a, d.b, d.c, d.c, &cands[c], &check) !=
-              CUBLAS_STATUS_SUCCESS ||
-          check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace) {
+      if (!accepts(d, cands[c], workspace)) {
         kept[c] = false;
         continue;
       }
@@ -215,19 +200,11 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
         kept[c] = false;  // this algorithm's rows depend on M or on where they sit
         continue;
       }
-      CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
-      bool ok = true;
-      for (int r = 0; r < kGroupTimedRuns && ok; ++r)
-        ok = launch(d, cands[c], q, c_ptr, s) == CUBLAS_STATUS_SUCCESS;
-      CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
-      CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
-      CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms[c][j], e0, e1));
-      if (!ok) kept[c] = false;
+      ms[c][j] = time_ms(d, cands[c], q, c_ptr, kGroupTimedRuns, s);
+      if (ms[c][j] < 0) kept[c] = false;
     }
     destroy(d);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
 
   // Classes of equal bits among the candidates kept.
   std::vector<int> cls(cands.size(), -1);

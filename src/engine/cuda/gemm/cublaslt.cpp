@@ -227,10 +227,7 @@ bool Gemm::choose_preloaded(const GemmProblem& p, Plan& pl, cudaStream_t s) {
   if (cap != cudaStreamCaptureStatusNone) return false;  // checked later, outside a capture
   // (Kept: batch invariance picks a shape's class of algorithms by its cached ones.)
   const cublasLtMatmulAlgo_t algo = it->second;
-  cublasLtMatmulHeuristicResult_t check{};
-  bool ok = cublasLtMatmulAlgoCheck(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, &algo, &check) ==
-                CUBLAS_STATUS_SUCCESS &&
-            check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= kWorkspace;
+  bool ok = accepts(pl, algo, kWorkspace);
   if (ok) {
     // One real run into scratch: the choice must work here, and its kernel is loaded before any
     // graph capture needs it.
@@ -246,15 +243,46 @@ bool Gemm::choose_preloaded(const GemmProblem& p, Plan& pl, cudaStream_t s) {
   return true;
 }
 
+bool Gemm::accepts(const Plan& pl, const cublasLtMatmulAlgo_t& algo, size_t workspace) const {
+  cublasLtMatmulHeuristicResult_t check{};
+  return cublasLtMatmulAlgoCheck(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, &algo, &check) ==
+             CUBLAS_STATUS_SUCCESS &&
+         check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace;
+}
+
+std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic_algos(const Plan& pl,
+                                                        cublasLtMatmulPreference_t pref, int n) {
+  std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(n));
+  int found = 0;
+  std::vector<cublasLtMatmulAlgo_t> out;
+  if (cublasLtMatmulAlgoGetHeuristic(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, pref, n, res.data(),
+                                     &found) != CUBLAS_STATUS_SUCCESS)
+    return out;
+  for (int i = 0; i < found; ++i)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS) out.push_back(res[i].algo);
+  return out;
+}
+
+float Gemm::time_ms(const Plan& pl, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p, void* c,
+                    int runs, cudaStream_t s) {
+  cudaEvent_t e0, e1;
+  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
+  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
+  CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
+  bool ok = true;
+  for (int r = 0; r < runs && ok; ++r) ok = launch(pl, algo, p, c, s) == CUBLAS_STATUS_SUCCESS;
+  CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
+  CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ok ? ms : -1.0f;
+}
+
 void Gemm::choose_timed(const GemmProblem& p, Plan& pl, cudaStream_t s) {
   Preference pref(kWorkspace);
-  cublasLtMatmulHeuristicResult_t res[kCandidates];
-  int n = 0;
-  CLEF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, pl.op, pl.a, pl.b, pl.c, pl.c, pref.p,
-                                                   kCandidates, res, &n));
-  std::vector<cublasLtMatmulAlgo_t> cands;
-  for (int i = 0; i < n; ++i)
-    if (res[i].state == CUBLAS_STATUS_SUCCESS) cands.push_back(res[i].algo);
+  const std::vector<cublasLtMatmulAlgo_t> cands = heuristic_algos(pl, pref.p, kCandidates);
   if (cands.empty())
     throw std::runtime_error("cuBLASLt has no algorithm for GEMM " + shape_text(p));
   pl.algo = cands[fastest(p, pl, cands, s)];
@@ -270,25 +298,12 @@ size_t Gemm::fastest(const GemmProblem& p, const Plan& pl,
   const size_t out_bytes = static_cast<size_t>(p.ldc) * p.M * data_type_bytes(p.c_dtype);
   scratch_.resize(out_bytes);
   CLEF_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, out_bytes, s));
-  cudaEvent_t e0, e1;
-  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
-  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
   float best_ms = 1e30f;
   for (size_t i = 0; i < cands.size(); ++i) {
-    bool ok = true;
-    for (int r = 0; r < kTimedRuns + 1 && ok; ++r) {
-      if (r == 1) CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
-      ok = launch(pl, cands[i], p, scratch_.get(), s) == CUBLAS_STATUS_SUCCESS;
-    }
-    if (!ok) continue;
-    CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
-    CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (ms < best_ms) best_ms = ms, best = i;
+    if (launch(pl, cands[i], p, scratch_.get(), s) != CUBLAS_STATUS_SUCCESS) continue;  // untimed
+    const float ms = time_ms(pl, cands[i], p, scratch_.get(), kTimedRuns, s);
+    if (ms >= 0 && ms < best_ms) best_ms = ms, best = i;
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return best;
 }
 

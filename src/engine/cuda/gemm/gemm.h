@@ -136,6 +136,14 @@ class Gemm {
                         void* c, cudaStream_t s);
   static void destroy(Plan& plan);
   void drop_heuristic_plans();
+  // Whether cuBLASLt runs algo for plan's problem within workspace bytes.
+  bool accepts(const Plan& plan, const cublasLtMatmulAlgo_t& algo, size_t workspace) const;
+  // The heuristic's first n answers for plan's problem that it says run.
+  std::vector<cublasLtMatmulAlgo_t> heuristic_algos(const Plan& plan,
+                                                    cublasLtMatmulPreference_t pref, int n);
+  // Milliseconds of `runs` launches of algo on p into c (negative where a launch fails).
+  float time_ms(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p, void* c,
+                int runs, cudaStream_t s);
   // Time each of cands on p (into scratch) and return the fastest's index (0 inside a capture).
   size_t fastest(const GemmProblem& p, const Plan& plan,
                  const std::vector<cublasLtMatmulAlgo_t>& cands, cudaStream_t s);
