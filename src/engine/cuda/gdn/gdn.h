@@ -103,10 +103,11 @@ bool gdn_scan_prefetch();
 // perf-log v25b). Never changes a value.
 bool gdn_scan_wide();
 // Which core a packed tensor-core grid runs where the fused core applies (prep's T' and P, then
-// one kernel a (sequence, value head) to o; perf-log v26b-v27): PerPack, the default, the one
-// gdn_fused_pays picks for each pack (GdnSequences::fused); Off the three kernels
-// (CLEF_GDN_FUSED=0); On the fused core (CLEF_GDN_FUSED=1). One sequence always runs the three
-// kernels. The cores round differently: the choice changes the bits.
+// one kernel a (sequence, value head) to o; perf-log v26b-v28a): PerPack the one gdn_fused_pays
+// picks for each pack (GdnSequences::fused; CLEF_GDN_FUSED=auto, and the default where batch
+// invariance is off); Off the three kernels (CLEF_GDN_FUSED=0, and the default under batch
+// invariance, batch_invariance.h); On the fused core (CLEF_GDN_FUSED=1). One sequence always runs
+// the three kernels. The cores round differently: the choice changes the bits.
 enum class GdnFusedMode { Off, On, PerPack };
 GdnFusedMode gdn_fused_mode();
 // The fused core's value-column groups: 4 (sixteen warps a CTA) where CLEF_GDN_FUSED_GROUPS=4,

@@ -1248,7 +1248,7 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   }
 }
 
-// ---- fused core (packs; per pack by default, chunked_tc; perf-log v25d-v27a): grid (Hv,
+// ---- fused core (packs, gdn_fused_mode(); perf-log v25d-v28a): grid (Hv,
 // sequences), one CTA a (sequence, value head) walking its chunks with the state in registers,
 // after prep_kernel<true> has stored each chunk's T' = Tm diag(beta) and P. Per chunk, with
 // R = Xv - diag(e^gamma rk) (Xk S):

@@ -26,7 +26,7 @@ namespace clef::engine::cuda::gdn {
 // (at most ~56 KiB per block).
 bool tc_supported(int dk, int dv);
 
-// The fused core (packs only, chosen per pack by default; perf-log v26a-v27a): dk = dv = 128, the
+// The fused core (packs only, as gdn_fused_mode() says; perf-log v26a-v28a): dk = dv = 128, the
 // tensor-core path, and the device grants its ~195 KiB of shared memory per block.
 bool fused_supported(int dk, int dv);
 
