@@ -18,6 +18,8 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/profile_invariance.h"
+#include "cli/synthetic_request.h"
 #include "encoding/request.h"
 #include "engine/engine.h"
 #include "json/value.h"
@@ -42,6 +44,8 @@ struct ProfileArgs {
   int images = 0, videos = 0, video_frames = 16;
   std::string image_size = "1024x1024", video_size = "640x480";
   double video_fps = 2.0;
+  bool invariance = false;         // --invariance: --lengths packed, alone vs packed
+  std::string layers = "1,2,3,4,8,16,-1";  // --layers for --invariance
   std::string request_file;  // --dump-hidden with a request (JSON body) instead of --ids
   // --media "N@WxH,...,vF@WxH": several media profiles in one process (N images of WxH; one video
   // of F frames of WxH).
@@ -56,42 +60,6 @@ double ms_since(Clock::time_point t0) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-// A one-question request whose state is `words` filler words (varied, mostly one token each).
-json::Value make_request(const std::string& model, int words) {
-  static const char* kWords[] = {"the",    "river",  "market", "signal", "garden", "winter",
-                                 "policy", "engine", "quiet",  "yellow", "number", "forest",
-                                 "travel", "window", "simple", "report"};
-  std::string state;
-  state.reserve(static_cast<size_t>(words) * 7);
-  for (int i = 0; i < words; ++i) {
-    if (i) state += ' ';
-    state += kWords[(i * 7 + i / 16) % 16];
-  }
-  auto opt = [](const char* d) { return json::Value::string(d); };
-  json::Value criteria = json::Value::object({{"approve", opt("the request is fine")},
-                                              {"reject", opt("the request is not fine")},
-                                              {"escalate", opt("unsure")}});
-  json::Value q = json::Value::object(
-      {{"type", json::Value::string("choice")},
-       {"instructions", json::Value::string("Decide what to do with this report.")},
-       {"criteria", criteria}});
-  return json::Value::object({{"model", json::Value::string(model)},
-                              {"state", json::Value::string(state)},
-                              {"questions", json::Value::object({{"decision", q}})},
-                              {"truncation", json::Value::string("allow")}});
-}
-
-// Finds a request of exactly `tokens` input tokens (the state cut to fit by truncation "allow").
-json::Value request_of_length(const service::Decider& d, const std::string& model, int tokens) {
-  int words = tokens;
-  for (int iter = 0; iter < 12; ++iter) {
-    const int n = static_cast<int>(d.prepare(make_request(model, words)).encoded.input_ids.size());
-    if (n >= tokens) break;
-    words += std::max(8, (tokens - n) + (tokens - n) / 8);
-  }
-  return make_request(model, words);
 }
 
 std::vector<int> parse_lengths(const std::string& s) {
@@ -385,6 +353,13 @@ int run_profile(const ProfileArgs& a) {
   }
   if (a.images > 0 || a.videos > 0) return run_media_profile(a, release, eng);
   const std::vector<int> lengths = parse_lengths(a.lengths);
+  if (a.invariance) {
+    InvarianceArgs ia{lengths, {}};
+    std::stringstream ss(a.layers);
+    std::string item;
+    while (std::getline(ss, item, ',')) ia.layers.push_back(std::stoi(item));
+    return run_invariance_check(ia, release, *eng);
+  }
   service::DeciderOptions dopts;
   dopts.encode.max_length = 0;
   for (int L : lengths) dopts.encode.max_length = std::max(dopts.encode.max_length, L);
@@ -581,6 +556,14 @@ void add_profile(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--json", args->json_out, "also write the results as JSON here");
+  cmd->add_flag("--invariance", args->invariance,
+                "batch invariance instead of timing: the --lengths as one packed forward, each "
+                "request's logits and hidden rows (after each of --layers) alone against packed; "
+                "exit 3 where any value differs");
+  cmd->add_option("--layers", args->layers,
+                  "decoder layer counts after which --invariance compares hidden rows (-1: all, "
+                  "then the final norm)")
+      ->capture_default_str();
   cmd->add_option("--dump-hidden", args->dump_hidden,
                   "write last_hidden_state (float32) for --ids and exit");
   cmd->add_option("--ids", args->ids_file, "token ids (whitespace-separated) for --dump-hidden");

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <type_traits>
 
@@ -217,19 +218,19 @@ void CudaBackbone::enqueue_gemms_only(const Activations& a, int Tp, cudaStream_t
 }
 
 void CudaBackbone::enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
-                           const PackView* pack, const MediaView* media) const {
+                           const PackView* pack, const MediaView* media, int layers) const {
   if (media && pack) throw std::logic_error("cuda backbone: media requests run alone");
   if (media && media->positions && cfg_.mrope_section.size() != 3)
     throw std::runtime_error("cuda backbone: multimodal positions need a 3-entry mrope_section");
   if (w_.activations == DataType::F32)
-    enqueue_as<float>(a, Tp, s, rec, pack, media);
+    enqueue_as<float>(a, Tp, s, rec, pack, media, layers);
   else
-    enqueue_as<bf16>(a, Tp, s, rec, pack, media);
+    enqueue_as<bf16>(a, Tp, s, rec, pack, media, layers);
 }
 
 template <typename E>
 void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
-                              const PackView* pack, const MediaView* media) const {
+                              const PackView* pack, const MediaView* media, int layers) const {
   const auto& c = cfg_;
   const int D = c.hidden_size, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -249,7 +250,10 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   // FP8 producers write the next GEMM's activations (K columns) where layer_gemms reads them.
   auto f8 = [&](int K) { return Fp8Rows{a.act_q, K, a.act_scale, Tp}; };
   (void)f8;  // used by the bf16 instantiation only
-  for (const LayerWeights& L : w_.layers) {
+  const size_t n_layers =
+      layers < 0 ? w_.layers.size() : std::min(w_.layers.size(), static_cast<size_t>(layers));
+  for (size_t li = 0; li < n_layers; ++li) {
+    const LayerWeights& L = w_.layers[li];
     const std::array<GemmProblem, 5> g = layer_gemms(L, a, Tp);
     if constexpr (std::is_same_v<E, bf16>) {
       if (is_fp8(g[0])) {

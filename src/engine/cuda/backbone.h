@@ -44,9 +44,11 @@ class CudaBackbone {
   // ids (a.ids, Tp rows, already on the device) -> a.final_hidden. `rec` (optional) marks each op
   // with its stage: "gemm", "gdn_core", "attention", "norms_elementwise". `pack` (optional): the
   // rows hold several sequences (packing.h); none: one sequence. `media` (optional, one sequence
-  // only): a request with images or videos.
+  // only): a request with images or videos. `layers` (diagnostics, >= 0): only the first that
+  // many decoder layers, then the final norm; -1: all.
   void enqueue(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec = nullptr,
-               const PackView* pack = nullptr, const MediaView* media = nullptr) const;
+               const PackView* pack = nullptr, const MediaView* media = nullptr,
+               int layers = -1) const;
   // Chooses the algorithm of every GEMM at Tp rows (timing: never inside a capture). With FP8
   // weights it also times each FP8 GEMM shape against the same shape in bf16 and keeps bf16 at
   // this bucket where FP8 measures slower; the weights of such a shape get a bf16 copy (their
@@ -76,7 +78,7 @@ class CudaBackbone {
  private:
   template <typename E>
   void enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
-                  const PackView* pack, const MediaView* media) const;
+                  const PackView* pack, const MediaView* media, int layers) const;
 
   // What an FP8-or-bf16 choice is made for: N, K, ldc, accumulate.
   using ShapeKey = std::array<int, 4>;

@@ -45,6 +45,11 @@ class CudaEngine : public Engine {
   virtual double backbone_ms(const std::vector<int32_t>& ids, int runs) = 0;
   // The backbone's last_hidden_state (after the final norm) for these ids, [T, hidden] as float.
   virtual std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) = 0;
+  // Batch-invariance diagnostics: the hidden rows after the first `layers` decoder layers (-1:
+  // all) and the final norm, [sum of lengths, hidden] as float, for these token sequences packed
+  // into one forward (one sequence: run as a request alone), eagerly.
+  virtual std::vector<float> packed_hidden_state(const std::vector<std::vector<int32_t>>& seqs,
+                                                 int layers) = 0;
   // The same for a request (with images or videos: the tower, merged rows and 3-D positions);
   // `vision_rows` (optional) receives the tower's output [tokens, hidden] as float.
   virtual std::vector<float> last_hidden_state(const encoding::EncodedRequest& req,

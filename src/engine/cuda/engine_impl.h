@@ -71,6 +71,8 @@ class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
   double gemm_floor_ms(int T, int runs) override;
   double backbone_ms(const std::vector<int32_t>& ids, int runs) override;
   std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) override;
+  std::vector<float> packed_hidden_state(const std::vector<std::vector<int32_t>>& seqs,
+                                         int layers) override;
   std::vector<float> last_hidden_state(const encoding::EncodedRequest& req,
                                        std::vector<float>* vision_rows) override;
   double vision_gemm_floor_ms(const media::VisualInput& visual, int runs) override;

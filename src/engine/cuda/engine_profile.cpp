@@ -104,6 +104,38 @@ std::vector<float> CudaEngineImpl::last_hidden_state(const std::vector<int32_t>&
   return hidden_host(static_cast<int>(ids.size()));
 }
 
+std::vector<float> CudaEngineImpl::packed_hidden_state(
+    const std::vector<std::vector<int32_t>>& seqs, int layers) {
+  require_no_flight("packed_hidden_state");
+  use_device();
+  std::vector<int> lengths;
+  std::vector<int32_t> ids;
+  for (const auto& s : seqs) {
+    check_ids(s);
+    lengths.push_back(static_cast<int>(s.size()));
+    ids.insert(ids.end(), s.begin(), s.end());
+  }
+  const int n = static_cast<int>(seqs.size()), T = static_cast<int>(ids.size());
+  if (n == 0 || n > kMaxPackedSequences || T > pack_tokens_)
+    throw std::runtime_error("packed_hidden_state: the sequences are not one pack");
+  const int Tp = bucket_tokens(T);
+  ids.resize(Tp, 0);
+  reserve(Tp);
+  const Activations& a = workspace_->buffers();
+  if (n == 1) {  // as a request alone: no tables
+    CLEF_CUDA_CHECK(
+        cudaMemcpyAsync(a.ids, ids.data(), Tp * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    backbone_->enqueue(a, Tp, stream_, nullptr, nullptr, nullptr, layers);
+  } else {
+    const PackTables t = pack_tables(lengths, Tp, sequence_bucket(n), rows_per_tile(Tp));
+    int32_t* pinned = pinned_staging(static_cast<size_t>(Tp) + table_ints(t));
+    std::copy(ids.begin(), ids.end(), pinned);
+    const PackView view = upload_pack(pinned, t, pinned + Tp);
+    backbone_->enqueue(a, Tp, stream_, nullptr, &view, nullptr, layers);
+  }
+  return hidden_host(T);
+}
+
 std::vector<float> CudaEngineImpl::last_hidden_state(const encoding::EncodedRequest& req,
                                                      std::vector<float>* vision_rows) {
   use_device();

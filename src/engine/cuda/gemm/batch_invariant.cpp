@@ -251,6 +251,11 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
       g.algos.push_back(cands[c]);
       g.ms.emplace_back(ms[c].begin(), ms[c].end());
     }
+  if (!g.algos.empty())
+    std::fprintf(stderr,
+                 "clefserve: gemm %s: batch invariant, %zu algorithms of class %d of %d (%zu "
+                 "candidates)\n",
+                 shape_text(p).c_str(), g.algos.size(), chosen, n_cls, cands.size());
   if (g.algos.empty())
     std::fprintf(stderr,
                  "clefserve: gemm N %d K %d: none of %zu cuBLASLt algorithms gives a row the same "
