@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/batch_invariance.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/kernels/attn_prep.h"
@@ -122,7 +123,9 @@ bool is_fp8(const GemmProblem& p) {
 AttnVariant CudaBackbone::attention_kernel(int Tp, bool packed) const {
   // Key tiles follow the global row: a packed sequence that starts inside one would see its keys
   // blocked otherwise than alone, and the online softmax round otherwise (batch_invariance.h).
-  const bool tiles = cfg_.head_dim % 16 == 0 && !(packed && batch_invariant());
+  // Packs write per-sequence key tiles (kv_tiles.h), so each sequence's keys are blocked as alone.
+  (void)packed;
+  const bool tiles = cfg_.head_dim % 16 == 0;
   return attention_core_bf16_pick(Tp, cfg_.num_attention_heads, cfg_.head_dim,
                                   path_ == KernelPath::Generic, tiles);
 }
@@ -246,6 +249,17 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   if (media && media->n > 0)
     scatter_rows<E>(h, D, static_cast<const E*>(media->rows), media->pad_rows, media->n, D, path_,
                     s);
+  if constexpr (std::is_same_v<E, bf16>) {
+    // A pack's per-sequence key tiles leave rows between its sequences unwritten: zeros, once a
+    // forward, so the masked keys there read finite values (the kernel weighs them by 0).
+    if (pack && pack->attn.kv_head_blocks > 0 && attention_kernel(Tp, true).kv_tiled) {
+      const size_t bytes = kv_tiled_elems(kKvTileRows * pack->attn.kv_head_blocks,
+                                          c.num_key_value_heads, c.head_dim) *
+                           sizeof(E);
+      CLEF_CUDA_CHECK(cudaMemsetAsync(a.attn_k, 0, bytes, s));
+      CLEF_CUDA_CHECK(cudaMemsetAsync(a.attn_v, 0, bytes, s));
+    }
+  }
   mark("norms_elementwise");
   // FP8 producers write the next GEMM's activations (K columns) where layer_gemms reads them.
   auto f8 = [&](int K) { return Fp8Rows{a.act_q, K, a.act_scale, Tp}; };
@@ -357,6 +371,10 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       if constexpr (std::is_same_v<E, bf16>) {
         kernel = attention_kernel(Tp, pack != nullptr);
         pa.kv_tiled = kernel.kv_tiled;
+        if (pa.kv_tiled && pack) {  // per-sequence tiles, zeroed at the forward's start
+          pa.kv_rows = pack->kv_rows;
+          pa.kv_head_blocks = pack->attn.kv_head_blocks;
+        }
       }
       attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, path_, s);
       mark("norms_elementwise");

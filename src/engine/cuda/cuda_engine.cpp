@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
@@ -285,7 +286,7 @@ int32_t* CudaEngineImpl::pinned_staging(size_t ints) {
 
 size_t CudaEngineImpl::table_ints(const PackTables& t) {
   return t.positions.size() + t.chunk_row0.size() + t.chunk_valid.size() + t.seq_chunk0.size() +
-         t.tiles.size() + 1;  // + the GDN core flag
+         t.tiles.size() + t.kv_rows.size() + 1;  // + the GDN core flag
 }
 
 void CudaEngineImpl::run_packed(const int32_t* padded_ids, const PackTables& t, int32_t* staging) {
@@ -311,6 +312,7 @@ PackView CudaEngineImpl::upload_pack(const int32_t* padded_ids, const PackTables
   upload(a.chunk_valid, t.chunk_valid);
   upload(a.seq_chunk0, t.seq_chunk0);
   upload(a.tiles, t.tiles);
+  upload(a.kv_rows, t.kv_rows);
   // Which GDN core this pack runs where the process picks per pack (gdn/core_choice.h); read by
   // the captured kernels of both cores, by no kernel otherwise (no estimate then).
   const bool fused =
@@ -335,9 +337,11 @@ PackView CudaEngineImpl::pack_view(int Tp, int seq_slots) const {
   const Activations& a = workspace_->buffers();
   PackView v;
   v.positions = a.positions;
+  v.kv_rows = a.kv_rows;
   v.gdn = {a.chunk_row0, a.chunk_valid, a.seq_chunk0, gdn_chunk_slots(Tp, seq_slots),
            seq_slots,    a.gdn_core};
   v.attn = {a.tiles, attention_tile_slots(Tp, seq_slots, rows_per_tile(Tp))};
+  v.attn.kv_head_blocks = kv_head_blocks(Tp, seq_slots);
   return v;
 }
 

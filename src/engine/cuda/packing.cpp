@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cuda/attention/kv_tiles.h"
+
 namespace clef::engine::cuda {
 
 int sequence_bucket(int sequences) {
@@ -35,8 +37,12 @@ PackTables pack_tables(const std::vector<int>& lengths, int rows, int seq_slots,
   t.begin.back() = rows;  // the padding rows belong to the last sequence
 
   t.positions.resize(rows);
-  for (int s = 0; s < S; ++s)
+  t.kv_rows.resize(rows);
+  for (int s = 0; s < S; ++s) {
     std::iota(t.positions.begin() + t.begin[s], t.positions.begin() + t.begin[s + 1], 0);
+    std::iota(t.kv_rows.begin() + t.begin[s], t.kv_rows.begin() + t.begin[s + 1],
+              kv_seq_block0(t.begin[s], s) * kKvTileRows);
+  }
 
   t.chunk_slots = gdn_chunk_slots(rows, seq_slots);
   t.seq_chunk0.assign(seq_slots + 1, 0);
@@ -53,13 +59,14 @@ PackTables pack_tables(const std::vector<int>& lengths, int rows, int seq_slots,
   t.chunk_valid.resize(t.chunk_slots, 0);
 
   struct Tile {
-    int q0, b, e, work;
+    int q0, b, e, work, block0;
   };
   std::vector<Tile> tiles;
   for (int s = 0; s < S; ++s)
     for (int q0 = t.begin[s]; q0 < t.begin[s + 1]; q0 += rows_per_tile)
       tiles.push_back({q0, t.begin[s], t.begin[s + 1],
-                       std::min(q0 + rows_per_tile, t.begin[s + 1]) - t.begin[s]});
+                       std::min(q0 + rows_per_tile, t.begin[s + 1]) - t.begin[s],
+                       kv_seq_block0(t.begin[s], s)});
   // Heaviest first; ties in row order, so the table (and the answers) never depend on sort
   // internals.
   std::stable_sort(tiles.begin(), tiles.end(),
@@ -71,7 +78,7 @@ PackTables pack_tables(const std::vector<int>& lengths, int rows, int seq_slots,
   for (int i = 0; i < t.tile_slots; ++i) {
     int32_t* d = t.tiles.data() + 4 * i;
     if (i < static_cast<int>(tiles.size())) {
-      d[0] = tiles[i].q0, d[1] = tiles[i].b, d[2] = tiles[i].e;
+      d[0] = tiles[i].q0, d[1] = tiles[i].b, d[2] = tiles[i].e, d[3] = tiles[i].block0;
     } else {
       d[0] = -1;
     }
@@ -80,7 +87,7 @@ PackTables pack_tables(const std::vector<int>& lengths, int rows, int seq_slots,
 }
 
 size_t pack_table_ints(int rows, int seq_slots, int rows_per_tile) {
-  return static_cast<size_t>(rows) + 2 * static_cast<size_t>(gdn_chunk_slots(rows, seq_slots)) +
+  return 2 * static_cast<size_t>(rows) + 2 * static_cast<size_t>(gdn_chunk_slots(rows, seq_slots)) +
          static_cast<size_t>(seq_slots) + 1 +
          4 * static_cast<size_t>(attention_tile_slots(rows, seq_slots, rows_per_tile));
 }

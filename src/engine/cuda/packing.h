@@ -38,7 +38,10 @@ struct PackTables {
   std::vector<int32_t> chunk_row0;   // [chunk_slots]
   std::vector<int32_t> chunk_valid;  // [chunk_slots] (0: unused)
   std::vector<int32_t> seq_chunk0;   // [seq_slots + 1]
-  std::vector<int32_t> tiles;        // [tile_slots][4] {q0, begin, end, 0}; q0 -1: unused
+  std::vector<int32_t> tiles;  // [tile_slots][4] {q0, begin, end, block0}; q0 -1: unused
+  // Per-sequence key tiles (attention/kv_tiles.h): block0 = kv_seq_block0(begin, s) in `tiles`,
+  // and row r of sequence s at tiled row block0 * 64 + (r - begin) ([rows]).
+  std::vector<int32_t> kv_rows;
 };
 
 // lengths: each sequence's real rows (>= 1), in order; rows >= their sum (the last sequence takes
@@ -46,7 +49,7 @@ struct PackTables {
 // (most keys) first so the longest CTAs start first.
 PackTables pack_tables(const std::vector<int>& lengths, int rows, int seq_slots, int rows_per_tile);
 // The int32 values of any such packing's tables (positions, chunk_row0, chunk_valid, seq_chunk0,
-// tiles): what their staging needs.
+// tiles, kv_rows): what their staging needs.
 size_t pack_table_ints(int rows, int seq_slots, int rows_per_tile);
 
 // The vision tower's attention table (AttnSequences with causal = false): non-causal segments (one
@@ -62,6 +65,7 @@ std::vector<int32_t> segment_tiles(const std::vector<int>& lengths, int rows_per
 // none: one sequence.
 struct PackView {
   const int32_t* positions = nullptr;
+  const int32_t* kv_rows = nullptr;  // PackTables::kv_rows (attn.kv_head_blocks a kv head)
   GdnSequences gdn;
   AttnSequences attn;
 };

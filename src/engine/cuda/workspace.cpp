@@ -48,12 +48,15 @@ bool Workspace::reserve(int tokens) {
                               c.linear_value_head_dim, kMaxPackedSequences));
     carve(a_.attn_q, T * c.num_attention_heads * c.head_dim * es);
     // (k and v: room for key tiles, attention/kv_tiles.h, which the bf16 backbone may write)
-    const size_t kv = kv_tiled_elems(static_cast<int>(T), c.num_key_value_heads, c.head_dim) * es;
+    const size_t kv = kv_tiled_elems(static_cast<int>(T), c.num_key_value_heads, c.head_dim,
+                                     kMaxPackedSequences) *
+                      es;
     carve(a_.attn_k, std::max(kv, T * c.num_key_value_heads * c.head_dim * es));
     carve(a_.attn_v, std::max(kv, T * c.num_key_value_heads * c.head_dim * es));
     carve(a_.ids, T * 4);
     const size_t chunks = gdn_chunk_slots(tokens, kMaxPackedSequences);
     carve(a_.positions, T * 4);
+    carve(a_.kv_rows, T * 4);
     carve(a_.chunk_row0, chunks * 4);
     carve(a_.chunk_valid, chunks * 4);
     carve(a_.seq_chunk0, (kMaxPackedSequences + 1) * 4);

@@ -41,6 +41,7 @@ struct Activations {
   float* gdn_rk = nullptr;          // fp32 [T, key heads]
   // A packed forward's tables (packing.h), sized for kMaxPackedSequences sequences in T rows.
   int32_t* positions = nullptr;    // [T]
+  int32_t* kv_rows = nullptr;      // [T] (PackTables::kv_rows)
   int32_t* chunk_row0 = nullptr;   // [gdn_chunk_slots(T, kMaxPackedSequences)]
   int32_t* chunk_valid = nullptr;  // same
   int32_t* seq_chunk0 = nullptr;   // [kMaxPackedSequences + 1]

@@ -156,6 +156,38 @@ void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool ca
         plain.wgmma_overlap = false;
         same_as(attention_variant_name(plain), "the overlapped form does");
       }
+      if (var.kv_tiled && table && causal) {
+        // A packed backbone forward's per-sequence key tiles (pack_tables' kv_rows and block0):
+        // the form reading rows, bit for bit, however the sequences sit against the blocks.
+        const PackTables pt = pack_tables(lengths, T, S + 1, rpt);
+        const int hb = kv_head_blocks(T, S + 1);
+        const size_t nt = kv_tiled_elems(T, s.nkv, s.hd, S + 1);
+        std::vector<float> hk(nt, 0.f), hv(nt, 0.f);
+        for (int r = 0; r < T; ++r)
+          for (int h = 0; h < s.nkv; ++h)
+            for (int c = 0; c < s.hd; ++c) {
+              const size_t at = kv_tiled_at(pt.kv_rows[r], h, c, hb, s.hd);
+              hk[at] = k[(size_t(r) * s.nkv + h) * s.hd + c];
+              hv[at] = v[(size_t(r) * s.nkv + h) * s.hd + c];
+            }
+        const auto dks = to_device<bf16>(hk), dvs = to_device<bf16>(hv);
+        AttnSequences per_seq = seqs;
+        per_seq.kv_head_blocks = hb;
+        auto out2 = poisoned<bf16>(n);
+        attention_core_bf16_variant(var, dq.get<bf16>(), dks.get<bf16>(), dvs.get<bf16>(),
+                                    out2.get<bf16>(), T, s.nh, s.nkv, s.hd, nullptr, &per_seq);
+        const std::vector<float> got2 = to_host<bf16>(out2, n);
+        AttnVariant rows = var;
+        rows.kv_tiled = rows.release_barriers = false;
+        if (!attention_variant_supported(rows, s.hd)) rows.wgmma_overlap = false;
+        const std::string base = attention_variant_name(rows);
+        ASSERT_TRUE(hopper.contains(base));
+        size_t differ = 0;
+        for (size_t i = 0; i < n; ++i)
+          differ += std::memcmp(&hopper[base][i], &got2[i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0u) << attention_variant_name(var) << " on per-sequence key tiles differs "
+                              << "from " << base;
+      }
       continue;
     }
     auto& base = baseline[var.warps * 3 + var.m_tiles];

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/cuda/attention/attention_core.h"
+#include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/attention/tuning.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn_test_inputs.h"
@@ -42,7 +43,7 @@ TEST(PackTables, CoverEverySequenceWithoutStraddling) {
       // The closed form prepare() sizes the staging with.
       EXPECT_EQ(pack_table_ints(rows, slots, rpt), t.positions.size() + t.chunk_row0.size() +
                                                        t.chunk_valid.size() + t.seq_chunk0.size() +
-                                                       t.tiles.size());
+                                                       t.tiles.size() + t.kv_rows.size());
       EXPECT_EQ(t.begin.back(), rows);  // the last sequence takes the padding
       for (int s = 0; s < S; ++s) {
         const int b = t.begin[s], e = t.begin[s + 1];
@@ -75,8 +76,20 @@ TEST(PackTables, CoverEverySequenceWithoutStraddling) {
         EXPECT_EQ(d[2], *(it + 1));
         EXPECT_EQ((d[0] - d[1]) % rpt, 0);
         for (int r = d[0]; r < std::min(d[0] + rpt, d[2]); ++r) ++covered[r];
+        const int s = static_cast<int>(it - t.begin.begin());
+        EXPECT_EQ(d[3], d[1] / kKvTileRows + s) << "the sequence's first key block";
       }
       for (int r = 0; r < rows; ++r) ASSERT_EQ(covered[r], 1) << "row " << r;
+      // Per-sequence key tiles: a sequence's rows in order from its first block's first row; no
+      // two rows share a tiled row, and all fit the blocks a kv head holds.
+      ASSERT_EQ(t.kv_rows.size(), size_t(rows));
+      std::vector<int> used(size_t(kKvTileRows) * kv_head_blocks(rows, slots), 0);
+      for (int s = 0; s < S; ++s)
+        for (int r = t.begin[s]; r < t.begin[s + 1]; ++r) {
+          ASSERT_EQ(t.kv_rows[r], (t.begin[s] / kKvTileRows + s) * kKvTileRows + (r - t.begin[s]));
+          ASSERT_LT(size_t(t.kv_rows[r]), used.size());
+          ASSERT_EQ(used[t.kv_rows[r]]++, 0) << "row " << r;
+        }
     }
   }
   EXPECT_THROW(pack_tables({10, 0}, 20, 2, 64), std::invalid_argument);

@@ -17,7 +17,7 @@
 namespace clef::engine::cuda {
 
 // Sequences packed into the T rows (a device table filled by engine/cuda/packing.h, 16-byte
-// aligned): tile slot i = {q0, begin, end, 0} makes query rows [q0, min(q0 + rows, end)) attend
+// aligned): tile slot i = {q0, begin, end, block0} makes query rows [q0, min(q0 + rows, end)) attend
 // keys [begin, row] of their sequence [begin, end) (causal), or every key [begin, end) (non-causal)
 // (rows = attention_rows_per_tile); q0 < 0 marks an unused slot. Tiles never straddle two
 // sequences. The grid is tile_slots wide, so one captured graph serves every packing that fits.
@@ -29,6 +29,10 @@ struct AttnSequences {
   bool causal = true;  // false: each query row attends every key of its sequence [begin, end)
   float scale = 0.f;   // score scale (finite, >= 0); 0 = 1/sqrt(head_dim). A zero-padded head keeps
                        // its true scale.
+  // For kernels that read K and V in key tiles (kv_tiles.h): > 0, the per-sequence layout with
+  // this many blocks a kv head, each tile slot's 4th int its sequence's first block
+  // (kv_seq_block0); 0, the global row layout (the 4th int unused).
+  int kv_head_blocks = 0;
 };
 
 // Query rows per tile of the kernel the dispatcher runs for this shape (the packing's tile size:

@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     flash_wgmma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                        const __nv_bfloat16* __restrict__ v, __nv_bfloat16* __restrict__ out, int T,
                        int n_heads, int group, float scale_log2, const int4* __restrict__ tiles,
-                       int layout) {
+                       int layout, int kv_head_blocks) {
 #ifdef CLEF_WGMMA_AVAILABLE
   constexpr int HDK = padded_k(HD), kStages = kv_stages(OVERLAP, WG, KV != 0), kBr = br(WG),
                 kThreads = threads(WG);
@@ -375,8 +375,12 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   const int h = blockIdx.y, kvh = h / group, n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
   const __nv_bfloat16* qh = q + static_cast<size_t>(h) * HD;
-  // Row layout: the head's first column; key tiles: the head's first block.
-  const size_t kv_head = KVT ? kv_tiled_index(0, kvh, 0, T, HD) : static_cast<size_t>(kvh) * HD;
+  // Row layout: the head's first column; key tiles: the head's first block (per-sequence tiles,
+  // kv_head_blocks > 0: kv_head_blocks blocks a head, this sequence's from the slot's 4th int).
+  const bool per_seq = KVT && kv_head_blocks > 0;
+  const int head_blocks = per_seq ? kv_head_blocks : kv_tile_blocks(T);
+  const size_t kv_head =
+      KVT ? kv_tiled_at(0, kvh, 0, head_blocks, HD) : static_cast<size_t>(kvh) * HD;
   const __nv_bfloat16* kh = k + kv_head;
   const __nv_bfloat16* vh = v + kv_head;
 
@@ -384,7 +388,10 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   const int warp = wl / 32, lane = wl % 32, g = lane / 4, tig = lane % 4;
 
   const int last_key = CAUSAL ? min(q0 + kBr, s1) - 1 : s1 - 1;
-  const int key_base = KVT ? s0 / BC * BC : s0;  // tile j holds keys key_base + j BC ..
+  // Tile j holds keys key_base + j BC .. (global key tiles: from s0's block, whose keys before s0
+  // are masked) in block block0 + j.
+  const int key_base = KVT && !per_seq ? s0 / BC * BC : s0;
+  const int block0 = per_seq ? tiles[blockIdx.x].w : key_base / BC;
   const int n_tiles = (last_key - key_base) / BC + 1;
   const uint32_t sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
   using Plan = TilePlan<HD, HDK, BC, kThreads>;
@@ -395,7 +402,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   auto load_tiled = [&](int tile, bool is_v) {
     const uint32_t st = static_cast<uint32_t>(tile % kStages) * kStageBytes;
     const uint32_t bar = is_v ? bar_v(tile) : bar_k(tile);
-    const size_t at = static_cast<size_t>(key_base / BC + tile) * BC * HDK;
+    const size_t at = static_cast<size_t>(block0 + tile) * BC * HDK;
     mbar_expect_tx(bar, kStageBytes);
     bulk_copy_g2s((is_v ? sV_addr : sK_addr) + st, (is_v ? vh : kh) + at, kStageBytes, bar);
   };
@@ -403,7 +410,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     const uint32_t st = static_cast<uint32_t>(tile % kStages) * kStageBytes;
     if constexpr (KVT) {  // thread 0 only
       const uint32_t bar = bars + static_cast<uint32_t>(tile % kStages) * 8;
-      const size_t at = static_cast<size_t>(key_base / BC + tile) * BC * HDK;
+      const size_t at = static_cast<size_t>(block0 + tile) * BC * HDK;
       mbar_expect_tx(bar, 2 * kStageBytes);
       bulk_copy_g2s(sK_addr + st, kh + at, kStageBytes, bar);
       bulk_copy_g2s(sV_addr + st, vh + at, kStageBytes, bar);
@@ -646,7 +653,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   }
 #else
   (void)q, (void)k, (void)v, (void)out, (void)T, (void)n_heads, (void)group, (void)scale_log2,
-      (void)tiles, (void)layout;
+      (void)tiles, (void)layout, (void)kv_head_blocks;
   __trap();  // never launched: the host dispatches here only on an sm_90 device (wgmma_supported)
 #endif
 }
@@ -654,7 +661,8 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
 template <int HD, int BC, bool CAUSAL, bool OVERLAP, int WG, int KV>
 void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                    __nv_bfloat16* out, int T, int n_heads, int n_kv_heads, int grid_x,
-                   float scale_log2, const int4* tiles, int layout, cudaStream_t stream) {
+                   float scale_log2, const int4* tiles, int layout, int kv_head_blocks,
+                   cudaStream_t stream) {
   // Slack past the tiles: on the H200 the kernel faulted ("illegal memory access") with exactly
   // the tiles' bytes although its results are right with slack (session 11: the probe at hd 64
   // with 32 KiB of slack matched the reference): the asynchronous proxy appears to read past the
@@ -667,7 +675,7 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
     throw std::runtime_error("attention_core_bf16 (wgmma): cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
   kernel<<<dim3(grid_x, n_heads), threads(WG), smem, stream>>>(
-      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2, tiles, layout);
+      q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2, tiles, layout, kv_head_blocks);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
@@ -679,12 +687,13 @@ void launch_hd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat
   const int4* tl = tile_table(seqs);
   const int grid_x = tl ? seqs->tile_slots : (T + br(WG) - 1) / br(WG);
   const float sl2 = log2_score_scale(seqs, HD);  // the mma.sync kernel's, bit for bit
+  const int hb = tl && KV ? seqs->kv_head_blocks : 0;
   if (is_causal(seqs))
     launch_kernel<HD, BC, true, OVERLAP, WG, KV>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2,
-                                                 tl, layout, stream);
+                                                 tl, layout, hb, stream);
   else
     launch_kernel<HD, BC, false, OVERLAP, WG, KV>(q, k, v, out, T, n_heads, n_kv_heads, grid_x, sl2,
-                                                  tl, layout, stream);
+                                                  tl, layout, hb, stream);
 }
 
 // sm_90 exactly: the binary's sm_90a code (wgmma is not in the sm_90 PTX it also carries).

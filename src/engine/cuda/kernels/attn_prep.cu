@@ -38,12 +38,14 @@ __device__ __forceinline__ AttnPrepHead attn_prep_head(const AttnPrepArgs& a, in
 // tile (kv_tiles.h; hd a multiple of 16, so the tiles have no padding columns).
 __device__ __forceinline__ size_t kv_dst(const AttnPrepArgs& a, const AttnPrepHead& at, int t,
                                          int c) {
-  return a.kv_tiled ? kv_tiled_index(t, at.head, c, a.T, a.hd) : at.dst + c;
+  if (!a.kv_tiled) return at.dst + c;
+  if (a.kv_rows) return kv_tiled_at(a.kv_rows[t], at.head, c, a.kv_head_blocks, a.hd);
+  return kv_tiled_index(t, at.head, c, a.T, a.hd);
 }
-// Rows launched: T, or with kv_tiled every row of the last 64-row key tile (those past T hold
-// zeros in K and V).
+// Rows launched: T, or with global key tiles every row of the last 64-row key tile (those past T
+// hold zeros in K and V).
 __host__ __device__ __forceinline__ int launched_rows(const AttnPrepArgs& a) {
-  return a.kv_tiled ? kv_tile_blocks(a.T) * kKvTileRows : a.T;
+  return a.kv_tiled && !a.kv_rows ? kv_tile_blocks(a.T) * kKvTileRows : a.T;
 }
 
 // Row t's rotary position for frequency fi: the multimodal axis of fi when 3-D positions are
@@ -266,6 +268,9 @@ void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, cons
     throw std::invalid_argument(
         "attn_prep: key tiles need a head dim that is a multiple of 16, not " +
         std::to_string(a.hd));
+  if ((a.kv_rows != nullptr) != (a.kv_head_blocks > 0) || (a.kv_rows && !a.kv_tiled))
+    throw std::invalid_argument("attn_prep: per-sequence key tiles need kv_rows, kv_head_blocks "
+                                "and kv_tiled together");
   if (path == KernelPath::Auto && attn_prep_vec8_shape(a) && aligned16(proj) &&
       aligned16(q_norm_w) && aligned16(k_norm_w) && aligned16(q) && aligned16(k) && aligned16(v)) {
     const size_t warps = static_cast<size_t>(launched_rows(a)) * (a.nh + 2 * a.nkv);

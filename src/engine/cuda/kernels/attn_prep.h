@@ -35,6 +35,11 @@ struct AttnPrepArgs {
   // each, the rows of the last tile past T zeros) for the Hopper kernels that read them (wg64te,
   // wg64ote); hd a multiple of 16.
   bool kv_tiled = false;
+  // With kv_tiled, per-sequence key tiles (a packed forward; kv_tiles.h): device [T], row t's
+  // tiled row (PackTables::kv_rows), kv_head_blocks blocks a kv head; only rows < T are written
+  // (the caller zeroes the tiles once a forward). Null: the global row layout.
+  const int32_t* kv_rows = nullptr;
+  int kv_head_blocks = 0;
 };
 template <typename E>
 void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, const AttnPrepArgs& a,
