@@ -28,6 +28,7 @@
 #include "engine/cuda/kernels/elementwise.h"
 #include "engine/cuda/kernels/gdn_prep.h"
 #include "engine/cuda/kernels/norm.h"
+#include "engine/cuda/packing.h"
 #include "support/ref/backbone_ref.h"
 #include "support/ref/gemm_ref.h"
 
@@ -351,6 +352,45 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
         EXPECT_EQ(seen, nt) << "every tiled element visited";
         EXPECT_EQ(misplaced, 0u);
         EXPECT_EQ(nonzero_pad, 0u) << "rows past T must be zeros";
+      }
+      // Per-sequence key tiles (a packed forward): the T rows as three sequences (or fewer), each
+      // row's K and V at its kv_rows entry, equal to the row layout's under the same positions.
+      std::vector<int> lens = {sh.T};
+      if (sh.T >= 3) lens = {sh.T / 3, 1, sh.T - sh.T / 3 - 1};
+      const int S = static_cast<int>(lens.size());
+      const PackTables pt = pack_tables(lens, sh.T, S, 64);
+      auto ints = [](const std::vector<int32_t>& h) {
+        engine::cuda::DeviceBuffer b(h.size() * 4);
+        CLEF_CUDA_CHECK(cudaMemcpy(b.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+        return b;
+      };
+      auto dpos = ints(pt.positions), dkvr = ints(pt.kv_rows);
+      AttnPrepArgs pr{sh.T, ld, sh.nh, sh.nkv, sh.hd, sh.rd, 1e-6f, dinv.template get<float>(),
+                      dpos.template get<int32_t>()};
+      auto k2 = poisoned<E>(nk), v2 = poisoned<E>(nk), q2 = poisoned<E>(nq);
+      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), pr,
+                   q2.template get<E>(), k2.template get<E>(), v2.template get<E>(), path, 0);
+      pr.kv_tiled = true;
+      pr.kv_rows = dkvr.template get<int32_t>();
+      pr.kv_head_blocks = kv_head_blocks(sh.T, S);
+      const size_t ns = kv_tiled_elems(sh.T, sh.nkv, sh.hd, S);
+      auto ks = poisoned<E>(ns), vs = poisoned<E>(ns);
+      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), pr,
+                   qt.template get<E>(), ks.template get<E>(), vs.template get<E>(), path, 0);
+      CLEF_EXPECT_CLOSE(to_host<E>(qt, nq), to_host<E>(q2, nq), 0.0);
+      for (int which = 0; which < 2; ++which) {
+        SCOPED_TRACE(which ? "v, per-sequence tiles" : "k, per-sequence tiles");
+        const auto rows = to_host<E>(which ? v2 : k2, nk);
+        const auto tiles = to_host<E>(which ? vs : ks, ns);
+        size_t misplaced = 0;
+        for (int t = 0; t < sh.T; ++t)
+          for (int h = 0; h < sh.nkv; ++h)
+            for (int c = 0; c < sh.hd; ++c) {
+              const float got = tiles[kv_tiled_at(pt.kv_rows[t], h, c, pr.kv_head_blocks, sh.hd)];
+              misplaced += std::memcmp(&got, &rows[(size_t(t) * sh.nkv + h) * sh.hd + c],
+                                       sizeof(float)) != 0;
+            }
+        EXPECT_EQ(misplaced, 0u);
       }
     }
   }
