@@ -123,9 +123,10 @@ bool is_fp8(const GemmProblem& p) {
 AttnVariant CudaBackbone::attention_kernel(int Tp, bool packed) const {
   // Key tiles follow the global row: a packed sequence that starts inside one would see its keys
   // blocked otherwise than alone, and the online softmax round otherwise (batch_invariance.h).
-  // Packs write per-sequence key tiles (kv_tiles.h), so each sequence's keys are blocked as alone.
-  (void)packed;
-  const bool tiles = cfg_.head_dim % 16 == 0;
+  // Key tiles that follow the global row would block a packed sequence's keys otherwise than
+  // alone (batch_invariance.h): packs take tiles per sequence, or K and V by rows.
+  const bool tiles = cfg_.head_dim % 16 == 0 &&
+                     !(packed && batch_invariant() && !kv_sequence_tiles());
   return attention_core_bf16_pick(Tp, cfg_.num_attention_heads, cfg_.head_dim,
                                   path_ == KernelPath::Generic, tiles);
 }
@@ -252,7 +253,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   if constexpr (std::is_same_v<E, bf16>) {
     // A pack's per-sequence key tiles leave rows between its sequences unwritten: zeros, once a
     // forward, so the masked keys there read finite values (the kernel weighs them by 0).
-    if (pack && pack->attn.kv_head_blocks > 0 && attention_kernel(Tp, true).kv_tiled) {
+    if (pack && kv_sequence_tiles() && attention_kernel(Tp, true).kv_tiled) {
       const size_t bytes = kv_tiled_elems(kKvTileRows * pack->attn.kv_head_blocks,
                                           c.num_key_value_heads, c.head_dim) *
                            sizeof(E);
@@ -368,17 +369,22 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       // bf16: K and V in key tiles where the kernel reads them so (the workspace holds
       // kv_tiled_elems for them).
       AttnVariant kernel;
+      AttnSequences packed_attn;  // the pack's table; kv_head_blocks only with per-sequence tiles
+      if (pack) {
+        packed_attn = pack->attn;
+        packed_attn.kv_head_blocks = 0;
+      }
       if constexpr (std::is_same_v<E, bf16>) {
         kernel = attention_kernel(Tp, pack != nullptr);
         pa.kv_tiled = kernel.kv_tiled;
-        if (pa.kv_tiled && pack) {  // per-sequence tiles, zeroed at the forward's start
+        if (pa.kv_tiled && pack && kv_sequence_tiles()) {  // zeroed at the forward's start
           pa.kv_rows = pack->kv_rows;
-          pa.kv_head_blocks = pack->attn.kv_head_blocks;
+          pa.kv_head_blocks = packed_attn.kv_head_blocks = pack->attn.kv_head_blocks;
         }
       }
       attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, path_, s);
       mark("norms_elementwise");
-      const AttnSequences* as = pack ? &pack->attn : nullptr;
+      const AttnSequences* as = pack ? &packed_attn : nullptr;
       if constexpr (std::is_same_v<E, float>)
         attention_core_f32(q, k, v, mid, Tp, nh, nkv, hd, s, as);
       else
