@@ -44,7 +44,7 @@ struct ProfileArgs {
   int images = 0, videos = 0, video_frames = 16;
   std::string image_size = "1024x1024", video_size = "640x480";
   double video_fps = 2.0;
-  bool invariance = false;         // --invariance: --lengths packed, alone vs packed
+  bool invariance = false;                 // --invariance: --lengths packed, alone vs packed
   std::string layers = "1,2,3,4,8,16,-1";  // --layers for --invariance
   std::string request_file;  // --dump-hidden with a request (JSON body) instead of --ids
   // --media "N@WxH,...,vF@WxH": several media profiles in one process (N images of WxH; one video

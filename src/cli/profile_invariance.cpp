@@ -37,7 +37,9 @@ int run_invariance_check(const InvarianceArgs& a, const std::shared_ptr<const mo
                          engine::Engine& eng) {
   if (a.lengths.size() < 2) throw std::runtime_error("--invariance: give two or more --lengths");
   bool all_equal = true;
-  std::printf("\n| compared | sequence | tokens | max abs diff | values that differ |\n|---|---:|---:|---:|---:|\n");
+  std::printf(
+      "\n| compared | sequence | tokens | max abs diff | values that differ "
+      "|\n|---|---:|---:|---:|---:|\n");
   // 1. The served path: each request's option logits alone and inside the pack.
   std::vector<service::Prepared> ps;
   for (int L : a.lengths) {
@@ -92,7 +94,7 @@ int run_invariance_check(const InvarianceArgs& a, const std::shared_ptr<const mo
   }
 #endif
   std::printf("%s\n", all_equal ? "invariance: every value equal bit for bit"
-                                 : "invariance: some values differ");
+                                : "invariance: some values differ");
   return all_equal ? 0 : 3;
 }
 

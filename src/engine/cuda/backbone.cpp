@@ -125,8 +125,8 @@ AttnVariant CudaBackbone::attention_kernel(int Tp, bool packed) const {
   // blocked otherwise than alone, and the online softmax round otherwise (batch_invariance.h).
   // Key tiles that follow the global row would block a packed sequence's keys otherwise than
   // alone (batch_invariance.h): packs take tiles per sequence, or K and V by rows.
-  const bool tiles = cfg_.head_dim % 16 == 0 &&
-                     !(packed && batch_invariant() && !kv_sequence_tiles());
+  const bool tiles =
+      cfg_.head_dim % 16 == 0 && !(packed && batch_invariant() && !kv_sequence_tiles());
   return attention_core_bf16_pick(Tp, cfg_.num_attention_heads, cfg_.head_dim,
                                   path_ == KernelPath::Generic, tiles);
 }

@@ -38,7 +38,7 @@ struct PackTables {
   std::vector<int32_t> chunk_row0;   // [chunk_slots]
   std::vector<int32_t> chunk_valid;  // [chunk_slots] (0: unused)
   std::vector<int32_t> seq_chunk0;   // [seq_slots + 1]
-  std::vector<int32_t> tiles;  // [tile_slots][4] {q0, begin, end, block0}; q0 -1: unused
+  std::vector<int32_t> tiles;        // [tile_slots][4] {q0, begin, end, block0}; q0 -1: unused
   // Per-sequence key tiles (attention/kv_tiles.h): block0 = kv_seq_block0(begin, s) in `tiles`,
   // and row r of sequence s at tiled row block0 * 64 + (r - begin) ([rows]).
   std::vector<int32_t> kv_rows;

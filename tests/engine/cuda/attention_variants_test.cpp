@@ -185,7 +185,8 @@ void check_all_variants(const Shape& s, const std::vector<int>& lengths, bool ca
         size_t differ = 0;
         for (size_t i = 0; i < n; ++i)
           differ += std::memcmp(&hopper[base][i], &got2[i], sizeof(float)) != 0;
-        EXPECT_EQ(differ, 0u) << attention_variant_name(var) << " on per-sequence key tiles differs "
+        EXPECT_EQ(differ, 0u) << attention_variant_name(var)
+                              << " on per-sequence key tiles differs "
                               << "from " << base;
       }
       continue;

@@ -365,7 +365,14 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
         return b;
       };
       auto dpos = ints(pt.positions), dkvr = ints(pt.kv_rows);
-      AttnPrepArgs pr{sh.T, ld, sh.nh, sh.nkv, sh.hd, sh.rd, 1e-6f, dinv.template get<float>(),
+      AttnPrepArgs pr{sh.T,
+                      ld,
+                      sh.nh,
+                      sh.nkv,
+                      sh.hd,
+                      sh.rd,
+                      1e-6f,
+                      dinv.template get<float>(),
                       dpos.template get<int32_t>()};
       auto k2 = poisoned<E>(nk), v2 = poisoned<E>(nk), q2 = poisoned<E>(nq);
       attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), pr,

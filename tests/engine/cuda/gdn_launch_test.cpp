@@ -352,6 +352,16 @@ TEST(GdnLaunch, PackedSequencesGiveTheirBitsAlone) {
       const auto alone = run_form(in, sh, L, 1, nullptr, norm ? &own : nullptr, three);
       const std::vector<uint16_t> inside(packed.begin() + b * row, packed.begin() + (b + L) * row);
       EXPECT_EQ(count_differ(alone, inside), 0u) << "of " << alone.size() << " values";
+      // As a lone request runs: its rows, then its bucket's padding rows (here the rows that
+      // follow it, up to 40) in the same chunks; its own rows must not change.
+      const int padded = std::min(L + 40, c.T - b);
+      if (padded > L) {
+        const auto with_pad = run_form(in, sh, padded, 1, nullptr, norm ? &own : nullptr, three);
+        const std::vector<uint16_t> own_rows(with_pad.begin(), with_pad.begin() + size_t(L) * row);
+        EXPECT_EQ(count_differ(own_rows, inside), 0u)
+            << "of " << own_rows.size() << " values, alone with " << padded - L
+            << " padding rows after it";
+      }
     }
   }
 }

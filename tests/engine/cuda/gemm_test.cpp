@@ -174,8 +174,10 @@ TEST(GemmModule, RequestRowsDoNotDependOnTheRowsBesideThem) {
                           {1024, 4096, false, true, GemmTuning::Heuristic},
                           {4096, 4096, true, false, GemmTuning::Timed}};
   constexpr int R = 24;  // the request's rows
-  const int Ms[] = {R, 361, 1800, 7000};
-  const int offsets[] = {0, 200, 1001, 5555};
+  // Up to past the class probes' largest M (8192; packs reach --max-batch-tokens, 16384), the
+  // request last there (its rows in the partial edge tile).
+  const int Ms[] = {R, 361, 1800, 7000, 12000};
+  const int offsets[] = {0, 200, 1001, 5555, 12000 - R};
   Gemm gemm;
   ASSERT_TRUE(gemm.batch_invariant()) << "batch invariance is the default";
   for (const Shape& sh : shapes) {

@@ -17,10 +17,10 @@
 namespace clef::engine::cuda {
 
 // Sequences packed into the T rows (a device table filled by engine/cuda/packing.h, 16-byte
-// aligned): tile slot i = {q0, begin, end, block0} makes query rows [q0, min(q0 + rows, end)) attend
-// keys [begin, row] of their sequence [begin, end) (causal), or every key [begin, end) (non-causal)
-// (rows = attention_rows_per_tile); q0 < 0 marks an unused slot. Tiles never straddle two
-// sequences. The grid is tile_slots wide, so one captured graph serves every packing that fits.
+// aligned): tile slot i = {q0, begin, end, block0} makes query rows [q0, min(q0 + rows, end))
+// attend keys [begin, row] of their sequence [begin, end) (causal), or every key [begin, end)
+// (non-causal) (rows = attention_rows_per_tile); q0 < 0 marks an unused slot. Tiles never straddle
+// two sequences. The grid is tile_slots wide, so one captured graph serves every packing that fits.
 // tiles null (tile_slots 0): one sequence of T rows, with causal and scale as given. Without an
 // AttnSequences (null): one causal sequence of T rows, scale 1/sqrt(head_dim).
 struct AttnSequences {

@@ -57,7 +57,8 @@ inline void check_sequences(const AttnSequences* seqs) {
   const bool table_ok =
       seqs->tiles ? seqs->tile_slots >= 1 && reinterpret_cast<uintptr_t>(seqs->tiles) % 16 == 0
                   : seqs->tile_slots == 0 && seqs->kv_head_blocks == 0;
-  if (!table_ok || seqs->kv_head_blocks < 0) throw std::invalid_argument("attention_core: bad packed-sequence tile table");
+  if (!table_ok || seqs->kv_head_blocks < 0)
+    throw std::invalid_argument("attention_core: bad packed-sequence tile table");
   if (!std::isfinite(seqs->scale) || seqs->scale < 0.f)
     throw std::invalid_argument("attention_core: score scale " + std::to_string(seqs->scale) +
                                 " is not finite and >= 0");

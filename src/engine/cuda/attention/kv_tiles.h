@@ -9,9 +9,9 @@
 //     block shares it with its neighbour, whose keys the kernel masks; its keys are then cut into
 //     other tiles than alone, so the online softmax rounds otherwise (the vision tower's segments).
 //   * per sequence (a packed backbone forward): sequence s starts a block of its own,
-//     kv_seq_block0(begin_s, s), so its keys fall into the same tiles as when it runs alone, and the
-//     kernel computes its rows bit for bit as alone (batch invariance). The row -> tiled row map is
-//     a table (PackTables::kv_rows); a kv head holds kv_head_blocks(T, sequences) blocks.
+//     kv_seq_block0(begin_s, s), so its keys fall into the same tiles as when it runs alone, and
+//     the kernel computes its rows bit for bit as alone (batch invariance). The row -> tiled row
+//     map is a table (PackTables::kv_rows); a kv head holds kv_head_blocks(T, sequences) blocks.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -48,8 +48,8 @@ __host__ __device__ constexpr size_t kv_tiled_elems(int T, int n_kv, int head_di
          kv_tile_cols(head_dim);
 }
 // Where element (tiled_row, head, col) sits among head_blocks blocks a head (col < kv_tile_cols).
-__host__ __device__ constexpr size_t kv_tiled_at(int tiled_row, int head, int col,
-                                                 int head_blocks, int head_dim) {
+__host__ __device__ constexpr size_t kv_tiled_at(int tiled_row, int head, int col, int head_blocks,
+                                                 int head_dim) {
   const int cols = kv_tile_cols(head_dim), r = tiled_row % kKvTileRows;
   return (static_cast<size_t>(head) * head_blocks + tiled_row / kKvTileRows) * kKvTileRows * cols +
          static_cast<size_t>(((r / 8) * (cols / 8) + col / 8) * 64 + (r % 8) * 8 + col % 8);

@@ -269,8 +269,9 @@ void attn_prep(const E* proj, const float* q_norm_w, const float* k_norm_w, cons
         "attn_prep: key tiles need a head dim that is a multiple of 16, not " +
         std::to_string(a.hd));
   if ((a.kv_rows != nullptr) != (a.kv_head_blocks > 0) || (a.kv_rows && !a.kv_tiled))
-    throw std::invalid_argument("attn_prep: per-sequence key tiles need kv_rows, kv_head_blocks "
-                                "and kv_tiled together");
+    throw std::invalid_argument(
+        "attn_prep: per-sequence key tiles need kv_rows, kv_head_blocks "
+        "and kv_tiled together");
   if (path == KernelPath::Auto && attn_prep_vec8_shape(a) && aligned16(proj) &&
       aligned16(q_norm_w) && aligned16(k_norm_w) && aligned16(q) && aligned16(k) && aligned16(v)) {
     const size_t warps = static_cast<size_t>(launched_rows(a)) * (a.nh + 2 * a.nkv);
