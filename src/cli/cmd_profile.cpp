@@ -44,8 +44,8 @@ struct ProfileArgs {
   int images = 0, videos = 0, video_frames = 16;
   std::string image_size = "1024x1024", video_size = "640x480";
   double video_fps = 2.0;
-  bool invariance = false;                 // --invariance: --lengths packed, alone vs packed
-  std::string layers = "1,2,3,4,8,16,-1";  // --layers for --invariance
+  bool invariance = false;  // --invariance: --lengths packed, alone vs packed
+  std::vector<int> layers = {1, 2, 3, 4, 8, 16, -1};  // --layers for --invariance
   std::string request_file;  // --dump-hidden with a request (JSON body) instead of --ids
   // --media "N@WxH,...,vF@WxH": several media profiles in one process (N images of WxH; one video
   // of F frames of WxH).
@@ -354,10 +354,7 @@ int run_profile(const ProfileArgs& a) {
   if (a.images > 0 || a.videos > 0) return run_media_profile(a, release, eng);
   const std::vector<int> lengths = parse_lengths(a.lengths);
   if (a.invariance) {
-    InvarianceArgs ia{lengths, {}};
-    std::stringstream ss(a.layers);
-    std::string item;
-    while (std::getline(ss, item, ',')) ia.layers.push_back(std::stoi(item));
+    InvarianceArgs ia{lengths, a.layers};
     return run_invariance_check(ia, release, *eng);
   }
   service::DeciderOptions dopts;
@@ -563,6 +560,8 @@ void add_profile(CLI::App& app, int& exit_code) {
   cmd->add_option("--layers", args->layers,
                   "decoder layer counts after which --invariance compares hidden rows (-1: all, "
                   "then the final norm)")
+      ->delimiter(',')
+      ->check(CLI::Range(-1, 100000))
       ->capture_default_str();
   cmd->add_option("--dump-hidden", args->dump_hidden,
                   "write last_hidden_state (float32) for --ids and exit");

@@ -9,6 +9,7 @@
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/batch_invariance.h"
+#include "engine/cuda/event_timing.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/kernels/attn_prep.h"
 #include "engine/cuda/kernels/elementwise.h"
@@ -87,19 +88,11 @@ std::array<void*, 5> CudaBackbone::bf16_inputs(const Activations& a) {
 double CudaBackbone::time_ms(const GemmProblem& p, cudaStream_t s) const {
   gemm_.tune(p, s);
   for (int i = 0; i < 2; ++i) gemm_.run(p, s);  // warm
-  cudaEvent_t e0, e1;
-  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
-  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
   constexpr int kRuns = 8;
-  CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
-  for (int i = 0; i < kRuns; ++i) gemm_.run(p, s);
-  CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
-  CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms / kRuns;
+  auto runs = [&] {
+    for (int i = 0; i < kRuns; ++i) gemm_.run(p, s);
+  };
+  return elapsed_ms(s, runs) / kRuns;
 }
 
 std::vector<std::string> CudaBackbone::bf16_fallbacks(int Tp) const {
@@ -121,8 +114,6 @@ bool is_fp8(const GemmProblem& p) {
 }  // namespace
 
 AttnVariant CudaBackbone::attention_kernel(int Tp, bool packed) const {
-  // Key tiles follow the global row: a packed sequence that starts inside one would see its keys
-  // blocked otherwise than alone, and the online softmax round otherwise (batch_invariance.h).
   // Key tiles that follow the global row would block a packed sequence's keys otherwise than
   // alone (batch_invariance.h): packs take tiles per sequence, or K and V by rows.
   const bool tiles =
@@ -250,16 +241,18 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   if (media && media->n > 0)
     scatter_rows<E>(h, D, static_cast<const E*>(media->rows), media->pad_rows, media->n, D, path_,
                     s);
-  if constexpr (std::is_same_v<E, bf16>) {
-    // A pack's per-sequence key tiles leave rows between its sequences unwritten: zeros, once a
-    // forward, so the masked keys there read finite values (the kernel weighs them by 0).
-    if (pack && kv_sequence_tiles() && attention_kernel(Tp, true).kv_tiled) {
-      const size_t bytes = kv_tiled_elems(kKvTileRows * pack->attn.kv_head_blocks,
-                                          c.num_key_value_heads, c.head_dim) *
-                           sizeof(E);
-      CLEF_CUDA_CHECK(cudaMemsetAsync(a.attn_k, 0, bytes, s));
-      CLEF_CUDA_CHECK(cudaMemsetAsync(a.attn_v, 0, bytes, s));
-    }
+  // The full-attention layers' kernel (bf16: tuning.h's pick at Tp) and, for a pack, its table.
+  AttnVariant kernel;
+  if constexpr (std::is_same_v<E, bf16>) kernel = attention_kernel(Tp, pack != nullptr);
+  // Per-sequence key tiles (pack_view sets kv_head_blocks where they are on) leave the rows
+  // between a pack's sequences unwritten: zeros, once a forward, so the masked keys there read
+  // finite values (the kernel weighs them by 0).
+  const bool seq_tiles = pack && kernel.kv_tiled && pack->attn.kv_head_blocks > 0;
+  if (seq_tiles) {
+    const size_t bytes = static_cast<size_t>(c.num_key_value_heads) * pack->attn.kv_head_blocks *
+                         kKvTileRows * kv_tile_cols(c.head_dim) * sizeof(E);
+    CLEF_CUDA_CHECK(cudaMemsetAsync(a.attn_k, 0, bytes, s));
+    CLEF_CUDA_CHECK(cudaMemsetAsync(a.attn_v, 0, bytes, s));
   }
   mark("norms_elementwise");
   // FP8 producers write the next GEMM's activations (K columns) where layer_gemms reads them.
@@ -368,23 +361,14 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       E* v = static_cast<E*>(a.attn_v);
       // bf16: K and V in key tiles where the kernel reads them so (the workspace holds
       // kv_tiled_elems for them).
-      AttnVariant kernel;
-      AttnSequences packed_attn;  // the pack's table; kv_head_blocks only with per-sequence tiles
-      if (pack) {
-        packed_attn = pack->attn;
-        packed_attn.kv_head_blocks = 0;
-      }
-      if constexpr (std::is_same_v<E, bf16>) {
-        kernel = attention_kernel(Tp, pack != nullptr);
-        pa.kv_tiled = kernel.kv_tiled;
-        if (pa.kv_tiled && pack && kv_sequence_tiles()) {  // zeroed at the forward's start
-          pa.kv_rows = pack->kv_rows;
-          pa.kv_head_blocks = packed_attn.kv_head_blocks = pack->attn.kv_head_blocks;
-        }
+      pa.kv_tiled = kernel.kv_tiled;
+      if (seq_tiles) {
+        pa.kv_rows = pack->kv_rows;
+        pa.kv_head_blocks = pack->attn.kv_head_blocks;
       }
       attn_prep<E>(proj, L.attention.q_norm, L.attention.k_norm, pa, q, k, v, path_, s);
       mark("norms_elementwise");
-      const AttnSequences* as = pack ? &packed_attn : nullptr;
+      const AttnSequences* as = pack ? &pack->attn : nullptr;
       if constexpr (std::is_same_v<E, float>)
         attention_core_f32(q, k, v, mid, Tp, nh, nkv, hd, s, as);
       else

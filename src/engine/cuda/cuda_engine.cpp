@@ -9,6 +9,7 @@
 
 #include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/attention/tuning.h"
+#include "engine/cuda/batch_invariance.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
 #include "engine/cuda/gdn/gdn.h"
@@ -341,7 +342,8 @@ PackView CudaEngineImpl::pack_view(int Tp, int seq_slots) const {
   v.gdn = {a.chunk_row0, a.chunk_valid, a.seq_chunk0, gdn_chunk_slots(Tp, seq_slots),
            seq_slots,    a.gdn_core};
   v.attn = {a.tiles, attention_tile_slots(Tp, seq_slots, rows_per_tile(Tp))};
-  v.attn.kv_head_blocks = kv_head_blocks(Tp, seq_slots);
+  // Per-sequence key tiles (kv_tiles.h) where they are on; else key tiles follow the global row.
+  v.attn.kv_head_blocks = kv_sequence_tiles() ? kv_head_blocks(Tp, seq_slots) : 0;
   return v;
 }
 
@@ -410,22 +412,23 @@ void CudaEngineImpl::check_ids(const std::vector<int32_t>& ids) const {
                                " outside the vocabulary");
 }
 
-void CudaEngineImpl::run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec) {
+void CudaEngineImpl::run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec, int layers) {
   check_ids(ids);
   const int Tp = bucket_tokens(static_cast<int>(ids.size()));
   std::vector<int32_t> padded(ids);
   padded.resize(Tp, 0);  // right padding: causal ops never let it reach the real rows
   // A pageable upload returns once the driver has staged the bytes: `padded` may go away.
-  run_backbone(padded.data(), Tp, rec);
+  run_backbone(padded.data(), Tp, rec, layers);
 }
 
-void CudaEngineImpl::run_backbone(const int32_t* padded_ids, int Tp, StageRecorder* rec) {
+void CudaEngineImpl::run_backbone(const int32_t* padded_ids, int Tp, StageRecorder* rec,
+                                  int layers) {
   reserve(Tp);
   const Activations& a = workspace_->buffers();
   CLEF_CUDA_CHECK(
       cudaMemcpyAsync(a.ids, padded_ids, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  if (rec) {
-    backbone_->enqueue(a, Tp, stream_, rec);
+  if (rec || layers >= 0) {  // eager (the bucket's graph runs every layer, unrecorded)
+    backbone_->enqueue(a, Tp, stream_, rec, nullptr, nullptr, layers);
     return;
   }
   launch_or_capture(GraphKey{Tp, 1, config_.weights}, nullptr);

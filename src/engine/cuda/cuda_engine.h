@@ -47,7 +47,7 @@ class CudaEngine : public Engine {
   virtual std::vector<float> last_hidden_state(const std::vector<int32_t>& ids) = 0;
   // Batch-invariance diagnostics: the hidden rows after the first `layers` decoder layers (-1:
   // all) and the final norm, [sum of lengths, hidden] as float, for these token sequences packed
-  // into one forward (one sequence: run as a request alone), eagerly.
+  // into one forward (one sequence: run as a request alone).
   virtual std::vector<float> packed_hidden_state(const std::vector<std::vector<int32_t>>& seqs,
                                                  int layers) = 0;
   // The same for a request (with images or videos: the tower, merged rows and 3-D positions);

@@ -85,10 +85,16 @@ class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
   // Room for Tp rows; drops the graphs when the workspace moved.
   void reserve(int Tp);
   // ids -> workspace final_hidden for the padded bucket: replays the bucket's graph (capturing it
-  // first when new), or runs eagerly with events when `rec` is given.
-  void run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec);
+  // first when new), or runs eagerly when `rec` (events) or `layers` >= 0 (only the first that
+  // many decoder layers, then the final norm) is given.
+  void run_backbone(const std::vector<int32_t>& ids, StageRecorder* rec, int layers = -1);
   // The same from Tp right-padded ids in memory that outlives the enqueued upload (pinned).
-  void run_backbone(const int32_t* padded_ids, int Tp, StageRecorder* rec);
+  void run_backbone(const int32_t* padded_ids, int Tp, StageRecorder* rec, int layers = -1);
+  // Two or more sequences' ids (checked; one pack, else std::runtime_error naming `what`) padded
+  // to their bucket Tp and uploaded with their pack's tables through the pinned staging, as
+  // forward() uploads them (upload_pack): the view of the tables.
+  PackView stage_pack(const std::vector<const std::vector<int32_t>*>& seqs, const char* what,
+                      int& Tp);
   // Several requests' padded ids through one packed forward (packing.h): uploads the ids and the
   // tables (through `staging`, pinned, table_ints(t) ints) and replays the (bucket, sequence
   // bucket) graph, capturing it first when new.

@@ -43,26 +43,16 @@ StageTimes CudaEngineImpl::forward_profiled(
   if (batch.size() == 1 && batch[0]) return forward_profiled(*batch[0]);
   require_no_flight("forward_profiled");
   use_device();
-  std::vector<int> lengths;
-  std::vector<int32_t> ids;
+  std::vector<const std::vector<int32_t>*> seqs;
   for (const auto* req : batch) {
     if (!req || req->has_media())
       throw std::runtime_error("forward_profiled: a packed batch holds text requests only");
-    check_ids(req->input_ids);
-    lengths.push_back(static_cast<int>(req->input_ids.size()));
-    ids.insert(ids.end(), req->input_ids.begin(), req->input_ids.end());
+    seqs.push_back(&req->input_ids);
   }
   const int n = static_cast<int>(batch.size());
-  if (n == 0 || n > kMaxPackedSequences || static_cast<int>(ids.size()) > pack_tokens_)
-    throw std::runtime_error("forward_profiled: the batch is not one pack");
-  const int Tp = bucket_tokens(static_cast<int>(ids.size()));
-  ids.resize(Tp, 0);
-  const PackTables t = pack_tables(lengths, Tp, sequence_bucket(n), rows_per_tile(Tp));
-  // The ids and tables through the pinned staging, as forward uploads them (before the first
-  // event: outside the timed stages).
-  int32_t* pinned = pinned_staging(static_cast<size_t>(Tp) + table_ints(t));
-  std::copy(ids.begin(), ids.end(), pinned);
-  const PackView view = upload_pack(pinned, t, pinned + Tp);
+  int Tp = 0;
+  // Before the first event: outside the timed stages.
+  const PackView view = stage_pack(seqs, "forward_profiled", Tp);
   const Activations& a = workspace_->buffers();
   head_->begin(batch, stream_, {n});
   StageRecorder rec(stream_);
@@ -73,6 +63,27 @@ StageTimes CudaEngineImpl::forward_profiled(
   (void)head_->finish(stream_);
   rec.mark("head");
   return rec.collect();
+}
+
+PackView CudaEngineImpl::stage_pack(const std::vector<const std::vector<int32_t>*>& seqs,
+                                    const char* what, int& Tp) {
+  std::vector<int> lengths;
+  int T = 0;
+  for (const auto* sq : seqs) {
+    check_ids(*sq);
+    lengths.push_back(static_cast<int>(sq->size()));
+    T += lengths.back();
+  }
+  const int n = static_cast<int>(seqs.size());
+  if (n < 2 || n > kMaxPackedSequences || T > pack_tokens_)
+    throw std::runtime_error(std::string(what) + ": the batch is not one pack");
+  Tp = bucket_tokens(T);
+  const PackTables t = pack_tables(lengths, Tp, sequence_bucket(n), rows_per_tile(Tp));
+  int32_t* pinned = pinned_staging(static_cast<size_t>(Tp) + table_ints(t));
+  int32_t* at = pinned;
+  for (const auto* sq : seqs) at = std::copy(sq->begin(), sq->end(), at);
+  std::fill(at, pinned + Tp, 0);
+  return upload_pack(pinned, t, pinned + Tp);
 }
 
 double CudaEngineImpl::gemm_floor_ms(int T, int runs) {
@@ -108,30 +119,16 @@ std::vector<float> CudaEngineImpl::packed_hidden_state(
     const std::vector<std::vector<int32_t>>& seqs, int layers) {
   require_no_flight("packed_hidden_state");
   use_device();
-  std::vector<int> lengths;
-  std::vector<int32_t> ids;
-  for (const auto& s : seqs) {
-    check_ids(s);
-    lengths.push_back(static_cast<int>(s.size()));
-    ids.insert(ids.end(), s.begin(), s.end());
-  }
-  const int n = static_cast<int>(seqs.size()), T = static_cast<int>(ids.size());
-  if (n == 0 || n > kMaxPackedSequences || T > pack_tokens_)
-    throw std::runtime_error("packed_hidden_state: the sequences are not one pack");
-  const int Tp = bucket_tokens(T);
-  ids.resize(Tp, 0);
-  reserve(Tp);
-  const Activations& a = workspace_->buffers();
-  if (n == 1) {  // as a request alone: no tables
-    CLEF_CUDA_CHECK(
-        cudaMemcpyAsync(a.ids, ids.data(), Tp * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    backbone_->enqueue(a, Tp, stream_, nullptr, nullptr, nullptr, layers);
+  int T = 0;
+  for (const auto& sq : seqs) T += static_cast<int>(sq.size());
+  if (seqs.size() == 1) {  // as a request alone: no tables
+    run_backbone(seqs[0], nullptr, layers);
   } else {
-    const PackTables t = pack_tables(lengths, Tp, sequence_bucket(n), rows_per_tile(Tp));
-    int32_t* pinned = pinned_staging(static_cast<size_t>(Tp) + table_ints(t));
-    std::copy(ids.begin(), ids.end(), pinned);
-    const PackView view = upload_pack(pinned, t, pinned + Tp);
-    backbone_->enqueue(a, Tp, stream_, nullptr, &view, nullptr, layers);
+    std::vector<const std::vector<int32_t>*> ptrs;
+    for (const auto& sq : seqs) ptrs.push_back(&sq);
+    int Tp = 0;
+    const PackView view = stage_pack(ptrs, "packed_hidden_state", Tp);
+    backbone_->enqueue(workspace_->buffers(), Tp, stream_, nullptr, &view, nullptr, layers);
   }
   return hidden_host(T);
 }

@@ -65,7 +65,7 @@ std::vector<int32_t> segment_tiles(const std::vector<int>& lengths, int rows_per
 // none: one sequence.
 struct PackView {
   const int32_t* positions = nullptr;
-  const int32_t* kv_rows = nullptr;  // PackTables::kv_rows (attn.kv_head_blocks a kv head)
+  const int32_t* kv_rows = nullptr;  // PackTables::kv_rows, read where attn.kv_head_blocks > 0
   GdnSequences gdn;
   AttnSequences attn;
 };

@@ -25,17 +25,4 @@ StageTimes StageRecorder::collect() {
   return st;
 }
 
-EventPair::EventPair() {
-  CLEF_CUDA_CHECK(cudaEventCreate(&start));
-  if (cudaEventCreate(&stop) != cudaSuccess) {
-    cudaEventDestroy(start);
-    throw std::runtime_error("cudaEventCreate failed");
-  }
-}
-
-EventPair::~EventPair() {
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-}
-
 }  // namespace clef::engine::cuda

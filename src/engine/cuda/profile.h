@@ -1,5 +1,5 @@
 // Device-time measurement for `clefserve profile` and the engine's diagnostics: events between the
-// ops of one eager forward, and the median time of a repeated enqueue.
+// ops of one eager forward (the median time of a repeated enqueue: event_timing.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/event_timing.h"
 
 namespace clef::engine::cuda {
 
@@ -28,33 +29,5 @@ class StageRecorder {
   cudaStream_t s_;
   std::vector<std::pair<cudaEvent_t, std::string>> events_;
 };
-
-// Events around one enqueue each time; destroyed on every path.
-class EventPair {
- public:
-  EventPair();
-  ~EventPair();
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  cudaEvent_t start, stop;
-};
-
-// Median device time (ms) of `enqueue` on stream s over `runs` repetitions, timed with events.
-template <typename F>
-double median_ms(cudaStream_t s, int runs, F&& enqueue) {
-  EventPair e;
-  std::vector<float> t;
-  for (int i = 0; i < std::max(runs, 1); ++i) {
-    CLEF_CUDA_CHECK(cudaEventRecord(e.start, s));
-    enqueue();
-    CLEF_CUDA_CHECK(cudaEventRecord(e.stop, s));
-    CLEF_CUDA_CHECK(cudaEventSynchronize(e.stop));
-    float ms = 0;
-    CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 }  // namespace clef::engine::cuda

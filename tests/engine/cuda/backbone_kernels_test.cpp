@@ -323,6 +323,17 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
     auto dinv = to_device<float>(rope_inv_freq(sh.rd, 1e7));
     const size_t nq = size_t(sh.T) * sh.nh * sh.hd, nk = size_t(sh.T) * sh.nkv * sh.hd;
     const size_t nt = kv_tiled_elems(sh.T, sh.nkv, sh.hd);
+    // Values of the row layout's T rows that differ from the tiled tensor's at at(t, h, c), bit for
+    // bit (per tensor: k, then v).
+    auto misplaced = [&](const std::vector<float>& rows, const std::vector<float>& tiles, auto at) {
+      size_t n = 0;
+      for (int t = 0; t < sh.T; ++t)
+        for (int h = 0; h < sh.nkv; ++h)
+          for (int c = 0; c < sh.hd; ++c)
+            n += std::memcmp(&tiles[at(t, h, c)], &rows[(size_t(t) * sh.nkv + h) * sh.hd + c],
+                             sizeof(float)) != 0;
+      return n;
+    };
     for (KernelPath path : kPaths) {
       AttnPrepArgs a{sh.T, ld, sh.nh, sh.nkv, sh.hd, sh.rd, 1e-6f, dinv.template get<float>()};
       auto q = poisoned<E>(nq), k = poisoned<E>(nk), v = poisoned<E>(nk);
@@ -338,19 +349,16 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
         SCOPED_TRACE(which ? "v" : "k");
         const auto rows = to_host<E>(which ? v : k, nk);
         const auto tiles = to_host<E>(which ? vt : kt, nt);
-        size_t misplaced = 0, nonzero_pad = 0, seen = 0;
-        for (int t = 0; t < kv_tile_blocks(sh.T) * kKvTileRows; ++t)
+        size_t nonzero_pad = 0, seen = size_t(sh.T) * sh.nkv * sh.hd;
+        for (int t = sh.T; t < kv_tile_blocks(sh.T) * kKvTileRows; ++t)
           for (int h = 0; h < sh.nkv; ++h)
-            for (int c = 0; c < sh.hd; ++c, ++seen) {
-              const float got = tiles[kv_tiled_index(t, h, c, sh.T, sh.hd)];
-              if (t >= sh.T)
-                nonzero_pad += !(got == 0.0f);
-              else
-                misplaced += std::memcmp(&got, &rows[(size_t(t) * sh.nkv + h) * sh.hd + c],
-                                         sizeof(float)) != 0;
-            }
+            for (int c = 0; c < sh.hd; ++c, ++seen)
+              nonzero_pad += !(tiles[kv_tiled_index(t, h, c, sh.T, sh.hd)] == 0.0f);
         EXPECT_EQ(seen, nt) << "every tiled element visited";
-        EXPECT_EQ(misplaced, 0u);
+        EXPECT_EQ(
+            misplaced(rows, tiles,
+                      [&](int t, int h, int c) { return kv_tiled_index(t, h, c, sh.T, sh.hd); }),
+            0u);
         EXPECT_EQ(nonzero_pad, 0u) << "rows past T must be zeros";
       }
       // Per-sequence key tiles (a packed forward): the T rows as three sequences (or fewer), each
@@ -389,15 +397,11 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
         SCOPED_TRACE(which ? "v, per-sequence tiles" : "k, per-sequence tiles");
         const auto rows = to_host<E>(which ? v2 : k2, nk);
         const auto tiles = to_host<E>(which ? vs : ks, ns);
-        size_t misplaced = 0;
-        for (int t = 0; t < sh.T; ++t)
-          for (int h = 0; h < sh.nkv; ++h)
-            for (int c = 0; c < sh.hd; ++c) {
-              const float got = tiles[kv_tiled_at(pt.kv_rows[t], h, c, pr.kv_head_blocks, sh.hd)];
-              misplaced += std::memcmp(&got, &rows[(size_t(t) * sh.nkv + h) * sh.hd + c],
-                                       sizeof(float)) != 0;
-            }
-        EXPECT_EQ(misplaced, 0u);
+        EXPECT_EQ(misplaced(rows, tiles,
+                            [&](int t, int h, int c) {
+                              return kv_tiled_at(pt.kv_rows[t], h, c, pr.kv_head_blocks, sh.hd);
+                            }),
+                  0u);
       }
     }
   }

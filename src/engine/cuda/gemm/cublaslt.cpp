@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cuda/event_timing.h"
 #include "engine/cuda/gemm/gemm.h"
 #include "engine/cuda/gemm/lt_helpers.h"
 
@@ -265,18 +266,10 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic_algos(const Plan& pl,
 
 float Gemm::time_ms(const Plan& pl, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p, void* c,
                     int runs, cudaStream_t s) {
-  cudaEvent_t e0, e1;
-  CLEF_CUDA_CHECK(cudaEventCreate(&e0));
-  CLEF_CUDA_CHECK(cudaEventCreate(&e1));
-  CLEF_CUDA_CHECK(cudaEventRecord(e0, s));
   bool ok = true;
-  for (int r = 0; r < runs && ok; ++r) ok = launch(pl, algo, p, c, s) == CUBLAS_STATUS_SUCCESS;
-  CLEF_CUDA_CHECK(cudaEventRecord(e1, s));
-  CLEF_CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CLEF_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const float ms = elapsed_ms(s, [&] {
+    for (int r = 0; r < runs && ok; ++r) ok = launch(pl, algo, p, c, s) == CUBLAS_STATUS_SUCCESS;
+  });
   return ok ? ms : -1.0f;
 }
 
