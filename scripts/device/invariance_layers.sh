@@ -19,7 +19,7 @@ t0=$(date +%s)
 echo "model $(( $(date +%s) - t0 ))s" | tee -a "$R"
 n=0
 IFS=';' read -ra packs <<< "$PACKS"
-run() {  # env... -- lengths
+run() {  # [VAR=value ...] lengths
   n=$((n + 1))
   echo "## $* ($(( $(date +%s) - t0 ))s)" | tee -a "$R"
   env "${@:1:$#-1}" clefserve profile --model "$M" --device cuda --lengths "${@: -1}" \
@@ -27,7 +27,7 @@ run() {  # env... -- lengths
   echo "rc $?" | tee -a "$R"
   grep -E '^\||^invariance|gemm .*(batch invariant|keeps)' "$OUT/inv$n.log" | tee -a "$R"
 }
-for p in "${packs[@]}"; do run CLEF_NOTHING=1 "$p"; done
+for p in "${packs[@]}"; do run "$p"; done
 [ -n "${EXTRA:-}" ] && run $EXTRA "${packs[0]}"
 echo "elapsed $(( $(date +%s) - t0 ))s" | tee -a "$R"
 exit 0

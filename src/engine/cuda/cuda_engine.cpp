@@ -313,7 +313,7 @@ PackView CudaEngineImpl::upload_pack(const int32_t* padded_ids, const PackTables
   upload(a.chunk_valid, t.chunk_valid);
   upload(a.seq_chunk0, t.seq_chunk0);
   upload(a.tiles, t.tiles);
-  upload(a.kv_rows, t.kv_rows);
+  if (kv_sequence_tiles()) upload(a.kv_rows, t.kv_rows);  // read by attn_prep only then
   // Which GDN core this pack runs where the process picks per pack (gdn/core_choice.h); read by
   // the captured kernels of both cores, by no kernel otherwise (no estimate then).
   const bool fused =
