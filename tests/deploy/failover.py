@@ -28,6 +28,7 @@ import http.client
 import io
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -67,7 +68,25 @@ def fail(msg):
 
 
 def free_port():
-    with socket.socket() as s:
+    # A port free now and below the kernel's ephemeral range: a port the kernel hands out (bind to
+    # 0) can be taken again by any outgoing connection's local end before HAProxy or a replica
+    # binds it (seen once in CI: HAProxy "cannot bind socket (Address already in use)").
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no luck below the range: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
