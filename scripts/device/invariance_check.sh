@@ -8,7 +8,7 @@
 # against its C16 and short C64 answers (packs). Each result is appended to $OUT/result.txt as soon
 # as it exists, so a call cut short keeps what it measured. With workbench_gemm carried, its summary
 # (each shape's algorithm classes and whether the engine's per-M picks share one) goes there too.
-# Usage (repo root on the device): [PRESET=small] [TRAV=2] [TESTS=0] [MODES="default off"]
+# Usage (repo root on the device): [PRESET=small] [TRAV=2] [TESTS=0] [MODES="default off tiles"]
 #   scripts/device/invariance_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
@@ -47,10 +47,16 @@ print('%.0f' % (r['batch'] * r['tokens'] / r['batch_gemm_floor_ms'] * 1000))" 2>
   [ -n "$fl" ] && FLOOR=(--gemm-floor-tokens-per-s "$fl")
 fi
 n=0
-# MODES: "default" and/or "off" (CLEF_BATCH_INVARIANT=0); both unless given.
+# MODES: "default", "off" (CLEF_BATCH_INVARIANT=0) and/or "tiles" (CLEF_KV_SEQ_TILES=1, the
+# per-sequence key tiles); "default off" unless given.
 modes=()
 for m in ${MODES:-default off}; do
-  [ "$m" = default ] && modes+=("") || modes+=("CLEF_BATCH_INVARIANT=0")
+  case $m in
+    default) modes+=("") ;;
+    off) modes+=("CLEF_BATCH_INVARIANT=0") ;;
+    tiles) modes+=("CLEF_KV_SEQ_TILES=1") ;;
+    *) echo "unknown mode $m" | tee -a "$R" ;;
+  esac
 done
 for mode in "${modes[@]}"; do
   n=$((n + 1))

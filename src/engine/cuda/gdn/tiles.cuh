@@ -158,6 +158,10 @@ __device__ __forceinline__ void load_prep_inputs(float* Ks, int ldk, float* Vs, 
 }
 
 // In-place inclusive prefix sum of the chunk's 64 log-decays, by warp 0 (two values per lane).
+// Prefix i reads values 0..i only, in an order fixed by i: a sequence's rows get the same bits
+// whatever follows its last row in the chunk (nothing in a pack, its bucket's padding alone; batch
+// invariance). The exclusive prefix is therefore the lane below's inclusive sum, not s - (a0 +
+// a1), which made an odd row count's last gamma depend on the row after it.
 __device__ __forceinline__ void chunk_cumsum(float* gam) {
   const int lane = threadIdx.x;
   if (lane >= 32) return;
@@ -167,9 +171,10 @@ __device__ __forceinline__ void chunk_cumsum(float* gam) {
     const float n = __shfl_up_sync(0xffffffffu, s, o);
     if (lane >= o) s += n;
   }
-  const float excl = s - (a0 + a1);
-  gam[2 * lane] = excl + a0;
-  gam[2 * lane + 1] = excl + a0 + a1;
+  const float below = __shfl_up_sync(0xffffffffu, s, 1);
+  const float first = lane == 0 ? a0 : below + a0;
+  gam[2 * lane] = first;
+  gam[2 * lane + 1] = first + a1;
 }
 
 }  // namespace clef::engine::cuda::gdn
