@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -321,6 +322,39 @@ TEST(GdnLaunch, PerPackCoreRunsTheChosenCoreBitForBit) {
       EXPECT_EQ(count_differ(got, want), 0u) << "of " << got.size() << " values";
     }
   }
+}
+
+// The chunk's prefix sums of the log-decays (chunk_cumsum, both GDN paths): prefix i reads g[0..i]
+// only, bit for bit whatever follows, so a sequence's last rows get the same gamma inside a pack
+// (nothing after them in the chunk) and alone (its bucket's padding after them); each within fp32
+// rounding of the double-precision sum. Before session 33 the rows of an odd count failed this.
+TEST(GdnLaunch, ChunkPrefixSumsReadOnlyTheRowsBefore) {
+  CLEF_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const std::vector<float> g = randu(rng, 64, -2.0f, 0.0f);  // log-decays are <= 0
+  const std::vector<float> full = gdn::chunk_prefix_sums(g);
+  double sum = 0.0;
+  for (int i = 0; i < 64; ++i) {
+    sum += g[i];
+    EXPECT_NEAR(full[i], sum, 1e-5 * (1.0 + std::abs(sum))) << "prefix " << i;
+  }
+  auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return u;
+  };
+  size_t differ = 0;
+  for (int rows = 1; rows < 64; ++rows) {
+    std::vector<float> cut(g.begin(), g.begin() + rows), other;
+    cut.resize(64, 0.0f);  // in a pack: nothing after the sequence's rows
+    other = cut;
+    const std::vector<float> pad = randu(rng, 64 - size_t(rows), -2.0f, 0.0f);
+    std::copy(pad.begin(), pad.end(), other.begin() + rows);  // alone: padding rows after them
+    const std::vector<float> a = gdn::chunk_prefix_sums(cut), b = gdn::chunk_prefix_sums(other);
+    for (int i = 0; i < rows; ++i)
+      differ += bits(a[i]) != bits(full[i]) || bits(b[i]) != bits(full[i]);
+  }
+  EXPECT_EQ(differ, 0u) << "of 2016 prefixes read a row after them";
 }
 
 // Batch invariance (batch_invariance.h): each sequence of a pack, run alone from its own rows of

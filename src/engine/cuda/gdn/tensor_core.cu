@@ -7,6 +7,8 @@
 // two products on the state's critical path), output (parallel again, from the published states).
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -1745,7 +1747,28 @@ __global__ void sequence_order_kernel(const int32_t* seq0, int n, int* order) {
   const int s = map.longest_first(blockIdx.x, n);
   if (threadIdx.x == 0) order[blockIdx.x] = s;
 }
+// One warp: g's 64 values through chunk_cumsum in shared memory.
+__global__ void chunk_prefix_kernel(const float* g, float* out) {
+  __shared__ float gam[C];
+  gam[threadIdx.x] = g[threadIdx.x], gam[threadIdx.x + 32] = g[threadIdx.x + 32];
+  __syncwarp();
+  chunk_cumsum(gam);
+  __syncwarp();
+  out[threadIdx.x] = gam[threadIdx.x], out[threadIdx.x + 32] = gam[threadIdx.x + 32];
+}
 }  // namespace
+
+std::vector<float> chunk_prefix_sums(const std::vector<float>& g) {
+  if (g.size() != static_cast<size_t>(C))
+    throw std::invalid_argument("chunk_prefix_sums: 64 values, got " + std::to_string(g.size()));
+  DeviceBuffer in(C * sizeof(float)), out(C * sizeof(float));
+  CLEF_CUDA_CHECK(cudaMemcpy(in.get(), g.data(), in.bytes(), cudaMemcpyHostToDevice));
+  chunk_prefix_kernel<<<1, 32>>>(in.get<float>(), out.get<float>());
+  CLEF_CUDA_CHECK(cudaGetLastError());
+  std::vector<float> r(C);
+  CLEF_CUDA_CHECK(cudaMemcpy(r.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  return r;
+}
 
 std::vector<int> scan_sequence_order(const std::vector<int32_t>& seq_chunk0) {
   const int n = static_cast<int>(seq_chunk0.size()) - 1;

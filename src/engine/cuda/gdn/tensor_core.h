@@ -75,6 +75,11 @@ struct TcLaunch {
 // against a stable sort by chunk count.
 std::vector<int> scan_sequence_order(const std::vector<int32_t>& seq_chunk0);
 
+// The chunk's inclusive prefix sums of 64 log-decays as the prep kernels form them on the device
+// (chunk_cumsum, gdn/tiles.cuh): what the GDN tests check for causality (prefix i reads g[0..i]
+// only) and against a double-precision sum. g: 64 values.
+std::vector<float> chunk_prefix_sums(const std::vector<float>& g);
+
 // Same contract as gdn_chunked() (gdn/gdn.h) with the bf16 form of GdnInputs; with `norm`, the
 // output kernel's epilogue writes the gated RMSNorm of o instead of o. scan_output (no `norm`,
 // tc_scan_output_supported): the scan forms o itself (GdnOutputMode::InScan), bit for bit the
