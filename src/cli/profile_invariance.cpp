@@ -27,6 +27,19 @@ struct Diff {
   }
 };
 
+// Every option logit of two answers to the same request; `same_shape` false where their question
+// or option counts differ.
+Diff logits_diff(const engine::ForwardOutput& a, const engine::ForwardOutput& b, bool& same_shape) {
+  Diff d;
+  same_shape = a.logits.size() == b.logits.size();
+  for (size_t q = 0; q < std::min(a.logits.size(), b.logits.size()); ++q) {
+    same_shape &= a.logits[q].size() == b.logits[q].size();
+    for (size_t k = 0; k < std::min(a.logits[q].size(), b.logits[q].size()); ++k)
+      d.add(a.logits[q][k], b.logits[q][k]);
+  }
+  return d;
+}
+
 void print_row(const char* what, int seq, int len, const Diff& d) {
   std::printf("| %s | %d | %d | %.3g | %zu of %zu |\n", what, seq, len, d.max_abs, d.differ, d.n);
 }
@@ -55,23 +68,16 @@ int run_invariance_check(const InvarianceArgs& a, const std::shared_ptr<const mo
   // Determinism: the same pack again gives the same bits.
   const std::vector<engine::ForwardOutput> again = eng.forward(batch);
   for (size_t i = 0; i < ps.size(); ++i) {
-    Diff d;
-    const auto& x = packed.at(i).logits;
-    const auto& y = again.at(i).logits;
-    for (size_t q = 0; q < std::min(x.size(), y.size()); ++q)
-      for (size_t k = 0; k < std::min(x[q].size(), y[q].size()); ++k) d.add(x[q][k], y[q][k]);
-    all_equal &= d.differ == 0 && x.size() == y.size();
+    bool same_shape = true;
+    const Diff d = logits_diff(packed.at(i), again.at(i), same_shape);
+    all_equal &= d.differ == 0 && same_shape;
     print_row("logits, the pack twice", static_cast<int>(i),
               static_cast<int>(batch[i]->input_ids.size()), d);
   }
   for (size_t i = 0; i < ps.size(); ++i) {
-    const std::vector<engine::ForwardOutput> alone = eng.forward({batch[i]});
-    Diff d;
-    const auto& x = alone.at(0).logits;
-    const auto& y = packed.at(i).logits;
-    if (x.size() != y.size()) throw std::runtime_error("--invariance: question counts differ");
-    for (size_t q = 0; q < x.size(); ++q)
-      for (size_t k = 0; k < std::min(x[q].size(), y[q].size()); ++k) d.add(x[q][k], y[q][k]);
+    bool same_shape = true;
+    const Diff d = logits_diff(eng.forward({batch[i]}).at(0), packed.at(i), same_shape);
+    if (!same_shape) throw std::runtime_error("--invariance: question counts differ");
     all_equal &= d.differ == 0;
     print_row("logits (served path)", static_cast<int>(i),
               static_cast<int>(batch[i]->input_ids.size()), d);
@@ -79,13 +85,7 @@ int run_invariance_check(const InvarianceArgs& a, const std::shared_ptr<const mo
   // 2. The backbone's rows after each layer count, random ids (seeded), alone against packed
   // (the CUDA engine's diagnostics; the CPU engine's answers are compared above only).
 #ifdef CLEF_HAVE_CUDA
-  auto* c = dynamic_cast<engine::cuda::CudaEngine*>(&eng);
-#else
-  void* c = nullptr;
-#endif
-  if (!c) std::printf("hidden rows: not compared (the CUDA engine's diagnostic)\n");
-#ifdef CLEF_HAVE_CUDA
-  if (c) {
+  if (auto* c = dynamic_cast<engine::cuda::CudaEngine*>(&eng)) {
     std::mt19937 rng(a.seed);
     const int vocab = std::min(r->text.vocab_size > 0 ? r->text.vocab_size : 1000, 100000);
     std::uniform_int_distribution<int> tok(0, vocab - 1);
@@ -110,8 +110,11 @@ int run_invariance_check(const InvarianceArgs& a, const std::shared_ptr<const mo
         row0 += seqs[i].size();
       }
     }
-  }
+  } else
 #endif
+  {
+    std::printf("hidden rows: not compared (the CUDA engine's diagnostic)\n");
+  }
   std::printf("%s\n", all_equal ? "invariance: every value equal bit for bit"
                                 : "invariance: some values differ");
   return all_equal ? 0 : 3;

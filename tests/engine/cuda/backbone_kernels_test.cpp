@@ -335,15 +335,18 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
       return n;
     };
     for (KernelPath path : kPaths) {
+      // attn_prep of this shape's operands into q, k and v
+      auto prep = [&](const AttnPrepArgs& args, DeviceBuffer& q, DeviceBuffer& k, DeviceBuffer& v) {
+        attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(),
+                     args, q.template get<E>(), k.template get<E>(), v.template get<E>(), path, 0);
+      };
       AttnPrepArgs a{sh.T, ld, sh.nh, sh.nkv, sh.hd, sh.rd, 1e-6f, dinv.template get<float>()};
       auto q = poisoned<E>(nq), k = poisoned<E>(nk), v = poisoned<E>(nk);
-      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), a,
-                   q.template get<E>(), k.template get<E>(), v.template get<E>(), path, 0);
+      prep(a, q, k, v);
       a.kv_tiled = true;
       SCOPED_TRACE(attn_prep_variant(a, path));
       auto qt = poisoned<E>(nq), kt = poisoned<E>(nt), vt = poisoned<E>(nt);
-      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), a,
-                   qt.template get<E>(), kt.template get<E>(), vt.template get<E>(), path, 0);
+      prep(a, qt, kt, vt);
       CLEF_EXPECT_CLOSE(to_host<E>(qt, nq), to_host<E>(q, nq), 0.0);
       for (int which = 0; which < 2; ++which) {
         SCOPED_TRACE(which ? "v" : "k");
@@ -367,12 +370,7 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
       if (sh.T >= 3) lens = {sh.T / 3, 1, sh.T - sh.T / 3 - 1};
       const int S = static_cast<int>(lens.size());
       const PackTables pt = pack_tables(lens, sh.T, S, 64);
-      auto ints = [](const std::vector<int32_t>& h) {
-        engine::cuda::DeviceBuffer b(h.size() * 4);
-        CLEF_CUDA_CHECK(cudaMemcpy(b.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-        return b;
-      };
-      auto dpos = ints(pt.positions), dkvr = ints(pt.kv_rows);
+      auto dpos = to_device_ints(pt.positions), dkvr = to_device_ints(pt.kv_rows);
       AttnPrepArgs pr{sh.T,
                       ld,
                       sh.nh,
@@ -383,15 +381,13 @@ TYPED_TEST(BackboneKernels, AttnPrepWritesKeyTiles) {
                       dinv.template get<float>(),
                       dpos.template get<int32_t>()};
       auto k2 = poisoned<E>(nk), v2 = poisoned<E>(nk), q2 = poisoned<E>(nq);
-      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), pr,
-                   q2.template get<E>(), k2.template get<E>(), v2.template get<E>(), path, 0);
+      prep(pr, q2, k2, v2);
       pr.kv_tiled = true;
       pr.kv_rows = dkvr.template get<int32_t>();
       pr.kv_head_blocks = kv_head_blocks(sh.T, S);
       const size_t ns = kv_tiled_elems(sh.T, sh.nkv, sh.hd, S);
       auto ks = poisoned<E>(ns), vs = poisoned<E>(ns);
-      attn_prep<E>(dp.template get<E>(), dqw.template get<float>(), dkw.template get<float>(), pr,
-                   qt.template get<E>(), ks.template get<E>(), vs.template get<E>(), path, 0);
+      prep(pr, qt, ks, vs);
       CLEF_EXPECT_CLOSE(to_host<E>(qt, nq), to_host<E>(q2, nq), 0.0);
       for (int which = 0; which < 2; ++which) {
         SCOPED_TRACE(which ? "v, per-sequence tiles" : "k, per-sequence tiles");

@@ -99,6 +99,13 @@ engine::cuda::DeviceBuffer to_device(const std::vector<float>& v) {
   }
   return b;
 }
+// Device copy of host int32 values (tables).
+inline engine::cuda::DeviceBuffer to_device_ints(const std::vector<int32_t>& v) {
+  engine::cuda::DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(int32_t));
+  CLEF_CUDA_CHECK(
+      cudaMemcpy(b.get(), v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  return b;
+}
 // An output buffer of n elements of E filled with NaN (0xFF bytes are NaN in both types).
 template <typename E>
 engine::cuda::DeviceBuffer poisoned(size_t n) {

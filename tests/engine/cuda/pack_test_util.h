@@ -13,6 +13,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/gdn/gdn.h"
 #include "engine/cuda/gdn_test_inputs.h"
+#include "engine/cuda/gpu_test_util.h"
 #include "engine/cuda/packing.h"
 #include "support/ref/backbone_ref.h"
 
@@ -39,8 +40,7 @@ struct DeviceTables {
   engine::cuda::AttnSequences attn;
   explicit DeviceTables(const engine::cuda::PackTables& t) {
     auto up = [](engine::cuda::DeviceBuffer& b, const std::vector<int32_t>& v) {
-      b.resize(std::max<size_t>(v.size(), 1) * 4);
-      CLEF_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+      b = to_device_ints(v);
       return b.get<int32_t>();
     };
     gdn = {up(row0, t.chunk_row0), up(valid, t.chunk_valid), up(seq0, t.seq_chunk0), t.chunk_slots,

@@ -256,7 +256,7 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
                  "clefserve: gemm %s: batch invariant, %zu algorithms of class %d of %d (%zu "
                  "candidates)\n",
                  shape_text(p).c_str(), g.algos.size(), chosen, n_cls, cands.size());
-  if (g.algos.empty())
+  else
     std::fprintf(stderr,
                  "clefserve: gemm N %d K %d: none of %zu cuBLASLt algorithms gives a row the same "
                  "bits at every M; this shape keeps a choice per M (not batch invariant)\n",
