@@ -8,7 +8,7 @@
 # against its C16 and short C64 answers (packs). Each result is appended to $OUT/result.txt as soon
 # as it exists, so a call cut short keeps what it measured. With workbench_gemm carried, its summary
 # (each shape's algorithm classes and whether the engine's per-M picks share one) goes there too.
-# Usage (repo root on the device): [PRESET=small] [TRAV=2] [TESTS=0] [MODES="default off tiles"]
+# Usage (repo root on the device): [PRESET=small] [TRAV=2] [TESTS=0] [MODES="default off rows"]
 #   scripts/device/invariance_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
@@ -47,14 +47,14 @@ print('%.0f' % (r['batch'] * r['tokens'] / r['batch_gemm_floor_ms'] * 1000))" 2>
   [ -n "$fl" ] && FLOOR=(--gemm-floor-tokens-per-s "$fl")
 fi
 n=0
-# MODES: "default", "off" (CLEF_BATCH_INVARIANT=0) and/or "tiles" (CLEF_KV_SEQ_TILES=1, the
-# per-sequence key tiles); "default off" unless given.
+# MODES: "default", "off" (CLEF_BATCH_INVARIANT=0) and/or "rows" (CLEF_KV_SEQ_TILES=0: packs read K
+# and V by rows, wg64, instead of the per-sequence key tiles); "default off" unless given.
 modes=()
 for m in ${MODES:-default off}; do
   case $m in
     default) modes+=("") ;;
     off) modes+=("CLEF_BATCH_INVARIANT=0") ;;
-    tiles) modes+=("CLEF_KV_SEQ_TILES=1") ;;
+    rows) modes+=("CLEF_KV_SEQ_TILES=0") ;;
     *) echo "unknown mode $m" | tee -a "$R" ;;
   esac
 done
@@ -87,7 +87,7 @@ print('req/s %.2f p50 %.1f p95 %.1f failures %s' % (t.get('requests_per_s') or 0
   wait $SP 2>/dev/null
   for packed in public231-shape_16 public231-short_64; do
     echo "# invariance, server $n: C1 (alone) vs $packed" | tee -a "$R"
-    clefserve bench compare "/tmp/inv_b${n}_public231-shape_1/report.json" \
+    clefserve bench compare --b-subset "/tmp/inv_b${n}_public231-shape_1/report.json" \
       "/tmp/inv_b${n}_$packed/report.json" 2>&1 | grep -vE '^  flip' | tail -5 | tee -a "$R"
   done
   echo "elapsed $(( $(date +%s) - t0 ))s" | tee -a "$R"

@@ -15,12 +15,16 @@ struct CompareGates {
   double max_probability_drift = 0.002;
   double max_score_drift = 0.002;
   long long max_flips = 0;
+  // B ran a sub-manifest of A's (e.g. public231-short of public231-shape): A's items that B never
+  // asked for are left out, not failed. An item B asked for and did not answer still fails.
+  bool b_subset = false;
 };
 
 struct CompareResult {
   size_t items_compared = 0;
   size_t questions_compared = 0;
   size_t only_in_a = 0, only_in_b = 0;  // items with valid answers in one run only
+  size_t not_asked_in_b = 0;            // b_subset: A's items absent from B's requests
   double max_probability_drift = 0.0;
   std::string max_probability_where;
   double max_score_drift = 0.0;

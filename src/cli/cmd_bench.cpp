@@ -170,6 +170,8 @@ void add_bench(CLI::App& app, int& exit_code) {
   compare->add_option("--max-flips", cmp->gates.max_flips)
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  compare->add_flag("--b-subset", cmp->gates.b_subset,
+                    "b ran a sub-manifest of a's: a's items b never asked for are left out");
   compare->callback([cmp, &exit_code] {
     try {
       const auto res =

@@ -70,6 +70,24 @@ TEST(Compare, ItemsAnsweredInOneRunOnlyFail) {
   EXPECT_FALSE(r.passed());
 }
 
+TEST(Compare, SubManifestLeavesOutOnlyTheItemsBNeverAskedFor) {
+  Json b = report();
+  b["requests"].erase(0);  // B's manifest lacks A's first item
+  CompareGates g;
+  EXPECT_EQ(compare_reports(report(), b, g).only_in_a, 1u);
+  EXPECT_FALSE(compare_reports(report(), b, g).passed());
+  g.b_subset = true;
+  const CompareResult r = compare_reports(report(), b, g);
+  EXPECT_EQ(r.only_in_a, 0u);
+  EXPECT_EQ(r.not_asked_in_b, 1u);
+  EXPECT_TRUE(r.passed()) << compare_summary(r, g);
+  // An item B asked for but did not answer still fails.
+  b["requests"][0]["outcome"] = "http_status";
+  const CompareResult failed = compare_reports(report(), b, g);
+  EXPECT_EQ(failed.only_in_a, 1u);
+  EXPECT_FALSE(failed.passed());
+}
+
 TEST(Compare, NotAReport) {
   EXPECT_THROW(compare_reports(Json::object(), report(), {}), std::runtime_error);
 }

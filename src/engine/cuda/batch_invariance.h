@@ -1,10 +1,10 @@
 // Batch invariance (issue 14): a request answered inside a packed batch gets the same bits as
 // alone. Three choices of the CUDA backbone depend on it (docs/engine.md, "Batch invariance"):
 //   * GEMMs: every M of a shape runs an algorithm of one class of equal bits (gemm/gemm.h);
-//   * attention (bf16, head dim 256): a pack reads K and V by rows from each sequence's first key
-//     (wg64), or with kv_sequence_tiles() in per-sequence key tiles (attention/kv_tiles.h); either
-//     way each sequence's keys are cut into the blocks they have alone (global key tiles would put
-//     a neighbour's keys in a sequence's first tile);
+//   * attention (bf16, head dim 256): a pack's K and V go into per-sequence key tiles
+//     (kv_sequence_tiles(), attention/kv_tiles.h), or with CLEF_KV_SEQ_TILES=0 are read by rows
+//     from each sequence's first key (wg64); either way each sequence's keys are cut into the
+//     blocks they have alone (global key tiles would put a neighbour's keys in its first tile);
 //   * the GDN core: packs run the three kernels, as a lone request does (the fused core rounds
 //     otherwise).
 // On by default; CLEF_BATCH_INVARIANT=0 gives each of them back its fastest form, for the process.
@@ -16,22 +16,24 @@
 
 namespace clef::engine::cuda {
 
-// Per-sequence key tiles for packed forwards (attention/kv_tiles.h; CLEF_KV_SEQ_TILES=1 on, 0 off).
-// Off by default until their speed is measured (session 33: their tests pass and a pack's hidden
-// rows are bit for bit the same with them): a pack then reads K and V by rows (wg64) under batch
-// invariance, or in global key tiles without it.
-inline bool kv_sequence_tiles() {
-  static const bool on = [] {
-    const char* v = std::getenv("CLEF_KV_SEQ_TILES");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 inline bool batch_invariant() {
   static const bool on = [] {
     const char* v = std::getenv("CLEF_BATCH_INVARIANT");
     return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+// Per-sequence key tiles for packed forwards (attention/kv_tiles.h): on wherever batch invariance
+// is (CLEF_KV_SEQ_TILES=1 or 0 forces them on or off). Measured (perf-log v29a, H100): a pack's
+// answers bit for bit those alone, as with K and V by rows (wg64), and C16 +1.3 % over it; without
+// invariance a pack keeps the global key tiles.
+inline bool kv_sequence_tiles() {
+  static const bool on = [] {
+    const char* v = std::getenv("CLEF_KV_SEQ_TILES");
+    if (v && std::strcmp(v, "1") == 0) return true;
+    if (v && std::strcmp(v, "0") == 0) return false;
+    return batch_invariant();
   }();
   return on;
 }
