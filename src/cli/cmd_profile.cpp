@@ -45,6 +45,7 @@ struct ProfileArgs {
   std::string image_size = "1024x1024", video_size = "640x480";
   double video_fps = 2.0;
   bool invariance = false;  // --invariance: --lengths packed, alone vs packed
+  bool pack = false;        // --pack: time the --lengths as one packed forward
   std::vector<int> layers = {1, 2, 3, 4, 8, 16, -1};  // --layers for --invariance
   std::string request_file;  // --dump-hidden with a request (JSON body) instead of --ids
   // --media "N@WxH,...,vF@WxH": several media profiles in one process (N images of WxH; one video
@@ -67,7 +68,15 @@ std::vector<int> parse_lengths(const std::string& s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    const int v = std::stoi(item);
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size())
+      throw std::runtime_error("--lengths: not a token count: '" + item + "'");
     if (v <= 0) throw std::runtime_error("--lengths: lengths must be positive");
     out.push_back(v);
   }
@@ -325,6 +334,66 @@ int run_media_profile(const ProfileArgs& a, const std::shared_ptr<const model::R
   return 0;
 }
 
+// --pack: the --lengths as one packed forward, as the server batches mixed requests (issue 14: a
+// C16 pack of public231-shape is one long request among short ones, not N equal ones): its e2e
+// (graphs, joint head), the GEMM floor at all its rows, the ratio, and the eager stages.
+int run_pack_profile(const ProfileArgs& a, const std::string& name,
+                     const std::shared_ptr<const model::Release>& release, engine::Engine& eng,
+                     const std::vector<int>& lengths) {
+  std::vector<service::Prepared> ps;
+  std::vector<std::unique_ptr<service::Decider>> deciders;
+  int total = 0;
+  for (int L : lengths) {
+    service::DeciderOptions o;
+    o.encode.max_length = L;
+    o.encode.truncation = encoding::Truncation::Allow;
+    deciders.push_back(std::make_unique<service::Decider>(release, o));
+    ps.push_back(deciders.back()->prepare(request_of_length(*deciders.back(), release->name, L)));
+    total += static_cast<int>(ps.back().encoded.input_ids.size());
+  }
+  std::vector<const encoding::EncodedRequest*> batch;
+  for (const auto& p : ps) batch.push_back(&p.encoded);
+  auto once = [&] {
+    const auto outs = eng.forward(batch);
+    for (size_t i = 0; i < ps.size(); ++i) (void)deciders[i]->finish(ps[i], outs.at(i));
+  };
+  for (int i = 0; i < std::max(a.warmup, 1); ++i) once();
+  std::vector<double> t;
+  for (int i = 0; i < std::max(a.runs, 1); ++i) {
+    const auto t0 = Clock::now();
+    once();
+    t.push_back(ms_since(t0));
+  }
+  const double e2e = median(t);
+  double floor = 0;
+  std::map<std::string, double> stages;
+#ifdef CLEF_HAVE_CUDA
+  if (auto* c = dynamic_cast<engine::cuda::CudaEngine*>(&eng)) {
+    floor = c->gemm_floor_ms(total, std::max(a.runs, 5));
+    stages = c->forward_profiled(batch).ms;
+  }
+#endif
+  auto stage = [&](const std::string& k) {
+    double sum = 0;
+    for (const auto& [stage_name, ms] : stages)
+      if (stage_name == k || stage_name.starts_with(k + ".")) sum += ms;
+    return sum;
+  };
+  std::printf(
+      "\n| pack | requests | tokens | forward e2e p50 ms | GEMM floor ms | ratio | gemm | gdn_core "
+      "| "
+      "attention | norms/elementwise | head "
+      "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      "\n| %s | %zu | %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+      name.c_str(), lengths.size(), total, e2e, floor, floor > 0 ? e2e / floor : 0.0, stage("gemm"),
+      stage("gdn_core"), stage("attention"), stage("norms_elementwise"), stage("head"));
+  std::printf(
+      "(e2e: one engine forward of the pack, graphs, wall clock, median of %d; stages: the pack "
+      "once, eagerly, with events between ops)\n",
+      std::max(a.runs, 1));
+  return 0;
+}
+
 int run_profile(const ProfileArgs& a) {
   model::LoadOptions lo;
   lo.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
@@ -352,6 +421,12 @@ int run_profile(const ProfileArgs& a) {
     return 0;
   }
   if (a.images > 0 || a.videos > 0) return run_media_profile(a, release, eng);
+  if (a.pack) {  // one or more packs, ';'-separated
+    std::stringstream ss(a.lengths);
+    std::string one;
+    while (std::getline(ss, one, ';')) run_pack_profile(a, one, release, *eng, parse_lengths(one));
+    return 0;
+  }
   const std::vector<int> lengths = parse_lengths(a.lengths);
   if (a.invariance) {
     InvarianceArgs ia{lengths, a.layers};
@@ -557,6 +632,10 @@ void add_profile(CLI::App& app, int& exit_code) {
                 "batch invariance instead of timing: the --lengths as one packed forward, each "
                 "request's logits and hidden rows (after each of --layers) alone against packed; "
                 "exit 3 where any value differs");
+  cmd->add_flag("--pack", args->pack,
+                "time the --lengths as one packed forward (mixed lengths, as the server batches "
+                "them) instead of each alone: e2e, the GEMM floor at all its rows, eager stages; "
+                "several packs ';'-separated");
   cmd->add_option("--layers", args->layers,
                   "decoder layer counts after which --invariance compares hidden rows (-1: all, "
                   "then the final norm)")
