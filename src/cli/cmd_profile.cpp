@@ -63,6 +63,14 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// A stage's time; "head" sums the head's sub-stages ("head", "head.gemm", ...).
+double stage_ms(const std::map<std::string, double>& stages, const std::string& k) {
+  double sum = 0;
+  for (const auto& [name, ms] : stages)
+    if (name == k || name.starts_with(k + ".")) sum += ms;
+  return sum;
+}
+
 std::vector<int> parse_lengths(const std::string& s) {
   std::vector<int> out;
   std::stringstream ss(s);
@@ -373,12 +381,7 @@ int run_pack_profile(const ProfileArgs& a, const std::string& name,
     stages = c->forward_profiled(batch).ms;
   }
 #endif
-  auto stage = [&](const std::string& k) {
-    double sum = 0;
-    for (const auto& [stage_name, ms] : stages)
-      if (stage_name == k || stage_name.starts_with(k + ".")) sum += ms;
-    return sum;
-  };
+  auto stage = [&](const std::string& k) { return stage_ms(stages, k); };
   std::printf(
       "\n| pack | requests | tokens | forward e2e p50 ms | GEMM floor ms | ratio | gemm | gdn_core "
       "| "
@@ -527,14 +530,7 @@ int run_profile(const ProfileArgs& a) {
       "\n| tokens | e2e p50 ms | GEMM floor ms | ratio | gemm | gdn_core | attention | "
       "norms/elementwise | head | host (encode+answer) | eager stage sum |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  // A stage's time; "head" sums the head's sub-stages ("head", "head.gemm", ...).
-  auto stage = [](const std::map<std::string, double>& stages, const std::string& k) {
-    double sum = 0;
-    for (const auto& [name, ms] : stages)
-      if (name == k || name.starts_with(k + ".")) sum += ms;
-    return sum;
-  };
-  auto st = [&](const Row& r, const std::string& k) { return stage(r.stages, k); };
+  auto st = [&](const Row& r, const std::string& k) { return stage_ms(r.stages, k); };
   for (const Row& r : rows)
     std::printf("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
                 r.tokens, r.e2e, r.floor, r.floor > 0 ? r.e2e / r.floor : 0.0, st(r, "gemm"),
@@ -568,7 +564,7 @@ int run_profile(const ProfileArgs& a) {
     std::printf(
         "\n| batch x tokens | gemm | gdn_core | attention | norms/elementwise | head |\n"
         "|---:|---:|---:|---:|---:|---:|\n");
-    auto bst = [&](const Row& r, const std::string& k) { return stage(r.batch_stages, k); };
+    auto bst = [&](const Row& r, const std::string& k) { return stage_ms(r.batch_stages, k); };
     for (const Row& r : rows)
       if (!r.batch_stages.empty())
         std::printf("| %d x %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", a.batch, r.tokens,
