@@ -18,8 +18,7 @@ M=/tmp/$PRESET
 R=$OUT/result.txt
 nvidia-smi -L | tee -a "$R"
 t0=$(date +%s)
-( [ -d "$M" ] || clefserve make-model --preset "$PRESET" --force --out "$M" \
-    --tokenizer tests/golden/tokenizers/qwen3 > "$OUT/make_model.log" 2>&1
+( make_release "$PRESET" "$M" "$OUT/make_model.log"
   echo "model rc $? $(( $(date +%s) - t0 ))s" >> "$R" ) &
 MKP=$!
 if [ "${TESTS:-1}" = 1 ]; then

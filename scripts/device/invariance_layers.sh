@@ -14,8 +14,7 @@ PACKS=${PACKS:-"300,1000,777,2000,450,1500;1500,450,2000,777,1000,300"}
 LAYERS=${LAYERS:-"1,2,3,4,5,8,16,-1"}
 nvidia-smi -L | tee -a "$R"
 t0=$(date +%s)
-[ -d "$M" ] || clefserve make-model --preset "$PRESET" --force --out "$M" \
-  --tokenizer tests/golden/tokenizers/qwen3 > "$OUT/make_model.log" 2>&1
+make_release "$PRESET" "$M" "$OUT/make_model.log"
 echo "model $(( $(date +%s) - t0 ))s" | tee -a "$R"
 n=0
 IFS=';' read -ra packs <<< "$PACKS"

@@ -19,6 +19,12 @@ print_summary() {
   local s
   for s in "${summary[@]}"; do echo "$s"; done
 }
+# make_release PRESET DIR LOG: a random release of PRESET (make-model, the Qwen3 tokenizer) in DIR
+# unless one is there already (a warm machine keeps /tmp), make-model's output in LOG; its status.
+make_release() {
+  [ -d "$2" ] || clefserve make-model --preset "$1" --force --out "$2" \
+    --tokenizer tests/golden/tokenizers/qwen3 > "$3" 2>&1
+}
 # The check scripts' common start: the serve tests' binary links (tests/server/server_process.cpp
 # starts it from the checkout's build folders), M (the flash release folder), L (the logs, $OUT),
 # and when `profile` is a step `make-model --preset flash` into M in the background (MK = its pid,

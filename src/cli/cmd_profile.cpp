@@ -63,6 +63,19 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// fn() max(warmup, 1) times untimed, then max(runs, 1) times timed: the median wall time, ms.
+template <typename F>
+double median_run_ms(int warmup, int runs, F&& fn) {
+  for (int i = 0; i < std::max(warmup, 1); ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < std::max(runs, 1); ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(ms_since(t0));
+  }
+  return median(t);
+}
+
 // A stage's time; "head" sums the head's sub-stages ("head", "head.gemm", ...).
 double stage_ms(const std::map<std::string, double>& stages, const std::string& k) {
   double sum = 0;
@@ -365,14 +378,7 @@ int run_pack_profile(const ProfileArgs& a, const std::string& name,
     const auto outs = eng.forward(batch);
     for (size_t i = 0; i < ps.size(); ++i) (void)deciders[i]->finish(ps[i], outs.at(i));
   };
-  for (int i = 0; i < std::max(a.warmup, 1); ++i) once();
-  std::vector<double> t;
-  for (int i = 0; i < std::max(a.runs, 1); ++i) {
-    const auto t0 = Clock::now();
-    once();
-    t.push_back(ms_since(t0));
-  }
-  const double e2e = median(t);
+  const double e2e = median_run_ms(a.warmup, a.runs, once);
   double floor = 0;
   std::map<std::string, double> stages;
 #ifdef CLEF_HAVE_CUDA
@@ -507,14 +513,7 @@ int run_profile(const ProfileArgs& a) {
         const auto outs = eng->forward(batch);
         for (int i = 0; i < a.batch; ++i) (void)d.finish(ps[i], outs.at(i));
       };
-      for (int i = 0; i < std::max(a.warmup, 1); ++i) once_batch();
-      std::vector<double> t;
-      for (int i = 0; i < std::max(a.runs, 1); ++i) {
-        const auto t0 = Clock::now();
-        once_batch();
-        t.push_back(ms_since(t0));
-      }
-      row.batch_e2e = median(t);
+      row.batch_e2e = median_run_ms(a.warmup, a.runs, once_batch);
 #ifdef CLEF_HAVE_CUDA
       if (auto* c = dynamic_cast<engine::cuda::CudaEngine*>(eng.get())) {
         row.batch_floor = c->gemm_floor_ms(T * a.batch, std::max(a.runs, 5));
