@@ -5,8 +5,11 @@
 # stages, in each of MODES (default: batch invariant; off: CLEF_BATCH_INVARIANT=0). The default packs:
 # 7 x 1000 (uniform, the bench's floor pack) and four random draws of 7 public231-shape requests
 # (request tokens = state tokens + ~204; session 34, seed 7), which carry 2.5k to 11.2k tokens, mostly
-# one or two long requests among short ones. Output: $OUT/result.txt (+ one log a mode).
-# Usage (repo root on the device): [PRESET=flash] [PACKS=...] [MODES="default off"] scripts/device/pack_profile.sh
+# one or two long requests among short ones. LONE (optional, comma-separated lengths): each length
+# also alone in each mode (`profile --lengths`: e2e, GEMM floor, eager stages; what C1 runs).
+# Output: $OUT/result.txt (+ one log a mode).
+# Usage (repo root on the device): [PRESET=flash] [PACKS=...] [LONE=300,1000] [MODES="default off"]
+#   scripts/device/pack_profile.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
 PRESET=${PRESET:-flash}
@@ -28,6 +31,13 @@ for mode in ${MODES:-default off}; do
     --runs "${RUNS:-3}" --warmup 1 > "$OUT/pack_$mode.log" 2>&1
   echo "rc $?" | tee -a "$R"
   grep -E '^\| [0-9]' "$OUT/pack_$mode.log" | tee -a "$R"
+  if [ -n "${LONE:-}" ]; then
+    echo "# alone: $LONE" | tee -a "$R"
+    env "${env[@]}" timeout 200 clefserve profile --model "$M" --device cuda --lengths "$LONE" \
+      --runs "${RUNS:-3}" --warmup 1 > "$OUT/lone_$mode.log" 2>&1
+    echo "rc $?" | tee -a "$R"
+    grep -E '^\| (tokens|[0-9])' "$OUT/lone_$mode.log" | tee -a "$R"
+  fi
 done
 echo "elapsed $(( $(date +%s) - t0 ))s" | tee -a "$R"
 exit 0
