@@ -93,7 +93,9 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (gemm_.batch_invariant())
     say("GEMM batch invariance: " + std::to_string(gemm_.invariant_groups()) +
-        " shapes choose every M's algorithm from one class of equal bits" +
+        " shapes choose every M's algorithm from one class of equal bits (" +
+        std::to_string(gemm_.own_candidates_admitted()) +
+        " of the buckets' own candidates joined it)" +
         (gemm_.variant_groups() ? ", " + std::to_string(gemm_.variant_groups()) +
                                       " keep a choice per M (not batch invariant)"
                                 : ""));

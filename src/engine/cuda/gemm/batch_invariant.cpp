@@ -9,8 +9,11 @@
 //     one class; down's 24 gave two); the class is the one holding the shape's cached choices
 //     (a tuning cache), else the one whose best member is nearest each probe's fastest (summed).
 // Every M of the shape then runs a member of that class: Timed problems time the members at their
-// M (as choose_timed times the heuristic's), Heuristic ones take the member fastest at the nearest
-// probe. No class: the shape keeps the usual choice per M, and start-up says so.
+// M (as choose_timed times the heuristic's) together with the heuristic's own answers at that M
+// that give the probe's rows the class's bits there (the probes' answers miss the small-M
+// kernels: a lone request's GEMMs ran ~7-16 % slower than without invariance, perf-log v29c),
+// Heuristic ones take the member fastest at the nearest probe. No class: the shape keeps the usual
+// choice per M, and start-up says so.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -58,7 +61,8 @@ std::string Gemm::group_policy() {
   std::string probes;
   for (int m : kProbeM) probes += (probes.empty() ? "" : "/") + std::to_string(m);
   return "every M of a shape from one class of algorithms equal bit for bit at M " + probes + ", " +
-         std::to_string(kGroupCandidates) + " candidates a probe";
+         std::to_string(kGroupCandidates) + " candidates a probe, and each M's own candidates " +
+         "equal to the class there";
 }
 
 size_t Gemm::invariant_groups() const {
@@ -95,6 +99,9 @@ bool Gemm::choose_group(const GemmProblem& p, Plan& pl, cudaStream_t s) {
     return false;
   }
   if (p.tuning == GemmTuning::Timed) {
+    const std::vector<cublasLtMatmulAlgo_t> own = own_candidates(p, pl, g, s);
+    own_admitted_ += own.size();
+    here.insert(here.end(), own.begin(), own.end());
     pl.algo = here[fastest(p, pl, here, s)];
   } else {  // the member fastest at the probe nearest this M (log scale)
     size_t probe = 0;
@@ -248,9 +255,14 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
   Group g;
   for (size_t c = 0; c < cands.size(); ++c)
     if (chosen >= 0 && cls[c] == chosen) {
+      if (g.algos.empty()) g.bits = first[c];
       g.algos.push_back(cands[c]);
       g.ms.emplace_back(ms[c].begin(), ms[c].end());
     }
+  if (!g.algos.empty()) {
+    g.rows_a = rows_a;
+    if (p.accumulate) g.rows_c = rows_c;
+  }
   if (!g.algos.empty())
     std::fprintf(stderr,
                  "clefserve: gemm %s: batch invariant, %zu algorithms of class %d of %d (%zu "
@@ -262,6 +274,57 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
                  "bits at every M; this shape keeps a choice per M (not batch invariant)\n",
                  p.N, p.K, cands.size());
   return g;
+}
+
+std::vector<cublasLtMatmulAlgo_t> Gemm::own_candidates(const GemmProblem& p, const Plan& pl,
+                                                       const Group& g, cudaStream_t s) {
+  std::vector<cublasLtMatmulAlgo_t> out;
+  // The probe's rows must fit, and the buffers stay within the probes' own (M up to 8192).
+  if (p.M < kProbeRows || p.M > kProbeM.back() || g.bits.empty() || g.rows_a.empty()) return out;
+  Preference pref(pl.workspace);
+  std::vector<cublasLtMatmulAlgo_t> fresh;
+  for (const cublasLtMatmulAlgo_t& a : heuristic_algos(pl, pref.p, kGroupCandidates)) {
+    const bool member = std::any_of(g.algos.begin(), g.algos.end(), [&](const auto& m) {
+      return std::memcmp(&m, &a, sizeof a) == 0;
+    });
+    if (!member && accepts(pl, a, pl.workspace)) fresh.push_back(a);
+  }
+  if (fresh.empty()) return out;
+  const size_t ea = data_type_bytes(p.a.dtype), ec = data_type_bytes(p.c_dtype);
+  const size_t a_bytes = static_cast<size_t>(p.a.ld) * p.M * ea;
+  const size_t c_bytes = static_cast<size_t>(p.ldc) * p.M * ec;
+  DeviceBuffer a_buf, c_buf;
+  try {
+    a_buf.resize(a_bytes);
+    c_buf.resize(c_bytes);
+  } catch (const std::exception&) {
+    (void)cudaGetLastError();  // no room: this M keeps the class's members only
+    return out;
+  }
+  // The probe's request rows at this M's offset (as select_group places them), zeros around.
+  const int off = (p.M - kProbeRows) * 2 / 3;
+  const size_t out_row = static_cast<size_t>(p.N) * ec;
+  CLEF_CUDA_CHECK(cudaMemsetAsync(a_buf.get(), 0, a_bytes, s));
+  CLEF_CUDA_CHECK(cudaMemsetAsync(c_buf.get(), 0, c_bytes, s));
+  CLEF_CUDA_CHECK(cudaMemcpy2DAsync(a_buf.get<char>() + off * p.a.ld * ea, p.a.ld * ea,
+                                    g.rows_a.data(), p.K * ea, p.K * ea, kProbeRows,
+                                    cudaMemcpyHostToDevice, s));
+  GemmProblem q = p;
+  q.a.ptr = a_buf.get();
+  q.c = c_buf.get();
+  char* c_rows = c_buf.get<char>() + off * p.ldc * ec;
+  std::vector<unsigned char> got(out_row * kProbeRows);
+  for (const cublasLtMatmulAlgo_t& a : fresh) {
+    if (p.accumulate)
+      CLEF_CUDA_CHECK(cudaMemcpy2DAsync(c_rows, p.ldc * ec, g.rows_c.data(), out_row, out_row,
+                                        kProbeRows, cudaMemcpyHostToDevice, s));
+    if (launch(pl, a, q, q.c, s) != CUBLAS_STATUS_SUCCESS) continue;
+    CLEF_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), out_row, c_rows, p.ldc * ec, out_row,
+                                      kProbeRows, cudaMemcpyDeviceToHost, s));
+    CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (got == g.bits) out.push_back(a);
+  }
+  return out;
 }
 
 }  // namespace clef::engine::cuda

@@ -109,6 +109,8 @@ class Gemm {
   // Shapes given a class of bit-equal algorithms for every M, and those left a choice per M.
   size_t invariant_groups() const;
   size_t variant_groups() const;
+  // Algorithms a Timed problem's own M added to its shape's class (own_candidates), summed.
+  size_t own_candidates_admitted() const { return own_admitted_; }
 
  private:
   // Everything cuBLASLt's choice can depend on. Alignments matter only for Heuristic problems
@@ -150,13 +152,21 @@ class Gemm {
   // Batch invariance (batch_invariant.cpp): a shape's class, the algorithms that give a row the
   // same bits at every probe M and one another, each with its time at each probe; every M of the
   // shape picks among them. Empty: no such algorithm (the usual choice then).
+  // It keeps the probe's request rows (A, and C where the problem accumulates) and the class's
+  // bits for them, so that each M can admit the heuristic's own answers there that give the same
+  // bits (own_candidates).
   struct Group {
     std::vector<cublasLtMatmulAlgo_t> algos;
     std::vector<std::vector<float>> ms;  // [algo][probe]
+    std::vector<unsigned char> rows_a, rows_c, bits;
   };
   static std::string group_policy();
   bool choose_group(const GemmProblem& p, Plan& plan, cudaStream_t s);
   Group select_group(const GemmProblem& p, size_t workspace, cudaStream_t s);
+  // The heuristic's answers at p's own M (a Timed problem of the group's shape) that are not in
+  // the group and give the probe's request rows the class's bits at this M.
+  std::vector<cublasLtMatmulAlgo_t> own_candidates(const GemmProblem& p, const Plan& plan,
+                                                   const Group& g, cudaStream_t s);
 
   bool batch_invariant_ = true;
 
@@ -168,6 +178,7 @@ class Gemm {
   std::map<TuningEntry::Shape, cublasLtMatmulAlgo_t> preloaded_;
   size_t preloaded_used_ = 0, preloaded_rejected_ = 0;
   std::map<Key, Group> groups_;  // by key_of with M = 0
+  size_t own_admitted_ = 0;
 };
 
 }  // namespace clef::engine::cuda
