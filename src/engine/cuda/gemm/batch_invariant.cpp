@@ -319,8 +319,8 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::own_candidates(const GemmProblem& p, con
       CLEF_CUDA_CHECK(cudaMemcpy2DAsync(c_rows, p.ldc * ec, g.rows_c.data(), out_row, out_row,
                                         kProbeRows, cudaMemcpyHostToDevice, s));
     if (launch(pl, a, q, q.c, s) != CUBLAS_STATUS_SUCCESS) continue;
-    CLEF_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), out_row, c_rows, p.ldc * ec, out_row,
-                                      kProbeRows, cudaMemcpyDeviceToHost, s));
+    CLEF_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), out_row, c_rows, p.ldc * ec, out_row, kProbeRows,
+                                      cudaMemcpyDeviceToHost, s));
     CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
     if (got == g.bits) out.push_back(a);
   }
