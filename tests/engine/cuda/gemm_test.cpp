@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-
 #include <vector>
 
 #include "engine/cpu/ops.h"
