@@ -5,8 +5,9 @@
 # stages, in each of MODES (default: batch invariant; off: CLEF_BATCH_INVARIANT=0). The default packs:
 # 7 x 1000 (uniform, the bench's floor pack) and four random draws of 7 public231-shape requests
 # (request tokens = state tokens + ~204; session 34, seed 7), which carry 2.5k to 11.2k tokens, mostly
-# one or two long requests among short ones (PACKS= empty: none). LONE (optional, comma-separated lengths): each length
-# also alone in each mode (`profile --lengths`: e2e, GEMM floor, eager stages; what C1 runs).
+# one or two long requests among short ones (PACKS= empty: none). LONE (optional, comma-separated
+# lengths): each length also alone in each mode (`profile --lengths`: e2e, GEMM floor, eager stages;
+# what C1 runs).
 # Output: $OUT/result.txt (+ one log a mode).
 # Usage (repo root on the device): [PRESET=flash] [PACKS=...] [LONE=300,1000] [MODES="default off"]
 #   scripts/device/pack_profile.sh
