@@ -39,6 +39,16 @@ constexpr int kProbeRows = 64;        // the "request" compared across probes
 constexpr int kGroupCandidates = 12;  // asked of the heuristic at each probe
 constexpr int kGroupTimedRuns = 2;    // after the checked run
 
+// Whether a Timed problem's own M may add its heuristic answers to the class (own_candidates),
+// unless CLEF_GEMM_OWN_CANDIDATES=0 (the A/B switch; read once).
+bool own_candidates_allowed() {
+  static const bool on = [] {
+    const char* v = std::getenv("CLEF_GEMM_OWN_CANDIDATES");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 // n random values in t (bf16 or fp32), as bytes.
 std::vector<unsigned char> random_values(DataType t, size_t n, std::mt19937& rng) {
   std::normal_distribution<float> g(0.f, 1.f);
@@ -61,8 +71,8 @@ std::string Gemm::group_policy() {
   std::string probes;
   for (int m : kProbeM) probes += (probes.empty() ? "" : "/") + std::to_string(m);
   return "every M of a shape from one class of algorithms equal bit for bit at M " + probes + ", " +
-         std::to_string(kGroupCandidates) + " candidates a probe, and each M's own candidates " +
-         "equal to the class there";
+         std::to_string(kGroupCandidates) + " candidates a probe" +
+         (own_candidates_allowed() ? ", and each M's own candidates equal to the class there" : "");
 }
 
 size_t Gemm::invariant_groups() const {
@@ -280,7 +290,9 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::own_candidates(const GemmProblem& p, con
                                                        const Group& g, cudaStream_t s) {
   std::vector<cublasLtMatmulAlgo_t> out;
   // The probe's rows must fit, and the buffers stay within the probes' own (M up to 8192).
-  if (p.M < kProbeRows || p.M > kProbeM.back() || g.bits.empty() || g.rows_a.empty()) return out;
+  if (!own_candidates_allowed() || p.M < kProbeRows || p.M > kProbeM.back() || g.bits.empty() ||
+      g.rows_a.empty())
+    return out;
   Preference pref(pl.workspace);
   std::vector<cublasLtMatmulAlgo_t> fresh;
   for (const cublasLtMatmulAlgo_t& a : heuristic_algos(pl, pref.p, kGroupCandidates)) {

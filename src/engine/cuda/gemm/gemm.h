@@ -15,7 +15,8 @@
 // many rows share its GEMM, and cuBLASLt picks its kernels (tiles, split K) by M. So a shape (a
 // problem less its M) is given, once, a class of algorithms that give a row the same bits at every
 // probe size and as one another, and each M chooses among them only (Timed: the fastest member at
-// its M, unless a tuning cache names one; Heuristic: the member fastest at the nearest probe). The
+// its M, or of the heuristic's own answers at that M that give the class's bits there, unless a
+// tuning cache names one; Heuristic: the member fastest at the nearest probe). The
 // usual ways above apply where there is no class (FP8, strided batches, a shape first met inside a
 // stream capture, no candidate that keeps its rows).
 #pragma once
