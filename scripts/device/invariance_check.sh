@@ -8,7 +8,7 @@
 # against its C16 and short C64 answers (packs). Each result is appended to $OUT/result.txt as soon
 # as it exists, so a call cut short keeps what it measured. With workbench_gemm carried, its summary
 # (each shape's algorithm classes and whether the engine's per-M picks share one) goes there too.
-# Usage (repo root on the device): [PRESET=small] [TRAV=2] [TESTS=0] [MODES="default off rows"]
+# Usage (repo root on the device): [PRESET=small] [TRAV=2] [TESTS=0] [MODES="default off rows noown"]
 #   scripts/device/invariance_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
@@ -47,13 +47,15 @@ print('%.0f' % (r['batch'] * r['tokens'] / r['batch_gemm_floor_ms'] * 1000))" 2>
 fi
 n=0
 # MODES: "default", "off" (CLEF_BATCH_INVARIANT=0) and/or "rows" (CLEF_KV_SEQ_TILES=0: packs read K
-# and V by rows, wg64, instead of the per-sequence key tiles); "default off" unless given.
+# and V by rows, wg64, instead of the per-sequence key tiles), "noown" (CLEF_GEMM_OWN_CANDIDATES=0:
+# each M's GEMM candidates from the class probes only); "default off" unless given.
 modes=()
 for m in ${MODES:-default off}; do
   case $m in
     default) modes+=("") ;;
     off) modes+=("CLEF_BATCH_INVARIANT=0") ;;
     rows) modes+=("CLEF_KV_SEQ_TILES=0") ;;
+    noown) modes+=("CLEF_GEMM_OWN_CANDIDATES=0") ;;
     *) echo "unknown mode $m" | tee -a "$R" ;;
   esac
 done
