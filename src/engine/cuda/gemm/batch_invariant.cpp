@@ -293,6 +293,9 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::own_candidates(const GemmProblem& p, con
   if (!own_candidates_allowed() || p.M < kProbeRows || p.M > kProbeM.back() || g.bits.empty() ||
       g.rows_a.empty())
     return out;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CLEF_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+  if (cap != cudaStreamCaptureStatusNone) return out;  // nothing may run inside a capture
   Preference pref(pl.workspace);
   std::vector<cublasLtMatmulAlgo_t> fresh;
   for (const cublasLtMatmulAlgo_t& a : heuristic_algos(pl, pref.p, kGroupCandidates)) {
