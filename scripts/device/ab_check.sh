@@ -18,7 +18,7 @@ STEPS=${STEPS:-tests profile}
 BINS=${BINS:-clefserve}
 start_check
 if has serve && [ -z "$MK" ]; then
-  ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
+  ( make_release flash "$M" "$L/misc.log" ) &
   MK=$!
 fi
 if has tests; then

@@ -11,7 +11,7 @@ L=$OUT
 C=${C:-16}
 PORT=8731
 summary=()
-[ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1
+make_release flash "$M" "$L/misc.log"
 for who in before after; do
   bin=clefserve; [ $who = before ] && bin=/tmp/c/before/clefserve
   rm -rf /tmp/tc_$who

@@ -18,7 +18,7 @@ if has tests; then
 fi
 if has model; then
   t0=$(date +%s)
-  [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1
+  make_release flash "$M" "$L/misc.log"
   summary+=("model: flash ready ($(( $(date +%s) - t0 )) s)")
 fi
 # One request with a 1024x1024 image (a PNG python writes), for the parity dump and the HTTP check.

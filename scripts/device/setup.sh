@@ -35,7 +35,7 @@ start_check() {
   L=$OUT
   MK=
   if has profile; then
-    ( [ -d $M ] || clefserve make-model --preset flash --force --out $M --tokenizer tests/golden/tokenizers/qwen3 > "$L/misc.log" 2>&1 ) &
+    ( make_release flash "$M" "$L/misc.log" ) &
     MK=$!
   fi
 }
