@@ -11,7 +11,7 @@
 // Every M of the shape then runs a member of that class: Timed problems time the members at their
 // M (as choose_timed times the heuristic's) together with the heuristic's own answers at that M
 // that give the probe's rows the class's bits there (the probes' answers miss the small-M
-// kernels: a lone request's GEMMs ran ~7-16 % slower than without invariance, perf-log v29c),
+// kernels: a lone request's GEMMs ran 6-16 % slower than without invariance, perf-log v29c),
 // Heuristic ones take the member fastest at the nearest probe. No class: the shape keeps the usual
 // choice per M, and start-up says so.
 #include <algorithm>
