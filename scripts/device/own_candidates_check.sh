@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the GEMM class's own candidates (issue 14, perf-log v29c; ~7 min on the flash
-# preset): the GEMM and packed golden GPU tests (GemmModule.RequestRowsDoNotDependOnTheRowsBesideThem
-# holds whatever joins a class to the same bits and prints how many joined), lone requests of
+# preset): the GEMM and packed golden GPU tests (the GEMM module's request-rows test holds whatever
+# joins a class to the same bits and prints how many joined), lone requests of
 # LONE tokens profiled in the modes default / noown (CLEF_GEMM_OWN_CANDIDATES=0) / off
 # (CLEF_BATCH_INVARIANT=0), then the served default with invariance_check.sh (C1, C16, short C64,
 # and C1 against both packed runs). Output: $OUT/result.txt (at most 7 files under $OUT).
