@@ -46,18 +46,10 @@ print('%.0f' % (r['batch'] * r['tokens'] / r['batch_gemm_floor_ms'] * 1000))" 2>
   [ -n "$fl" ] && FLOOR=(--gemm-floor-tokens-per-s "$fl")
 fi
 n=0
-# MODES: "default", "off" (CLEF_BATCH_INVARIANT=0) and/or "rows" (CLEF_KV_SEQ_TILES=0: packs read K
-# and V by rows, wg64, instead of the per-sequence key tiles), "noown" (CLEF_GEMM_OWN_CANDIDATES=0:
-# each M's GEMM candidates from the class probes only); "default off" unless given.
+# MODES: any of setup.sh's mode_env modes (default, off, rows, noown); "default off" unless given.
 modes=()
 for m in ${MODES:-default off}; do
-  case $m in
-    default) modes+=("") ;;
-    off) modes+=("CLEF_BATCH_INVARIANT=0") ;;
-    rows) modes+=("CLEF_KV_SEQ_TILES=0") ;;
-    noown) modes+=("CLEF_GEMM_OWN_CANDIDATES=0") ;;
-    *) echo "unknown mode $m" | tee -a "$R" ;;
-  esac
+  if e=$(mode_env "$m"); then modes+=("$e"); else echo "unknown mode $m" | tee -a "$R"; fi
 done
 for mode in "${modes[@]}"; do
   n=$((n + 1))

@@ -2,9 +2,7 @@
 # One device call (issue 14): where a served C16 pack's time goes. `clefserve profile --pack` times
 # each of PACKS (';'-separated lists of request lengths) as one packed forward of a random release
 # of PRESET (flash by default): e2e with graphs, the GEMM floor at its rows, their ratio and the eager
-# stages, in each of MODES (default: batch invariant; off: CLEF_BATCH_INVARIANT=0; noown: invariant
-# with each M's GEMM candidates from the class probes only, CLEF_GEMM_OWN_CANDIDATES=0). The default
-# packs:
+# stages, in each of MODES (setup.sh's mode_env: default, off, rows, noown). The default packs:
 # 7 x 1000 (uniform, the bench's floor pack) and four random draws of 7 public231-shape requests
 # (request tokens = state tokens + ~204; session 34, seed 7), which carry 2.5k to 11.2k tokens, mostly
 # one or two long requests among short ones (PACKS= empty: none). LONE (optional, comma-separated
@@ -24,12 +22,9 @@ t0=$(date +%s)
 make_release "$PRESET" "$M" "$OUT/make_model.log"
 echo "model $(( $(date +%s) - t0 ))s" | tee -a "$R"
 for mode in ${MODES:-default off}; do
-  case $mode in
-    default) env=() ;;
-    off) env=(CLEF_BATCH_INVARIANT=0) ;;
-    noown) env=(CLEF_GEMM_OWN_CANDIDATES=0) ;;
-    *) echo "unknown mode $mode" | tee -a "$R"; continue ;;
-  esac
+  e=$(mode_env "$mode") || { echo "unknown mode $mode" | tee -a "$R"; continue; }
+  env=()
+  [ -n "$e" ] && env=("$e")
   echo "## $mode ($(( $(date +%s) - t0 ))s)" | tee -a "$R"
   if [ -n "$PACKS" ]; then
     env "${env[@]}" timeout 300 clefserve profile --model "$M" --device cuda --lengths "$PACKS" \

@@ -19,6 +19,19 @@ print_summary() {
   local s
   for s in "${summary[@]}"; do echo "$s"; done
 }
+# mode_env MODE: the environment assignment an issue-14 check mode stands for, on stdout (empty for
+# "default"): off (CLEF_BATCH_INVARIANT=0), rows (CLEF_KV_SEQ_TILES=0: packs read K and V by rows,
+# wg64, not per-sequence key tiles), noown (CLEF_GEMM_OWN_CANDIDATES=0: each M's GEMM candidates
+# from the class probes only). Status 1 for an unknown mode.
+mode_env() {
+  case $1 in
+    default) echo "" ;;
+    off) echo "CLEF_BATCH_INVARIANT=0" ;;
+    rows) echo "CLEF_KV_SEQ_TILES=0" ;;
+    noown) echo "CLEF_GEMM_OWN_CANDIDATES=0" ;;
+    *) return 1 ;;
+  esac
+}
 # make_release PRESET DIR LOG: a random release of PRESET (make-model, the Qwen3 tokenizer) in DIR
 # unless one is there already (a warm machine keeps /tmp), make-model's output in LOG; its status.
 make_release() {

@@ -139,13 +139,14 @@ CompareResult compare_reports(const Json& a, const Json& b, const CompareGates& 
 }
 
 std::string compare_summary(const CompareResult& r, const CompareGates& g) {
+  const std::string not_asked =
+      g.b_subset ? ", not asked in B " + std::to_string(r.not_asked_in_b) : "";
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "items compared %zu (questions %zu), answered only in A %zu, only in B %zu%s\n"
                 "max probability drift %.6g (gate %.6g)%s%s\nmax score drift %.6g (gate %.6g)%s%s\n"
                 "decision flips %lld (gate %lld)\n",
-                r.items_compared, r.questions_compared, r.only_in_a, r.only_in_b,
-                g.b_subset ? (", not asked in B " + std::to_string(r.not_asked_in_b)).c_str() : "",
+                r.items_compared, r.questions_compared, r.only_in_a, r.only_in_b, not_asked.c_str(),
                 r.max_probability_drift, g.max_probability_drift,
                 r.max_probability_where.empty() ? "" : " at ", r.max_probability_where.c_str(),
                 r.max_score_drift, g.max_score_drift, r.max_score_where.empty() ? "" : " at ",

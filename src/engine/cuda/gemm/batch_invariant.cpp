@@ -39,6 +39,11 @@ constexpr int kProbeRows = 64;        // the "request" compared across probes
 constexpr int kGroupCandidates = 12;  // asked of the heuristic at each probe
 constexpr int kGroupTimedRuns = 2;    // after the checked run
 
+// Where the probe's request rows sit in an M-row probe problem: another offset at every M.
+int probe_offset(int M) {
+  return (M - kProbeRows) * 2 / 3;
+}
+
 // Whether a Timed problem's own M may add its heuristic answers to the class (own_candidates),
 // unless CLEF_GEMM_OWN_CANDIDATES=0 (the A/B switch; read once).
 bool own_candidates_allowed() {
@@ -63,6 +68,19 @@ std::vector<unsigned char> random_values(DataType t, size_t n, std::mt19937& rng
     }
   }
   return out;
+}
+
+// A probe problem's buffers (the whole allocations a_all and c_all) zeroed, and the probe's A rows
+// placed at row `off` of q's A (q.a.ptr, ld q.a.ld).
+void place_probe_rows(void* a_all, size_t a_all_bytes, void* c_all, size_t c_all_bytes,
+                      const GemmProblem& q, int off, const std::vector<unsigned char>& rows_a,
+                      cudaStream_t s) {
+  const size_t ea = data_type_bytes(q.a.dtype);
+  CLEF_CUDA_CHECK(cudaMemsetAsync(a_all, 0, a_all_bytes, s));
+  CLEF_CUDA_CHECK(cudaMemsetAsync(c_all, 0, c_all_bytes, s));
+  CLEF_CUDA_CHECK(cudaMemcpy2DAsync(
+      static_cast<char*>(const_cast<void*>(q.a.ptr)) + off * q.a.ld * ea, q.a.ld * ea,
+      rows_a.data(), q.K * ea, q.K * ea, kProbeRows, cudaMemcpyHostToDevice, s));
 }
 
 }  // namespace
@@ -177,9 +195,8 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
       random_values(p.a.dtype, static_cast<size_t>(kProbeRows) * p.K, rng);
   const std::vector<unsigned char> rows_c =
       random_values(p.c_dtype, static_cast<size_t>(kProbeRows) * p.N, rng);
-  const size_t out_row = static_cast<size_t>(p.N) * ec;
   std::vector<std::vector<unsigned char>> first(cands.size());
-  std::vector<unsigned char> got(out_row * kProbeRows);
+  std::vector<unsigned char> got;
   std::vector<bool> kept(cands.size(), true);
   std::vector<std::array<float, kProbeM.size()>> ms(cands.size());
 
@@ -188,29 +205,15 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
     q.M = kProbeM[j];
     q.a.ptr = a_ptr;
     q.c = c_ptr;
-    const int off = (q.M - kProbeRows) * 2 / 3;  // another row offset at every probe
-    CLEF_CUDA_CHECK(cudaMemsetAsync(a_buf.get(), 0, a_bytes + 256, s));
-    CLEF_CUDA_CHECK(cudaMemsetAsync(c_buf.get(), 0, c_bytes + 256, s));
-    CLEF_CUDA_CHECK(cudaMemcpy2DAsync(a_ptr + off * p.a.ld * ea, p.a.ld * ea, rows_a.data(),
-                                      p.K * ea, p.K * ea, kProbeRows, cudaMemcpyHostToDevice, s));
+    const int off = probe_offset(q.M);  // another row offset at every probe
+    place_probe_rows(a_buf.get(), a_bytes + 256, c_buf.get(), c_bytes + 256, q, off, rows_a, s);
     Plan d = make_descriptors(q);
     for (size_t c = 0; c < cands.size(); ++c) {
       if (!kept[c]) continue;
-      if (!accepts(d, cands[c], workspace)) {
+      if (!accepts(d, cands[c], workspace) || !probe_rows(d, cands[c], q, off, rows_c, got, s)) {
         kept[c] = false;
         continue;
       }
-      char* c_rows = c_ptr + off * p.ldc * ec;
-      if (p.accumulate)
-        CLEF_CUDA_CHECK(cudaMemcpy2DAsync(c_rows, p.ldc * ec, rows_c.data(), out_row, out_row,
-                                          kProbeRows, cudaMemcpyHostToDevice, s));
-      if (launch(d, cands[c], q, c_ptr, s) != CUBLAS_STATUS_SUCCESS) {
-        kept[c] = false;
-        continue;
-      }
-      CLEF_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), out_row, c_rows, p.ldc * ec, out_row,
-                                        kProbeRows, cudaMemcpyDeviceToHost, s));
-      CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
       if (j == 0) {
         first[c] = got;
       } else if (got != first[c]) {
@@ -265,11 +268,11 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
   Group g;
   for (size_t c = 0; c < cands.size(); ++c)
     if (chosen >= 0 && cls[c] == chosen) {
-      if (g.algos.empty()) g.bits = first[c];
+      if (g.algos.empty() && !heur) g.bits = first[c];
       g.algos.push_back(cands[c]);
       g.ms.emplace_back(ms[c].begin(), ms[c].end());
     }
-  if (!g.algos.empty()) {
+  if (!g.algos.empty() && !heur) {  // for own_candidates (Timed problems only)
     g.rows_a = rows_a;
     if (p.accumulate) g.rows_c = rows_c;
   }
@@ -284,6 +287,22 @@ Gemm::Group Gemm::select_group(const GemmProblem& p, size_t workspace, cudaStrea
                  "bits at every M; this shape keeps a choice per M (not batch invariant)\n",
                  p.N, p.K, cands.size());
   return g;
+}
+
+bool Gemm::probe_rows(const Plan& d, const cublasLtMatmulAlgo_t& algo, const GemmProblem& q,
+                      int off, const std::vector<unsigned char>& rows_c,
+                      std::vector<unsigned char>& got, cudaStream_t s) {
+  const size_t ec = data_type_bytes(q.c_dtype), out_row = static_cast<size_t>(q.N) * ec;
+  char* c_rows = static_cast<char*>(q.c) + off * q.ldc * ec;
+  if (q.accumulate)
+    CLEF_CUDA_CHECK(cudaMemcpy2DAsync(c_rows, q.ldc * ec, rows_c.data(), out_row, out_row,
+                                      kProbeRows, cudaMemcpyHostToDevice, s));
+  if (launch(d, algo, q, q.c, s) != CUBLAS_STATUS_SUCCESS) return false;
+  got.resize(out_row * kProbeRows);
+  CLEF_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), out_row, c_rows, q.ldc * ec, out_row, kProbeRows,
+                                    cudaMemcpyDeviceToHost, s));
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
+  return true;
 }
 
 std::vector<cublasLtMatmulAlgo_t> Gemm::own_candidates(const GemmProblem& p, const Plan& pl,
@@ -305,9 +324,8 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::own_candidates(const GemmProblem& p, con
     if (!member && accepts(pl, a, pl.workspace)) fresh.push_back(a);
   }
   if (fresh.empty()) return out;
-  const size_t ea = data_type_bytes(p.a.dtype), ec = data_type_bytes(p.c_dtype);
-  const size_t a_bytes = static_cast<size_t>(p.a.ld) * p.M * ea;
-  const size_t c_bytes = static_cast<size_t>(p.ldc) * p.M * ec;
+  const size_t a_bytes = static_cast<size_t>(p.a.ld) * p.M * data_type_bytes(p.a.dtype);
+  const size_t c_bytes = static_cast<size_t>(p.ldc) * p.M * data_type_bytes(p.c_dtype);
   DeviceBuffer a_buf, c_buf;
   try {
     a_buf.resize(a_bytes);
@@ -317,28 +335,14 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::own_candidates(const GemmProblem& p, con
     return out;
   }
   // The probe's request rows at this M's offset (as select_group places them), zeros around.
-  const int off = (p.M - kProbeRows) * 2 / 3;
-  const size_t out_row = static_cast<size_t>(p.N) * ec;
-  CLEF_CUDA_CHECK(cudaMemsetAsync(a_buf.get(), 0, a_bytes, s));
-  CLEF_CUDA_CHECK(cudaMemsetAsync(c_buf.get(), 0, c_bytes, s));
-  CLEF_CUDA_CHECK(cudaMemcpy2DAsync(a_buf.get<char>() + off * p.a.ld * ea, p.a.ld * ea,
-                                    g.rows_a.data(), p.K * ea, p.K * ea, kProbeRows,
-                                    cudaMemcpyHostToDevice, s));
   GemmProblem q = p;
   q.a.ptr = a_buf.get();
   q.c = c_buf.get();
-  char* c_rows = c_buf.get<char>() + off * p.ldc * ec;
-  std::vector<unsigned char> got(out_row * kProbeRows);
-  for (const cublasLtMatmulAlgo_t& a : fresh) {
-    if (p.accumulate)
-      CLEF_CUDA_CHECK(cudaMemcpy2DAsync(c_rows, p.ldc * ec, g.rows_c.data(), out_row, out_row,
-                                        kProbeRows, cudaMemcpyHostToDevice, s));
-    if (launch(pl, a, q, q.c, s) != CUBLAS_STATUS_SUCCESS) continue;
-    CLEF_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), out_row, c_rows, p.ldc * ec, out_row, kProbeRows,
-                                      cudaMemcpyDeviceToHost, s));
-    CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
-    if (got == g.bits) out.push_back(a);
-  }
+  const int off = probe_offset(p.M);
+  place_probe_rows(a_buf.get(), a_bytes, c_buf.get(), c_bytes, q, off, g.rows_a, s);
+  std::vector<unsigned char> got;
+  for (const cublasLtMatmulAlgo_t& a : fresh)
+    if (probe_rows(pl, a, q, off, g.rows_c, got, s) && got == g.bits) out.push_back(a);
   return out;
 }
 

@@ -153,9 +153,9 @@ class Gemm {
   // Batch invariance (batch_invariant.cpp): a shape's class, the algorithms that give a row the
   // same bits at every probe M and one another, each with its time at each probe; every M of the
   // shape picks among them. Empty: no such algorithm (the usual choice then).
-  // It keeps the probe's request rows (A, and C where the problem accumulates) and the class's
-  // bits for them, so that each M can admit the heuristic's own answers there that give the same
-  // bits (own_candidates).
+  // For Timed problems it keeps the probe's request rows (A, and C where the problem accumulates)
+  // and the class's bits for them, so that each M can admit the heuristic's own answers there
+  // that give the same bits (own_candidates).
   struct Group {
     std::vector<cublasLtMatmulAlgo_t> algos;
     std::vector<std::vector<float>> ms;  // [algo][probe]
@@ -168,6 +168,12 @@ class Gemm {
   // the group and give the probe's request rows the class's bits at this M.
   std::vector<cublasLtMatmulAlgo_t> own_candidates(const GemmProblem& p, const Plan& plan,
                                                    const Group& g, cudaStream_t s);
+  // The probe's request rows computed by algo in the probe problem q (A and C zero but for the
+  // request at row `off`; rows_c loaded into C first where q accumulates) into `got`; false where
+  // the launch fails.
+  bool probe_rows(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& q, int off,
+                  const std::vector<unsigned char>& rows_c, std::vector<unsigned char>& got,
+                  cudaStream_t s);
 
   bool batch_invariant_ = true;
 
