@@ -63,6 +63,7 @@ for mode in "${modes[@]}"; do
   done
   echo "## server $n ${mode:-default (batch invariant)} healthy at $(( $(date +%s) - t0 ))s;" \
     "$(grep -h 'GEMM batch invariance' "/tmp/inv_serve$n.log" | head -1)" | tee -a "$R"
+  grep -h 'SwiGLU GEMM' "/tmp/inv_serve$n.log" | head -1 | tee -a "$R"
   curl -s http://127.0.0.1:$PORT/health | python3 -c \
     'import json, sys; print("startup", json.dumps(json.load(sys.stdin).get("startup")))' \
     2>&1 | tee -a "$R"

@@ -3,14 +3,19 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "engine/cuda/attention/attention_core.h"
 #include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/batch_invariance.h"
 #include "engine/cuda/event_timing.h"
 #include "engine/cuda/gdn/gdn.h"
+#include "engine/cuda/gemm/swiglu_gemm.h"
 #include "engine/cuda/kernels/attn_prep.h"
 #include "engine/cuda/kernels/elementwise.h"
 #include "engine/cuda/kernels/gdn_prep.h"
@@ -113,6 +118,55 @@ bool is_fp8(const GemmProblem& p) {
 
 }  // namespace
 
+bool CudaBackbone::swiglu_gemm_at(int Tp) const {
+  return swiglu_gemm_on_ && Tp >= swiglu_gemm_min_rows();
+}
+
+std::string CudaBackbone::check_swiglu_gemm(const Activations& a, int Tp, cudaStream_t s) {
+  const LayerWeights* L = nullptr;
+  for (const LayerWeights& l : w_.layers)
+    if (l.gate_up_group) {
+      L = &l;
+      break;
+    }
+  if (!L) return "";
+  const std::string head = "SwiGLU GEMM (gate_up with SwiGLU in its epilogue): from " +
+                           std::to_string(swiglu_gemm_min_rows()) + " rows";
+  if (Tp <= 0) return head + " (no smaller bucket to compare with)";
+  const int D = cfg_.hidden_size, I = cfg_.intermediate_size;
+  // Random bf16 rows of a normed hidden state's scale, fixed seed (the bits compared do not
+  // depend on the values, only whether the two paths add in one order).
+  std::mt19937 rng(14);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<bf16> x(static_cast<size_t>(Tp) * D);
+  for (bf16& v : x) v = __float2bfloat16(nd(rng));
+  CLEF_CUDA_CHECK(
+      cudaMemcpyAsync(a.normed, x.data(), x.size() * sizeof(bf16), cudaMemcpyHostToDevice, s));
+  const size_t n = static_cast<size_t>(Tp) * I;
+  std::vector<bf16> unfused(n), fused(n);
+  gemm_.run(layer_gemms(*L, a, Tp)[3], s);
+  swiglu<bf16>(static_cast<const bf16*>(a.proj), static_cast<bf16*>(a.mixer_out), Tp, I, path_, s,
+               L->gate_up_group);
+  CLEF_CUDA_CHECK(
+      cudaMemcpyAsync(unfused.data(), a.mixer_out, n * sizeof(bf16), cudaMemcpyDeviceToHost, s));
+  swiglu_gemm(static_cast<const bf16*>(a.normed), static_cast<const bf16*>(L->gate_up.ptr),
+              static_cast<bf16*>(a.mixer_out), Tp, D, I, s);
+  CLEF_CUDA_CHECK(
+      cudaMemcpyAsync(fused.data(), a.mixer_out, n * sizeof(bf16), cudaMemcpyDeviceToHost, s));
+  CLEF_CUDA_CHECK(cudaStreamSynchronize(s));
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += std::memcmp(&unfused[i], &fused[i], sizeof(bf16)) != 0;
+  std::string line = head + "; at " + std::to_string(Tp) + " rows " +
+                     (differ ? std::to_string(differ) + " of " + std::to_string(n) +
+                                   " values differ from cuBLASLt + swiglu"
+                             : "bit for bit cuBLASLt + swiglu's");
+  if (differ && batch_invariant()) {
+    swiglu_gemm_on_ = false;
+    line += ": off (batch invariance)";
+  }
+  return line;
+}
+
 AttnVariant CudaBackbone::attention_kernel(int Tp, bool packed) const {
   // Key tiles that follow the global row would block a packed sequence's keys otherwise than
   // alone (batch_invariance.h): packs take tiles per sequence, or K and V by rows.
@@ -130,6 +184,10 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
   v["embed_gather"] = embed_gather_variant(D, is_bf16, path_);
   v["rms_norm_1p"] = rms_norm_1p_variant(D, D, D, path_);
   v["swiglu"] = swiglu_variant(c.intermediate_size, path_);
+  if (!w_.layers.empty() && w_.layers.front().gate_up_group && swiglu_gemm_on_)
+    v["swiglu"] = "swiglu_gemm_tma_wgmma (gate_up's epilogue) from " +
+                  std::to_string(swiglu_gemm_min_rows()) + " rows, else " + v["swiglu"] +
+                  " on gate_up regrouped by " + std::to_string(w_.layers.front().gate_up_group);
   for (const LayerWeights& L : w_.layers) {
     const int n_in = L.proj_ld;
     if (L.linear && !v.contains("gdn_chunked")) {
@@ -395,16 +453,28 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
     }
     if (!done) rms_norm_1p<E>(h, D, L.post_norm, u, D, Tp, D, eps, path_, s);
     mark("norms_elementwise");
+    // gate_up as run: regrouped for the SwiGLU-epilogue GEMM unless FP8 (or its bf16 copy) runs.
+    const int group = g[3].b.ptr == L.gate_up.ptr ? L.gate_up_group : 0;
+    if constexpr (std::is_same_v<E, bf16>) {
+      if (group && !is_fp8(g[4]) && swiglu_gemm_at(Tp)) {
+        swiglu_gemm(u, static_cast<const bf16*>(L.gate_up.ptr), mid, Tp, D, I, s);
+        mark("gemm");
+        gemm_.run(g[4], s);
+        mark("gemm");
+        continue;
+      }
+    }
     gemm_.run(g[3], s);
     mark("gemm");
     done = false;
     if constexpr (std::is_same_v<E, bf16>) {
       if (is_fp8(g[4])) {
+        if (group) throw std::logic_error("backbone: FP8 SwiGLU over a regrouped gate_up");
         swiglu_fp8(proj, nullptr, Tp, I, f8(I), s);
         done = true;
       }
     }
-    if (!done) swiglu<E>(proj, mid, Tp, I, path_, s);
+    if (!done) swiglu<E>(proj, mid, Tp, I, path_, s, group);
     mark("norms_elementwise");
     gemm_.run(g[4], s);
     mark("gemm");

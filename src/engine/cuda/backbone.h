@@ -72,6 +72,17 @@ class CudaBackbone {
   // forward's, by rows (wg64) under batch invariance (batch_invariance.h).
   AttnVariant attention_kernel(int Tp, bool packed = false) const;
 
+  // Whether layers with a regrouped gate_up (LayerWeights::gate_up_group) run the SwiGLU-epilogue
+  // GEMM (gemm/swiglu_gemm.h) at Tp rows: from swiglu_gemm_min_rows() on, unless
+  // check_swiglu_gemm turned it off.
+  bool swiglu_gemm_at(int Tp) const;
+  // Start-up check (after tune() at Tp, a bucket below swiglu_gemm_min_rows(); 0: none): the fused
+  // kernel's output against cuBLASLt gate_up + swiglu on the same random rows at Tp, bit for bit.
+  // Under batch invariance a difference turns the fused kernel off (a lone request below the row
+  // threshold and a pack above it would round otherwise). The start-up line; empty when no layer
+  // has a regrouped gate_up.
+  std::string check_swiglu_gemm(const Activations& a, int Tp, cudaStream_t s);
+
   const BackboneWeights& weights() const { return w_; }
   KernelPath path() const { return path_; }
 
@@ -96,6 +107,7 @@ class CudaBackbone {
   Gemm& gemm_;
   KernelPath path_;
   int rotary_dim_ = 0;
+  bool swiglu_gemm_on_ = true;
 };
 
 }  // namespace clef::engine::cuda

@@ -11,6 +11,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_impl.h"
+#include "engine/cuda/gemm/swiglu_gemm.h"
 #include "engine/prepare/token_buckets.h"
 #include "media/patchify.h"
 #include "model/pinning.h"
@@ -99,6 +100,13 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
         (gemm_.variant_groups() ? ", " + std::to_string(gemm_.variant_groups()) +
                                       " keep a choice per M (not batch invariant)"
                                 : ""));
+  {
+    int below = 0;  // the largest bucket that runs cuBLASLt + swiglu
+    for (int Tp : buckets)
+      if (Tp < swiglu_gemm_min_rows()) below = Tp;
+    const std::string line = backbone_->check_swiglu_gemm(a, below, stream_);
+    if (!line.empty()) say(line);
+  }
   if (config_.weights == DataType::F8_E4M3) {
     graphs_.clear();  // graphs captured before these choices may run the other precision
     // Where tune() found FP8 slower than bf16 (the GEMM then runs the weights' bf16 copy).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/cuda/gemm/swiglu_gemm.h"
 #include "engine/cuda/kernels/attn_prep.h"
 #include "engine/cuda/kernels/quantize.h"
 #include "engine/cuda/staging.h"
@@ -116,6 +117,7 @@ BackboneWeights upload_backbone_weights(const model::Release& release, DataType 
   w.rope_inv_freq = up.upload_f32(rope_inv_freq(rd, c.rope_theta));
   w.max_in_proj = 2 * c.intermediate_size;
   w.layers.resize(L);
+  DeviceBuffer regroup_scratch;  // gate_up's copy while it is regrouped (freed after the upload)
   for (int i = 0; i < L; ++i) {
     LayerWeights& ly = w.layers[i];
     const std::string p = "layers." + std::to_string(i) + ".";
@@ -185,6 +187,14 @@ BackboneWeights upload_backbone_weights(const model::Release& release, DataType 
       ly.out_proj = fused({"self_attn.o_proj.weight"}, c.num_attention_heads * c.head_dim, D);
     }
     ly.gate_up = fused({"mlp.gate_proj.weight", "mlp.up_proj.weight"}, D, 2 * c.intermediate_size);
+    if (!fp8 && ly.gate_up.dtype == DataType::BF16 && activations == DataType::BF16 &&
+        swiglu_gemm_supported(c.intermediate_size, D)) {
+      if (!regroup_scratch.get())
+        regroup_scratch = DeviceBuffer(size_t(2) * c.intermediate_size * D * 2);
+      regroup_gate_up(static_cast<__nv_bfloat16*>(const_cast<void*>(ly.gate_up.ptr)),
+                      static_cast<__nv_bfloat16*>(regroup_scratch.get()), c.intermediate_size, D);
+      ly.gate_up_group = kSwigluGroup;
+    }
     ly.down = fused({"mlp.down_proj.weight"}, c.intermediate_size, D);
     w.max_in_proj = std::max(w.max_in_proj, ly.proj_ld);
     if ((i + 1) % 8 == 0 || i + 1 == L)

@@ -53,7 +53,10 @@ struct LayerWeights {
   int proj_ld = 0;           // columns of a proj row (in_proj's output row stride)
   int b_col = 0, a_col = 0;  // GDN: the b and a columns in proj
   WeightRef out_proj;        // GDN out_proj or attention o_proj
-  WeightRef gate_up;         // MLP [gate | up]
+  WeightRef gate_up;         // MLP [gate | up], or regrouped (gate_up_group > 0)
+  // bf16 on sm_90: gate_up's rows in blocks of kSwigluGroup gate rows and their up rows (for the
+  // SwiGLU-epilogue GEMM, gemm/swiglu_gemm.h; a cuBLASLt gate_up then feeds swiglu(..., group)).
+  int gate_up_group = 0;
   WeightRef down;
   GdnWeights gdn;
   AttentionWeights attention;

@@ -3,6 +3,8 @@
 #include "engine/cuda/kernels/elementwise.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/common.cuh"
@@ -25,16 +27,28 @@ __global__ void embed_gather_generic_kernel(const E* __restrict__ table,
   }
 }
 
+// Column of feature i's gate in a gate_up row: [gate | up] (group 0), or blocks of `group` gate
+// columns each followed by the same features' up columns (swiglu_gemm.h's regrouped weight); its
+// up column is gate_col + up_offset(I, group).
+__device__ __forceinline__ int gate_col(int i, int group) {
+  return group ? (i / group) * 2 * group + i % group : i;
+}
+__device__ __forceinline__ int up_offset(int I, int group) {
+  return group ? group : I;
+}
+
 template <typename E>
-__global__ void swiglu_generic_kernel(const E* __restrict__ gu, E* __restrict__ out, int I) {
+__global__ void swiglu_generic_kernel(const E* __restrict__ gu, E* __restrict__ out, int I,
+                                      int group) {
   const size_t t = blockIdx.x;
   const int i0 = blockIdx.y * kSlice + threadIdx.x;
 #pragma unroll
   for (int r = 0; r < kSlice / kSliceThreads; ++r) {
     const int i = i0 + r * kSliceThreads;
     if (i >= I) break;
-    const float gt = rnd<E>(silu_rounded_to<E>(to_f(gu[t * 2 * I + i])));
-    out[t * I + i] = from_f<E>(gt * to_f(gu[t * 2 * I + I + i]));
+    const size_t g = t * 2 * I + gate_col(i, group);
+    const float gt = rnd<E>(silu_rounded_to<E>(to_f(gu[g])));
+    out[t * I + i] = from_f<E>(gt * to_f(gu[g + up_offset(I, group)]));
   }
 }
 
@@ -68,13 +82,16 @@ __global__ void embed_gather_vec8_kernel(const uint4* __restrict__ table,
 
 // grid (T, ceil(I / 8 / kVecChunks))
 template <typename E>
-__global__ void swiglu_vec8_kernel(const E* __restrict__ gu, E* __restrict__ out, int I) {
+__global__ void swiglu_vec8_kernel(const E* __restrict__ gu, E* __restrict__ out, int I,
+                                   int group) {
   const size_t t = blockIdx.x;
   const E* row = gu + t * 2 * I;
+  const int up = up_offset(I, group);
   E* orow = out + t * I;
   pairwise_chunks<E>(
-      blockIdx.y * kVecChunks + threadIdx.x, I / 8, [&](int c) { return row + 8 * c; },
-      [&](int c) { return row + I + 8 * c; }, [&](int c) { return orow + 8 * c; },
+      blockIdx.y * kVecChunks + threadIdx.x, I / 8,
+      [&](int c) { return row + gate_col(8 * c, group); },
+      [&](int c) { return row + gate_col(8 * c, group) + up; }, [&](int c) { return orow + 8 * c; },
       [](float g, float u) { return rnd<E>(silu_rounded_to<E>(g)) * u; });
 }
 
@@ -143,15 +160,19 @@ void embed_gather(const E* table, const int32_t* ids, E* out, int T, int D, Kern
 }
 
 template <typename E>
-void swiglu(const E* gu, E* out, int T, int I, KernelPath path, cudaStream_t s) {
+void swiglu(const E* gu, E* out, int T, int I, KernelPath path, cudaStream_t s, int group) {
   if (T <= 0) return;
+  if (group < 0 || (group && (group % 8 != 0 || I % group != 0)))
+    throw std::invalid_argument("swiglu: group " + std::to_string(group) +
+                                " is not 0 or a multiple of 8 dividing I = " + std::to_string(I));
   if (path == KernelPath::Auto && swiglu_vec8_shape(I) && aligned16(gu) && aligned16(out)) {
     swiglu_vec8_kernel<E>
-        <<<dim3(T, (I / 8 + kVecChunks - 1) / kVecChunks), kVecThreads, 0, s>>>(gu, out, I);
+        <<<dim3(T, (I / 8 + kVecChunks - 1) / kVecChunks), kVecThreads, 0, s>>>(gu, out, I, group);
     CLEF_CUDA_LAUNCH_CHECK();
     return;
   }
-  swiglu_generic_kernel<E><<<dim3(T, (I + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(gu, out, I);
+  swiglu_generic_kernel<E>
+      <<<dim3(T, (I + kSlice - 1) / kSlice), kSliceThreads, 0, s>>>(gu, out, I, group);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
@@ -181,7 +202,7 @@ void swiglu_fp8(const __nv_bfloat16* gu, __nv_bfloat16* out, int T, int I, const
 
 #define CLEF_INSTANTIATE(E)                                                                        \
   template void embed_gather<E>(const E*, const int32_t*, E*, int, int, KernelPath, cudaStream_t); \
-  template void swiglu<E>(const E*, E*, int, int, KernelPath, cudaStream_t);                       \
+  template void swiglu<E>(const E*, E*, int, int, KernelPath, cudaStream_t, int);                  \
   template void to_float<E>(const E*, float*, size_t, KernelPath, cudaStream_t);
 CLEF_INSTANTIATE(float)
 CLEF_INSTANTIATE(__nv_bfloat16)

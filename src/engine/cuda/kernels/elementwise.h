@@ -22,9 +22,12 @@ void embed_gather(const E* table, const int32_t* ids, E* out, int T, int D, Kern
 // "embed_gather_vec8" or "embed_gather_generic" (bf16: E = __nv_bfloat16, else float).
 const char* embed_gather_variant(int D, bool bf16, KernelPath path);
 
-// out[t, i] = silu(gu[t, i]) * gu[t, I + i]   (gu = fused gate|up output [T, 2I]).
+// out[t, i] = silu(gu[t, i]) * gu[t, I + i]   (gu = fused gate|up output [T, 2I]). group > 0: gu's
+// columns come in blocks of `group` gates followed by the same features' ups (a multiple of 8
+// dividing I; gemm/swiglu_gemm.h's regrouped weight), so feature i's gate is at column
+// (i / group) 2 group + i % group and its up `group` columns further.
 template <typename E>
-void swiglu(const E* gu, E* out, int T, int I, KernelPath path, cudaStream_t s);
+void swiglu(const E* gu, E* out, int T, int I, KernelPath path, cudaStream_t s, int group = 0);
 // "swiglu_vec8" or "swiglu_generic".
 const char* swiglu_variant(int I, KernelPath path);
 
