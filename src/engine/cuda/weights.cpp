@@ -188,7 +188,7 @@ BackboneWeights upload_backbone_weights(const model::Release& release, DataType 
     }
     ly.gate_up = fused({"mlp.gate_proj.weight", "mlp.up_proj.weight"}, D, 2 * c.intermediate_size);
     if (!fp8 && ly.gate_up.dtype == DataType::BF16 && activations == DataType::BF16 &&
-        swiglu_gemm_supported(c.intermediate_size, D)) {
+        swiglu_gemm_enabled() && swiglu_gemm_supported(c.intermediate_size, D)) {
       if (!regroup_scratch.get())
         regroup_scratch = DeviceBuffer(size_t(2) * c.intermediate_size * D * 2);
       regroup_gate_up(static_cast<__nv_bfloat16*>(const_cast<void*>(ly.gate_up.ptr)),

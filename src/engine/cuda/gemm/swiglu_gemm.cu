@@ -233,18 +233,22 @@ CUtensorMap tile_map(const bf16* p, int rows, int cols, int box_rows) {
   return m;
 }
 
-bool env_off(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, "0") == 0;
-}
-
 }  // namespace swiglu_gemm_detail
 
 using namespace swiglu_gemm_detail;
 
+bool swiglu_gemm_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("CLEF_SWIGLU_GEMM");
+    if (v && std::strcmp(v, "1") == 0) return true;
+    if (v && std::strcmp(v, "0") == 0) return false;
+    return kSwigluGemmDefault;
+  }();
+  return on;
+}
+
 bool swiglu_gemm_supported(int I, int K) {
-  static const bool off = env_off("CLEF_SWIGLU_GEMM");
-  return !off && I > 0 && K > 0 && I % kSwigluGroup == 0 && K % BK == 0 &&
+  return I > 0 && K > 0 && I % kSwigluGroup == 0 && K % BK == 0 &&
          device_attribute(DeviceAttr::CcMajor) == 9 && device_attribute(DeviceAttr::CcMinor) == 0;
 }
 

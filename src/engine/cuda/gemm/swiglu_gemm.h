@@ -16,8 +16,12 @@ namespace clef::engine::cuda {
 
 constexpr int kSwigluGroup = 128;  // gate rows, then up rows, per block of the regrouped weight
 
+// Whether the backbone uses it where it can (its weights then get regrouped at upload):
+// CLEF_SWIGLU_GEMM=1 / 0, else kSwigluGemmDefault.
+constexpr bool kSwigluGemmDefault = false;
+bool swiglu_gemm_enabled();
 // Whether the fused kernel runs I features over K inputs on the current device: sm_90 (the kernel
-// is built for sm_90a only), I % 128 == 0, K % 64 == 0. CLEF_SWIGLU_GEMM=0 says no everywhere.
+// is built for sm_90a only), I % 128 == 0, K % 64 == 0.
 bool swiglu_gemm_supported(int I, int K);
 // The fewest rows the backbone runs it at (cuBLASLt + swiglu below: faster at few row tiles);
 // CLEF_SWIGLU_GEMM_MIN_ROWS overrides the default 1024.
