@@ -22,13 +22,15 @@ print_summary() {
 # mode_env MODE: the environment assignment an issue-14 check mode stands for, on stdout (empty for
 # "default"): off (CLEF_BATCH_INVARIANT=0), rows (CLEF_KV_SEQ_TILES=0: packs read K and V by rows,
 # wg64, not per-sequence key tiles), noown (CLEF_GEMM_OWN_CANDIDATES=0: each M's GEMM candidates
-# from the class probes only). Status 1 for an unknown mode.
+# from the class probes only), noswiglu (CLEF_SWIGLU_GEMM=0: cuBLASLt gate_up + swiglu at every
+# M). Status 1 for an unknown mode.
 mode_env() {
   case $1 in
     default) echo "" ;;
     off) echo "CLEF_BATCH_INVARIANT=0" ;;
     rows) echo "CLEF_KV_SEQ_TILES=0" ;;
     noown) echo "CLEF_GEMM_OWN_CANDIDATES=0" ;;
+    noswiglu) echo "CLEF_SWIGLU_GEMM=0" ;;
     *) return 1 ;;
   esac
 }

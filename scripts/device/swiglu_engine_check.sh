@@ -6,7 +6,7 @@
 # Usage (repo root on the device): [MODES="default"] scripts/device/swiglu_engine_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-export CLEF_SWIGLU_GEMM=${CLEF_SWIGLU_GEMM:-1}  # the engine path under test (off by default until measured)
+export CLEF_SWIGLU_GEMM=${CLEF_SWIGLU_GEMM:-1}  # the engine path under test (the default since v29g)
 R=$OUT/result.txt
 timeout 120 test_gpu --gtest_brief=1 \
   --gtest_filter='SwigluGemm.*:*Swiglu*:*CudaEngineGolden*Packed*:GemmModule.*' > "$OUT/tests.log" 2>&1

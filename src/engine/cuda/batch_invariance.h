@@ -7,6 +7,9 @@
 //     blocks they have alone (global key tiles would put a neighbour's keys in its first tile);
 //   * the GDN core: packs run the three kernels, as a lone request does (the fused core rounds
 //     otherwise).
+// The SwiGLU-epilogue GEMM (gemm/swiglu_gemm.h) runs packs above its row threshold and cuBLASLt +
+// swiglu below it; start-up checks the two agree bit for bit and, under invariance, drops the
+// fused kernel if not.
 // On by default; CLEF_BATCH_INVARIANT=0 gives each of them back its fastest form, for the process.
 // Plain C++: included by host code and .cu files alike.
 #pragma once
