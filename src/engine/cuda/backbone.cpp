@@ -119,7 +119,8 @@ bool is_fp8(const GemmProblem& p) {
 }  // namespace
 
 bool CudaBackbone::swiglu_gemm_at(int Tp) const {
-  return swiglu_gemm_on_ && Tp >= swiglu_gemm_min_rows();
+  // --kernels generic keeps the plain cuBLASLt + swiglu_generic (a baseline to bisect with).
+  return swiglu_gemm_on_ && path_ == KernelPath::Auto && Tp >= swiglu_gemm_min_rows();
 }
 
 std::string CudaBackbone::check_swiglu_gemm(const Activations& a, int Tp, cudaStream_t s) {
@@ -184,7 +185,8 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
   v["embed_gather"] = embed_gather_variant(D, is_bf16, path_);
   v["rms_norm_1p"] = rms_norm_1p_variant(D, D, D, path_);
   v["swiglu"] = swiglu_variant(c.intermediate_size, path_);
-  if (!w_.layers.empty() && w_.layers.front().gate_up_group && swiglu_gemm_on_)
+  if (!w_.layers.empty() && w_.layers.front().gate_up_group && swiglu_gemm_on_ &&
+      path_ == KernelPath::Auto)
     v["swiglu"] = "swiglu_gemm_tma_wgmma (gate_up's epilogue) from " +
                   std::to_string(swiglu_gemm_min_rows()) + " rows, else " + v["swiglu"] +
                   " on gate_up regrouped by " + std::to_string(w_.layers.front().gate_up_group);

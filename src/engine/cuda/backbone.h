@@ -73,8 +73,8 @@ class CudaBackbone {
   AttnVariant attention_kernel(int Tp, bool packed = false) const;
 
   // Whether layers with a regrouped gate_up (LayerWeights::gate_up_group) run the SwiGLU-epilogue
-  // GEMM (gemm/swiglu_gemm.h) at Tp rows: from swiglu_gemm_min_rows() on, unless
-  // check_swiglu_gemm turned it off.
+  // GEMM (gemm/swiglu_gemm.h) at Tp rows: from swiglu_gemm_min_rows() on under KernelPath::Auto,
+  // unless check_swiglu_gemm turned it off.
   bool swiglu_gemm_at(int Tp) const;
   // Start-up check (after tune() at Tp, a bucket below swiglu_gemm_min_rows(); 0: none): the fused
   // kernel's output against cuBLASLt gate_up + swiglu on the same random rows at Tp, bit for bit.
