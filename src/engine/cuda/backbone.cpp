@@ -118,9 +118,14 @@ bool is_fp8(const GemmProblem& p) {
 
 }  // namespace
 
-bool CudaBackbone::swiglu_gemm_at(int Tp) const {
+bool CudaBackbone::swiglu_gemm_used() const {
   // --kernels generic keeps the plain cuBLASLt + swiglu_generic (a baseline to bisect with).
-  return swiglu_gemm_on_ && path_ == KernelPath::Auto && Tp >= swiglu_gemm_min_rows();
+  return swiglu_gemm_on_ && path_ == KernelPath::Auto && !w_.layers.empty() &&
+         w_.layers.front().gate_up_group;
+}
+
+bool CudaBackbone::swiglu_gemm_at(int Tp) const {
+  return swiglu_gemm_used() && Tp >= swiglu_gemm_min_rows();
 }
 
 std::string CudaBackbone::check_swiglu_gemm(const Activations& a, int Tp, cudaStream_t s) {
@@ -185,8 +190,7 @@ std::map<std::string, std::string> CudaBackbone::kernel_variants() const {
   v["embed_gather"] = embed_gather_variant(D, is_bf16, path_);
   v["rms_norm_1p"] = rms_norm_1p_variant(D, D, D, path_);
   v["swiglu"] = swiglu_variant(c.intermediate_size, path_);
-  if (!w_.layers.empty() && w_.layers.front().gate_up_group && swiglu_gemm_on_ &&
-      path_ == KernelPath::Auto)
+  if (swiglu_gemm_used())
     v["swiglu"] = "swiglu_gemm_tma_wgmma (gate_up's epilogue) from " +
                   std::to_string(swiglu_gemm_min_rows()) + " rows, else " + v["swiglu"] +
                   " on gate_up regrouped by " + std::to_string(w_.layers.front().gate_up_group);
@@ -457,27 +461,27 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
     mark("norms_elementwise");
     // gate_up as run: regrouped for the SwiGLU-epilogue GEMM unless FP8 (or its bf16 copy) runs.
     const int group = g[3].b.ptr == L.gate_up.ptr ? L.gate_up_group : 0;
+    done = false;
     if constexpr (std::is_same_v<E, bf16>) {
       if (group && !is_fp8(g[4]) && swiglu_gemm_at(Tp)) {
         swiglu_gemm(u, static_cast<const bf16*>(L.gate_up.ptr), mid, Tp, D, I, s);
         mark("gemm");
-        gemm_.run(g[4], s);
-        mark("gemm");
-        continue;
-      }
-    }
-    gemm_.run(g[3], s);
-    mark("gemm");
-    done = false;
-    if constexpr (std::is_same_v<E, bf16>) {
-      if (is_fp8(g[4])) {
-        if (group) throw std::logic_error("backbone: FP8 SwiGLU over a regrouped gate_up");
-        swiglu_fp8(proj, nullptr, Tp, I, f8(I), s);
         done = true;
       }
     }
-    if (!done) swiglu<E>(proj, mid, Tp, I, path_, s, group);
-    mark("norms_elementwise");
+    if (!done) {
+      gemm_.run(g[3], s);
+      mark("gemm");
+      if constexpr (std::is_same_v<E, bf16>) {
+        if (is_fp8(g[4])) {
+          if (group) throw std::logic_error("backbone: FP8 SwiGLU over a regrouped gate_up");
+          swiglu_fp8(proj, nullptr, Tp, I, f8(I), s);
+          done = true;
+        }
+      }
+      if (!done) swiglu<E>(proj, mid, Tp, I, path_, s, group);
+      mark("norms_elementwise");
+    }
     gemm_.run(g[4], s);
     mark("gemm");
   }

@@ -87,6 +87,8 @@ class CudaBackbone {
   KernelPath path() const { return path_; }
 
  private:
+  // Whether the regrouped layers run the SwiGLU GEMM at all (then from swiglu_gemm_min_rows()).
+  bool swiglu_gemm_used() const;
   template <typename E>
   void enqueue_as(const Activations& a, int Tp, cudaStream_t s, StageRecorder* rec,
                   const PackView* pack, const MediaView* media, int layers) const;

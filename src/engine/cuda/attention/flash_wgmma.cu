@@ -25,6 +25,7 @@
 #include "engine/cuda/attention/kv_tiles.h"
 #include "engine/cuda/attention/wgmma_ops.cuh"
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/hopper_async.cuh"
 
 namespace clef::engine::cuda {
 namespace {
@@ -72,55 +73,10 @@ constexpr int wgmma_min_blocks(int hd, int bc, bool overlap, int wg) {
 
 // Device helpers: compiled for sm_90a only (other targets build the kernel as a trap).
 #ifdef CLEF_WGMMA_AVAILABLE
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>  // at most N of this warpgroup's committed groups still running
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Pins accumulator registers after a wait (the asm that wrote them did so asynchronously: without
-// this the compiler may read them before the wait).
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
+using namespace hopper;  // fences, waits and mbarriers (hopper_async.cuh)
 
-// mbarriers and bulk copies (kv_tiled): one thread announces a stage's bytes and issues its two
-// copies; every thread waits for the phase the copies complete.
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra.uni DONE;\n"
-      "bra.uni WAIT;\n"
-      "DONE:\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
+// Bulk copies (kv_tiled): one thread announces a stage's bytes and issues its two copies; every
+// thread waits for the phase the copies complete.
 __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes,
                                               uint32_t bar) {
   asm volatile(

@@ -20,6 +20,8 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_attributes.h"
 #include "engine/cuda/device_math.cuh"
+#include "engine/cuda/hopper_async.cuh"
+#include "engine/cuda/mma_sync.cuh"
 
 namespace clef::engine::cuda {
 // Named, not anonymous: the device helpers go unused in the passes for targets without sm_90a
@@ -32,28 +34,6 @@ constexpr int kThreads = 384;
 constexpr int kABytes = BM * BK * 2, kBBytes = BN * BK * 2;
 constexpr size_t kSmem = size_t(kStages) * (kABytes + kBBytes) + 1024 + 2 * kStages * 8;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Until the phase of parity `parity` has completed (a fresh barrier: parity 1 passes at once).
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
                                             uint32_t bar) {
   asm volatile(
@@ -67,23 +47,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) |
          (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Pins the accumulators after a wait: the wgmmas wrote them asynchronously, and without this the
-// compiler may read them before the wait.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 template <int R>
 __device__ __forceinline__ void setmaxnreg_inc() {
@@ -108,18 +71,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemm_swiglu_kernel(const __grid_constant__ CUtensorMap map_a,
                        const __grid_constant__ CUtensorMap map_w, bf16* __restrict__ out, int M,
                        int K, int I) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#ifdef CLEF_WGMMA_AVAILABLE
+  using namespace hopper;  // fences, waits and mbarriers (hopper_async.cuh)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t a0 = smem_u32(base), w0 = a0 + kStages * kABytes;
+  const uint32_t a0 = smem_addr(base), w0 = a0 + kStages * kABytes;
   const uint32_t full = w0 + kStages * kBBytes, empty = full + kStages * 8;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + 8 * s, 1);
       mbar_init(empty + 8 * s, 2);  // one arrive a consumer warpgroup
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   const TileOrder order{(M + BM - 1) / BM, 2 * I / BN};
