@@ -7,7 +7,7 @@
 // it (the tensor cores idle meanwhile: ~4 % of a tile), or they only round g and u to bf16 pairs
 // into a 32 KiB buffer, one half of the tile's features at a time, and go on with the next tile
 // while warps 1-3 of warpgroup 0 form and store the outputs. The second half waits in 32 registers
-// until the next tile's kHoldSteps-th k step (the buffer holds one half: 4 stages + 64 KiB would
+// until the next tile's `hold`-th k step (swiglu_hold_steps; the buffer holds one half: 4 stages + 64 KiB would
 // not fit). Same operations on the same bf16 values: both give the same bits.
 // Workbench: dev/cuda/gemm_swiglu.cu (against cuBLASLt + swiglu_vec8); test: tests/engine/cuda/
 // swiglu_gemm_test.cpp (against a host reference).
@@ -41,7 +41,7 @@ constexpr int kABytes = BM * BK * 2, kBBytes = BN * BK * 2;
 // The epilogue buffer: 128 rows x 64 features x a (g, u) bf16 pair; 256-byte rows whose 32-byte
 // groups are XOR-swizzled by row % 4 (conflict-free 8-byte stores from the accumulator layout and
 // 8-byte row reads).
-constexpr int kEpiBytes = BM * (kSwigluGroup / 2) * 4, kEpiThreads = 96, kHoldSteps = 4;
+constexpr int kEpiBytes = BM * (kSwigluGroup / 2) * 4, kEpiThreads = 96;
 template <bool kWarps>
 constexpr size_t smem_bytes() {
   return size_t(kStages) * (kABytes + kBBytes) + (kWarps ? kEpiBytes : 0) + 1024 +
@@ -81,6 +81,21 @@ struct TileOrder {
   }
 };
 
+// mbar_wait for the epilogue warps, which wait most of a tile: the thread may sleep up to 20 us
+// between tries instead of spinning beside the tensor work.
+__device__ __forceinline__ void mbar_wait_sleepy(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1, 20000;\n"
+      "@p bra.uni DONE;\n"
+      "bra.uni WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
 // Byte offset in the epilogue buffer of feature pair-word f (0..63) of row r.
 __device__ __forceinline__ uint32_t epi_offset(int r, int f) {
   return uint32_t(r) * 256 + uint32_t(f ^ ((r & 3) << 3)) * 4;
@@ -97,7 +112,7 @@ template <bool kWarps>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_swiglu_kernel(const __grid_constant__ CUtensorMap map_a,
                        const __grid_constant__ CUtensorMap map_w, bf16* __restrict__ out, int M,
-                       int K, int I) {
+                       int K, int I, int hold) {
 #ifdef CLEF_WGMMA_AVAILABLE
   using namespace hopper;  // fences, waits and mbarriers (hopper_async.cuh)
   extern __shared__ uint8_t smem_raw[];
@@ -122,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles = order.tm * order.tn, kt_n = K / BK;
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<kWarps ? 56 : 40>();
     if constexpr (kWarps) {
       if (threadIdx.x >= 32) {  // warps 1-3: the epilogue, half a tile's features at a time
         const int ew = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
@@ -132,9 +147,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           order.at(t, tm, tn);
 #pragma unroll 1
           for (int half = 0; half < 2; ++half, ++hand) {
-            mbar_wait(epi_full, hand & 1);
+            mbar_wait_sleepy(epi_full, hand & 1);
             bf16* o = out + tn * (BN / 2) + half * (BN / 4) + 2 * lane;
-#pragma unroll 2
+#pragma unroll 4
             for (int r = ew; r < BM; r += 3) {
               const uint2 v = *reinterpret_cast<const uint2*>(epi + epi_offset(r, 2 * lane));
               const int row = tm * BM + r;
@@ -168,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     return;
   }
-  setmaxnreg_inc<232>();
+  setmaxnreg_inc<kWarps ? 224 : 232>();  // 128 (producer + epilogue) x 56 + 256 x 224 <= 64 K
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   float d[128];
   int s = 0;
@@ -214,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (++s == kStages) s = 0, phase ^= 1;
       if constexpr (kWarps) {
         // The previous tile's second half, while this tile's products run (the epilogue warps
-        // have had kHoldSteps steps for the first half).
-        if (holding && kt == kHoldSteps) flush_held();
+        // have had `hold` steps for the first half).
+        if (holding && kt == hold) flush_held();
       }
     }
     wgmma_wait<0>();
@@ -224,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Fragment (j, e) of n8 tile j is row 16 warp + lane / 4 (+ 8 for e >= 2), column
     // 8 j + 2 (lane % 4) + e % 2; gate columns are tiles 0..15, up the same features in 16..31.
     if constexpr (kWarps) {
-      if (holding) flush_held();  // a K of fewer than kHoldSteps steps
+      if (holding) flush_held();  // a K of at most `hold` steps
       hand_over([&] {  // features 0..63 (n8 tiles 0..7) to the epilogue warps now
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -265,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (holding) flush_held();
   }
 #else
-  (void)map_a, (void)map_w, (void)out, (void)M, (void)K, (void)I;
+  (void)map_a, (void)map_w, (void)out, (void)M, (void)K, (void)I, (void)hold;
   __trap();  // built without sm_90a features: swiglu_gemm_supported() says no on such builds'
              // devices
 #endif
@@ -346,6 +361,17 @@ void regroup_gate_up(bf16* w, bf16* scratch, int I, int K) {
   CLEF_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// The k step of a tile at which the consumers hand over the previous tile's second half
+// (CLEF_SWIGLU_HOLD, default 16: ~9 us of products on an H100, several times what the epilogue
+// warps take for the first half, so the consumers do not wait for them).
+int swiglu_hold_steps() {
+  static const int steps = [] {
+    const char* v = std::getenv("CLEF_SWIGLU_HOLD");
+    return v && *v ? std::max(1, std::atoi(v)) : 16;
+  }();
+  return steps;
+}
+
 bool swiglu_epilogue_warps(SwigluEpilogue e) {
   if (e != SwigluEpilogue::Default) return e == SwigluEpilogue::Warps;
   static const bool warps = [] {
@@ -371,7 +397,7 @@ void swiglu_gemm(const bf16* x, const bf16* w, bf16* out, int M, int K, int I, c
   const CUtensorMap ma = tile_map(x, M, K, BM), mw = tile_map(w, 2 * I, K, BN);
   const int tiles = (M + BM - 1) / BM * (2 * I / BN);
   const int grid = std::min(tiles, device_attribute(DeviceAttr::SmCount));
-  kernel<<<grid, kThreads, smem, s>>>(ma, mw, out, M, K, I);
+  kernel<<<grid, kThreads, smem, s>>>(ma, mw, out, M, K, I, swiglu_hold_steps());
   CLEF_CUDA_LAUNCH_CHECK();
 }
 
