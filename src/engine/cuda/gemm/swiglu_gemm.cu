@@ -81,21 +81,6 @@ struct TileOrder {
   }
 };
 
-// mbar_wait for the epilogue warps, which wait most of a tile: the thread may sleep up to 20 us
-// between tries instead of spinning beside the tensor work.
-__device__ __forceinline__ void mbar_wait_sleepy(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1, 20000;\n"
-      "@p bra.uni DONE;\n"
-      "bra.uni WAIT;\n"
-      "DONE:\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 // Byte offset in the epilogue buffer of feature pair-word f (0..63) of row r.
 __device__ __forceinline__ uint32_t epi_offset(int r, int f) {
   return uint32_t(r) * 256 + uint32_t(f ^ ((r & 3) << 3)) * 4;
@@ -128,8 +113,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full + 8 * s, 1);
       mbar_init(empty + 8 * s, 2);  // one arrive a consumer warpgroup
     }
-    mbar_init(epi_full, 256);  // every consumer thread, after its own stores
-    mbar_init(epi_empty, kEpiThreads);
+    mbar_init(epi_full, 8);  // one arrive a consumer warp, after its lanes' stores
+    mbar_init(epi_empty, kEpiThreads / 32);
     mbar_init_fence();
   }
   __syncthreads();
@@ -147,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           order.at(t, tm, tn);
 #pragma unroll 1
           for (int half = 0; half < 2; ++half, ++hand) {
-            mbar_wait_sleepy(epi_full, hand & 1);
+            mbar_wait(epi_full, hand & 1);
             bf16* o = out + tn * (BN / 2) + half * (BN / 4) + 2 * lane;
 #pragma unroll 4
             for (int r = ew; r < BM; r += 3) {
@@ -161,7 +146,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                       swiglu_rounded(__bfloat162float(p0.x), __bfloat162float(p0.y)),
                       swiglu_rounded(__bfloat162float(p1.x), __bfloat162float(p1.y)));
             }
-            mbar_arrive(epi_empty);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(epi_empty);
           }
         }
         return;
@@ -197,7 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto hand_over = [&](auto&& store) {
     mbar_wait(epi_empty, (hand & 1) ^ 1);
     store();
-    mbar_arrive(epi_full);
+    __syncwarp();  // the lanes' stores before lane 0's (releasing) arrive
+    if (lane == 0) mbar_arrive(epi_full);
     ++hand;
   };
   auto flush_held = [&] {
