@@ -3,9 +3,8 @@
 // cuBLASLt's first 8 heuristic answers for gate_up [M, 2I] = x [M, K] W^T, then swiglu_vec8. The
 // fused kernel never writes gate_up's [M, 2I] bf16 (344 MB at 7k rows) nor reads it back.
 // Usage: CLEF_BENCH_MS=384,1024,7040 workbench_gemm_swiglu (the default M list). Checks first (the
-// fused output, with either epilogue (SwigluEpilogue), against cuBLASLt + swiglu everywhere, and
-// against a double-precision host reference on sampled rows), then times both epilogues. First
-// run: perf-log v29f; the epilogue warps: v30a.
+// fused output against cuBLASLt + swiglu everywhere, and against a double-precision host reference
+// on sampled rows), then times. First run: perf-log v29f.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -125,7 +124,7 @@ int main() {
   bool ok = true;
   struct Row {
     int M;
-    double lt, sw, fused, warps;
+    double lt, sw, fused;
   };
   std::vector<Row> rows;
   for (int M : ms) {
@@ -137,21 +136,17 @@ int main() {
                                        clef::engine::cuda::KernelPath::Auto, 0);
     };
     unfused();
-    using clef::engine::cuda::SwigluEpilogue;
-    for (SwigluEpilogue e : {SwigluEpilogue::Consumers, SwigluEpilogue::Warps}) {
-      const std::string name = e == SwigluEpilogue::Warps ? "epilogue warps" : "epilogue consumers";
-      DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
-      clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0,
-                                      e);
-      DEV_CUDA_CHECK(cudaGetLastError());
-      if (skip_check()) continue;
+    DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
+    clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0);
+    DEV_CUDA_CHECK(cudaGetLastError());
+    if (!skip_check()) {
       const std::vector<float> got = to_host<bf16>(out, size_t(M) * I);
       const std::vector<float> want = to_host<bf16>(ref, size_t(M) * I);
       size_t equal = 0;
       for (size_t i = 0; i < got.size(); ++i) equal += got[i] == want[i];
-      std::printf("M %d: fused (%s) vs cuBLASLt + swiglu: %zu of %zu equal (%.2f %%)\n", M,
-                  name.c_str(), equal, got.size(), 100.0 * equal / got.size());
-      ok &= check("M " + std::to_string(M) + " " + name + " vs unfused", "out", got, want, 1e-2);
+      std::printf("M %d: fused vs cuBLASLt + swiglu: %zu of %zu equal (%.2f %%)\n", M, equal,
+                  got.size(), 100.0 * equal / got.size());
+      ok &= check("M " + std::to_string(M) + " vs unfused", "out", got, want, 1e-2);
       // Host reference in double on sampled rows (first, last, the last row tile, random).
       std::vector<int> sample = {0, M - 1, std::max(0, M - 128 + 7), M / 2};
       std::vector<float> g2, r2;
@@ -169,22 +164,17 @@ int main() {
           g2.push_back(got[size_t(m) * I + f]);
         }
       }
-      ok &= check("M " + std::to_string(M) + " " + name + " vs host", "out", g2, r2, 1e-2);
+      ok &= check("M " + std::to_string(M) + " vs host", "out", g2, r2, 1e-2);
+      if (!ok) break;
     }
-    if (!ok) break;
     const double sw_us = timer.median_us([&] {
       clef::engine::cuda::swiglu<bf16>(gu.get<bf16>(), ref.get<bf16>(), M, I,
                                        clef::engine::cuda::KernelPath::Auto, 0);
     });
-    auto fused_us = [&](SwigluEpilogue e) {
-      return timer.median_us([&] {
-        clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I,
-                                        0, e);
-      });
-    };
-    const double f_us = fused_us(SwigluEpilogue::Consumers);
-    const double w_us = fused_us(SwigluEpilogue::Warps);
-    rows.push_back({M, lt_us, sw_us, f_us, w_us});
+    const double f_us = timer.median_us([&] {
+      clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0);
+    });
+    rows.push_back({M, lt_us, sw_us, f_us});
   }
   if (!ok) {
     std::printf("gemm_swiglu: MISMATCH, nothing timed\n");
@@ -195,13 +185,9 @@ int main() {
     const double flops = 2.0 * r.M * 2.0 * I * K;
     print_row("gemm_swiglu", "cublaslt gate_up (best of 8)", r.M, r.lt, flops, kBf16Tensor);
     print_row("gemm_swiglu", "swiglu_vec8", r.M, r.sw, double(r.M) * 3 * I * 2, kHbm);
-    print_row("gemm_swiglu", "fused, epilogue consumers", r.M, r.fused, flops, kBf16Tensor);
-    print_row("gemm_swiglu", "fused, epilogue warps", r.M, r.warps, flops, kBf16Tensor);
-    std::printf(
-        "M %d: unfused %.1f us, fused consumers %.1f (%.3f of unfused; GEMM alone %.3f), warps "
-        "%.1f (%.3f; %.3f)\n",
-        r.M, r.lt + r.sw, r.fused, r.fused / (r.lt + r.sw), r.fused / r.lt, r.warps,
-        r.warps / (r.lt + r.sw), r.warps / r.lt);
+    print_row("gemm_swiglu", "fused (tma wgmma)", r.M, r.fused, flops, kBf16Tensor);
+    std::printf("M %d: unfused %.1f us, fused %.1f us (%.3f of unfused; GEMM alone %.3f)\n", r.M,
+                r.lt + r.sw, r.fused, r.fused / (r.lt + r.sw), r.fused / r.lt);
   }
   return 0;
 }

@@ -1,11 +1,9 @@
 // The SwiGLU-epilogue GEMM (engine/cuda/gemm/swiglu_gemm.h) against a host reference on fresh
 // random inputs (partial row tiles, several weight blocks, more tiles than SMs so the persistent
-// loop turns) with either epilogue, the two epilogues against each other bit for bit, its rows'
-// independence of M (batch invariance), and swiglu over a regrouped gate_up (elementwise.h,
-// group > 0) against the plain layout. The fused kernel needs sm_90.
+// loop turns), its rows' independence of M (batch invariance), and swiglu over a regrouped
+// gate_up (elementwise.h, group > 0) against the plain layout. The fused kernel needs sm_90.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -69,51 +67,19 @@ TEST(SwigluGemm, MatchesTheHostReference) {
   // one row; partial row tiles; 3 weight blocks; 17 x 9 = 153 tiles (more than an H100's SMs)
   for (Case c :
        {Case{1, 128, 64}, Case{200, 256, 128}, Case{333, 384, 256}, Case{2100, 1152, 128}}) {
-    const auto x = rand_bf16(rng, static_cast<size_t>(c.M) * c.K, 1.0f);
-    const auto w = rand_bf16(rng, static_cast<size_t>(2) * c.I * c.K, 1.0f / std::sqrt(c.K));
-    DeviceBuffer dx = to_device<bf16>(x), dw = regrouped(w, c.I, c.K);
-    const auto want = host_swiglu_gemm(x, w, c.M, c.K, c.I);
-    for (SwigluEpilogue e : {SwigluEpilogue::Consumers, SwigluEpilogue::Warps}) {
-      SCOPED_TRACE("M " + std::to_string(c.M) + " I " + std::to_string(c.I) + " K " +
-                   std::to_string(c.K) +
-                   (e == SwigluEpilogue::Warps ? " epilogue warps" : " epilogue consumers"));
-      DeviceBuffer out = poisoned<bf16>(static_cast<size_t>(c.M) * c.I);
-      swiglu_gemm(dx.get<bf16>(), dw.get<bf16>(), out.get<bf16>(), c.M, c.K, c.I, nullptr, e);
-      const auto got = to_host<bf16>(out, static_cast<size_t>(c.M) * c.I);
-      CLEF_EXPECT_CLOSE(got, want, 2e-3);
-      size_t differ = 0;
-      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
-      EXPECT_LE(differ, got.size() / 100) << "values not equal to the reference's";
-    }
-  }
-}
-
-// The epilogue warps give the consumers' bits: K of 1, 2 and 8 k steps (the held second half
-// handed over after the tile's products, or during the next tile's), one and several tiles an SM.
-TEST(SwigluGemm, EpilogueWarpsGiveTheConsumersBits) {
-  CLEF_REQUIRE_GPU();
-  if (!swiglu_gemm_supported(128, 64)) GTEST_SKIP() << "not an sm_90 device";
-  auto rng = fresh_rng();
-  struct Case {
-    int M, I, K;
-  };
-  for (Case c : {Case{77, 256, 64}, Case{2100, 1152, 128}, Case{4000, 2048, 512}}) {
     SCOPED_TRACE("M " + std::to_string(c.M) + " I " + std::to_string(c.I) + " K " +
                  std::to_string(c.K));
     const auto x = rand_bf16(rng, static_cast<size_t>(c.M) * c.K, 1.0f);
     const auto w = rand_bf16(rng, static_cast<size_t>(2) * c.I * c.K, 1.0f / std::sqrt(c.K));
     DeviceBuffer dx = to_device<bf16>(x), dw = regrouped(w, c.I, c.K);
-    const size_t n = static_cast<size_t>(c.M) * c.I;
-    DeviceBuffer a = poisoned<bf16>(n), b = poisoned<bf16>(n);
-    swiglu_gemm(dx.get<bf16>(), dw.get<bf16>(), a.get<bf16>(), c.M, c.K, c.I, nullptr,
-                SwigluEpilogue::Consumers);
-    swiglu_gemm(dx.get<bf16>(), dw.get<bf16>(), b.get<bf16>(), c.M, c.K, c.I, nullptr,
-                SwigluEpilogue::Warps);
-    const auto ha = to_host<bf16>(a, n);
-    float mx = 0.0f;
-    for (float v : ha) mx = std::max(mx, std::fabs(v));
-    EXPECT_GT(mx, 0.0f) << "an all-zero output proves nothing";
-    EXPECT_EQ(bytes_to_host(a, n * 2), bytes_to_host(b, n * 2));
+    DeviceBuffer out = poisoned<bf16>(static_cast<size_t>(c.M) * c.I);
+    swiglu_gemm(dx.get<bf16>(), dw.get<bf16>(), out.get<bf16>(), c.M, c.K, c.I, nullptr);
+    const auto got = to_host<bf16>(out, static_cast<size_t>(c.M) * c.I);
+    const auto want = host_swiglu_gemm(x, w, c.M, c.K, c.I);
+    CLEF_EXPECT_CLOSE(got, want, 2e-3);
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+    EXPECT_LE(differ, got.size() / 100) << "values not equal to the reference's";
   }
 }
 

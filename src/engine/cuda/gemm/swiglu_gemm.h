@@ -32,17 +32,9 @@ int swiglu_gemm_min_rows();
 // their up rows; scratch: 2 I K bf16 of device memory. Synchronous.
 void regroup_gate_up(__nv_bfloat16* w, __nv_bfloat16* scratch, int I, int K);
 
-// Who forms silu(g) u (swiglu_gemm.cu): the consumer warpgroups after each tile's products
-// (Consumers), or three warps of the producer's warpgroup from bf16 (g, u) pairs the consumers
-// hand over while they go on with the next tile (Warps). The same bits either way. Default:
-// CLEF_SWIGLU_EPILOGUE=warps / consumers, else kSwigluEpilogueWarpsDefault.
-enum class SwigluEpilogue { Default, Consumers, Warps };
-constexpr bool kSwigluEpilogueWarpsDefault = true;
-bool swiglu_epilogue_warps(SwigluEpilogue e = SwigluEpilogue::Default);
-
 // out [M, I] (row stride I) = swiglu(x [M, K] (row stride K) W^T) with W regrouped. x, w, out
 // 16-byte aligned. Requires swiglu_gemm_supported(I, K).
 void swiglu_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int K,
-                 int I, cudaStream_t s, SwigluEpilogue epilogue = SwigluEpilogue::Default);
+                 int I, cudaStream_t s);
 
 }  // namespace clef::engine::cuda
