@@ -8,8 +8,10 @@
 # against its C16 and short C64 answers (packs). Each result is appended to $OUT/result.txt as soon
 # as it exists, so a call cut short keeps what it measured. With workbench_gemm carried, its summary
 # (each shape's algorithm classes and whether the engine's per-M picks share one) goes there too.
+# RUNS: the bench runs as MANIFEST:CONCURRENCY (default "public231-shape:1 public231-shape:16
+# public231-short:64"; the compares need the first and the last two).
 # Usage (repo root on the device): [PRESET=small] [TRAV=2] [TESTS=0] [MODES="default off rows noown"]
-#   scripts/device/invariance_check.sh
+#   [RUNS="..."] scripts/device/invariance_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
 export LD_LIBRARY_PATH=/tmp/c/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -67,8 +69,8 @@ for mode in "${modes[@]}"; do
   curl -s http://127.0.0.1:$PORT/health | python3 -c \
     'import json, sys; print("startup", json.dumps(json.load(sys.stdin).get("startup")))' \
     2>&1 | tee -a "$R"
-  for run in "public231-shape 1" "public231-shape 16" "public231-short 64"; do
-    set -- $run
+  for run in ${RUNS:-public231-shape:1 public231-shape:16 public231-short:64}; do
+    set -- ${run/:/ }
     out=/tmp/inv_b${n}_$1_$2
     timeout 200 clefserve bench --url http://127.0.0.1:$PORT --manifest "manifests/$1.jsonl" \
       --concurrency "$2" --warmup "$2" --traversals "${TRAV:-2}" "${FLOOR[@]}" --out "$out" \

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The closing device call of session 37: every GPU test (test_gpu, as final_check.sh runs it), then
+# the served table issue 14 asks for on the default server (invariant, SwiGLU GEMM):
+# public231-shape at C1, C4, C16, C64 and public231-short at C16, C64 with the GEMM-bound ceiling
+# and the batch histograms, and C1 (alone) against C16 and short C64 (invariance_check.sh).
+# Results in $OUT/result.txt.
+# Usage (repo root on the device): [TESTS=1] scripts/device/closing_check.sh
+set -uo pipefail
+source scripts/device/setup.sh > /dev/null
+R=$OUT/result.txt
+nvidia-smi -L | tee -a "$R"
+( make_release flash /tmp/flash "$OUT/make_model.log" ) &
+MKP=$!
+if [ "${TESTS:-1}" = 1 ]; then
+  mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
+    ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+  timeout 300 test_gpu --gtest_brief=1 --gtest_filter=-GdnTiming* > "$OUT/test_gpu.log" 2>&1
+  echo "test_gpu rc $?" | tee -a "$R"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED)|tests from .* ran|FAILED|packed vs alone' \
+    "$OUT/test_gpu.log" | head -24 | tee -a "$R"
+fi
+wait $MKP
+TESTS=0 MODES=default RUNS="public231-shape:1 public231-shape:4 public231-shape:16 \
+public231-shape:64 public231-short:16 public231-short:64" scripts/device/invariance_check.sh \
+  > /dev/null 2>&1
+grep -vE "^==|fastest one-class|engine's picks" "$R" | tail -40
