@@ -14,10 +14,7 @@ MKP=$!
 if [ "${TESTS:-1}" = 1 ]; then
   mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
     ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
-  timeout 300 test_gpu --gtest_brief=1 --gtest_filter=-GdnTiming* > "$OUT/test_gpu.log" 2>&1
-  echo "test_gpu rc $?" | tee -a "$R"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED)|tests from .* ran|FAILED|packed vs alone' \
-    "$OUT/test_gpu.log" | head -24 | tee -a "$R"
+  gpu_tests "-GdnTiming*" 450  # 300 s was too short beside make-model (perf-log v30b)
 fi
 wait $MKP
 TESTS=0 MODES=default RUNS="public231-shape:1 public231-shape:4 public231-shape:16 \

@@ -24,12 +24,7 @@ t0=$(date +%s)
   echo "model rc $? $(( $(date +%s) - t0 ))s" >> "$R" ) &
 MKP=$!
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout 200 test_gpu --gtest_brief=1 \
-    --gtest_filter='GemmModule.*:GdnLaunch.PackedSequences*:GdnLaunch.PerPack*:GdnLaunch.ChunkPrefix*:*CudaEngineGolden*Packed*' \
-    > "$OUT/tests.log" 2>&1
-  echo "tests rc $? $(( $(date +%s) - t0 ))s" | tee -a "$R"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED)|FAILED|packed vs alone|Failure|of [0-9]+ values' \
-    "$OUT/tests.log" | head -20 | tee -a "$R"
+  gpu_tests 'GemmModule.*:GdnLaunch.PackedSequences*:GdnLaunch.PerPack*:GdnLaunch.ChunkPrefix*:*CudaEngineGolden*Packed*' 200
 fi
 if [ -x /tmp/c/bin/workbench_gemm ]; then  # the bit classes of the backbone's GEMM algorithms
   CLEF_BENCH_MS=${BENCH_MS:-384,1024,4096,8192} timeout 150 workbench_gemm > /tmp/wb_gemm.txt 2>&1

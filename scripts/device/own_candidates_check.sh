@@ -9,11 +9,7 @@
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
 R=$OUT/result.txt
-timeout 150 test_gpu --gtest_brief=1 --gtest_filter='GemmModule.*:*CudaEngineGolden*Packed*' \
-  > "$OUT/tests.log" 2>&1
-echo "tests rc $?" | tee -a "$R"
-grep -E '^\[  (PASSED|FAILED)|FAILED|Failure|joined|packed vs alone' "$OUT/tests.log" | head -20 |
-  tee -a "$R"
+gpu_tests 'GemmModule.*:*CudaEngineGolden*Packed*' 150
 MODES="default noown off" PACKS= LONE=${LONE:-300,400,1000} RUNS=${RUNS:-5} \
   scripts/device/pack_profile.sh > /dev/null
 TESTS=0 MODES=default TRAV=${TRAV:-2} scripts/device/invariance_check.sh > /dev/null

@@ -34,6 +34,16 @@ mode_env() {
     *) return 1 ;;
   esac
 }
+# gpu_tests FILTER LIMIT: test_gpu's tests matching FILTER, stopped after LIMIT s (log
+# $OUT/tests.log); "tests rc N" and the summary lines (passed / failed / skipped counts, failures,
+# the packed-vs-alone and own-candidate lines the tests print) appended to $R, the caller's result
+# file.
+gpu_tests() {
+  timeout "$2" test_gpu --gtest_brief=1 --gtest_filter="$1" > "$OUT/tests.log" 2>&1
+  echo "tests rc $?" | tee -a "$R"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED)|FAILED|Failure|packed vs alone|joined|of [0-9]+ values' \
+    "$OUT/tests.log" | head -24 | tee -a "$R"
+}
 # make_release PRESET DIR LOG: a random release of PRESET (make-model, the Qwen3 tokenizer) in DIR
 # unless one is there already (a warm machine keeps /tmp), make-model's output in LOG; its status.
 make_release() {
