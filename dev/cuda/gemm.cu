@@ -22,18 +22,9 @@
 #include <vector>
 
 #include "common.h"
+#include "lt_problem.h"
 
 namespace {
-
-#define LT_CHECK(call)                                                                       \
-  do {                                                                                       \
-    cublasStatus_t lt_s_ = (call);                                                           \
-    if (lt_s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-      std::fprintf(stderr, "cuBLASLt error %d in %s (%s:%d)\n", int(lt_s_), #call, __FILE__, \
-                   __LINE__);                                                                \
-      std::exit(2);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 constexpr int kRequestRows = 256;
 constexpr int kCandidates = 32;  // asked of the heuristic at each M
@@ -89,26 +80,6 @@ std::string config_name(const cublasLtMatmulAlgo_t& a) {
                 get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
   return buf;
 }
-
-struct Problem {  // our C[M, N] (+)= A[M, K] B[N, K]^T, as the engine's gemm module lays it out
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  Problem(int M, int N, int K, int ldc) {
-    LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, K, N, K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, K, M, K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, N, M, ldc));
-  }
-  ~Problem() {
-    cublasLtMatrixLayoutDestroy(c);
-    cublasLtMatrixLayoutDestroy(b);
-    cublasLtMatrixLayoutDestroy(a);
-    cublasLtMatmulDescDestroy(op);
-  }
-};
 
 std::vector<int> ms_from_env() {
   std::vector<int> ms = {384, 1024, 2048, 4096, 7168, 12288};
@@ -174,7 +145,7 @@ int main() {
     std::vector<cublasLtMatmulAlgo_t> algos;
     std::map<int, std::vector<int>> offered;  // M -> candidate indices in heuristic order
     for (int M : ms) {
-      Problem p(M, N, K, ldc);
+      LtProblem p(M, N, K, ldc);
       cublasLtMatmulPreference_t pref;
       LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
       LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -209,7 +180,7 @@ int main() {
                                 cudaMemcpyDeviceToDevice));
       DEV_CUDA_CHECK(cudaMemcpy(c0 + size_t(off) * ldc, c_req0, size_t(kRequestRows) * ldc * 2,
                                 cudaMemcpyDeviceToDevice));
-      Problem p(M, N, K, ldc);
+      LtProblem p(M, N, K, ldc);
       const float alpha = 1.f, beta = s.accumulate ? 1.f : 0.f;
       for (size_t ai = 0; ai < algos.size(); ++ai) {
         cublasLtMatmulHeuristicResult_t chk{};

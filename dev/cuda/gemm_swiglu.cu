@@ -15,21 +15,12 @@
 #include "common.h"
 #include "engine/cuda/gemm/swiglu_gemm.h"
 #include "engine/cuda/kernels/elementwise.h"
+#include "lt_problem.h"
 
 namespace clef::dev {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-#define LT_CHECK(call)                                                                     \
-  do {                                                                                     \
-    cublasStatus_t st_ = (call);                                                           \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-      std::fprintf(stderr, "cuBLASLt error %d in %s (%s:%d)\n", int(st_), #call, __FILE__, \
-                   __LINE__);                                                              \
-      std::exit(2);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 // ---- host
 // ---------------------------------------------------------------------------------------- cuBLASLt
@@ -37,30 +28,14 @@ using bf16 = __nv_bfloat16;
 // heuristic's first 8 answers at this M.
 struct LtGemm {
   cublasLtHandle_t lt{};
-  cublasLtMatmulDesc_t op{};
-  cublasLtMatrixLayout_t a{}, b{}, c{};
+  LtProblem p;
   cublasLtMatmulAlgo_t algo{};
   Buf ws{size_t(64) << 20};
   float one = 1.0f, zero = 0.0f;
-  LtGemm(int M, int N, int K) {
-    LT_CHECK(cublasLtCreate(&lt));
-    LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, K, N, K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, K, M, K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, N, M, N));
-  }
-  ~LtGemm() {
-    cublasLtMatrixLayoutDestroy(c);
-    cublasLtMatrixLayoutDestroy(b);
-    cublasLtMatrixLayoutDestroy(a);
-    cublasLtMatmulDescDestroy(op);
-    cublasLtDestroy(lt);
-  }
+  LtGemm(int M, int N, int K) : p(M, N, K, N) { LT_CHECK(cublasLtCreate(&lt)); }
+  ~LtGemm() { cublasLtDestroy(lt); }
   void run(const bf16* w, const bf16* x, bf16* gu, const cublasLtMatmulAlgo_t& al) {
-    LT_CHECK(cublasLtMatmul(lt, op, &one, w, a, x, b, &zero, gu, c, gu, c, &al, ws.get(),
+    LT_CHECK(cublasLtMatmul(lt, p.op, &one, w, p.a, x, p.b, &zero, gu, p.c, gu, p.c, &al, ws.get(),
                             ws.bytes(), 0));
   }
   // Picks `algo`; returns its median µs.
@@ -72,7 +47,7 @@ struct LtGemm {
                                                   &bytes, sizeof bytes));
     cublasLtMatmulHeuristicResult_t res[8];
     int n = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 8, res, &n));
+    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 8, res, &n));
     cublasLtMatmulPreferenceDestroy(pref);
     double best = 1e30;
     for (int i = 0; i < n; ++i) {

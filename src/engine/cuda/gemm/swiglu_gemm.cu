@@ -145,10 +145,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         float r[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float g = __bfloat162float(__float2bfloat16(d[4 * j + 2 * half + e]));
-          const float u = __bfloat162float(__float2bfloat16(d[4 * (j + 16) + 2 * half + e]));
-          const float sg = __bfloat162float(__float2bfloat16(silu_rounded_to<bf16>(g)));
-          r[e] = sg * u;
+          // swiglu's rounding points (kernels/elementwise.cu) on the bf16-rounded gate_up
+          const float g = rnd<bf16>(d[4 * j + 2 * half + e]);
+          const float u = rnd<bf16>(d[4 * (j + 16) + 2 * half + e]);
+          r[e] = rnd<bf16>(silu_rounded_to<bf16>(g)) * u;
         }
         *reinterpret_cast<__nv_bfloat162*>(o + 8 * j) = __floats2bfloat162_rn(r[0], r[1]);
       }
