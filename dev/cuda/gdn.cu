@@ -183,19 +183,23 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
     const GdnGatedNorm nrm{z.get<bf16>() + kGdnCqkv, kGdnLd, w.get<float>(), kEps};
     const size_t no = size_t(T) * kGdnHv * kGdnD;
     auto y = poisoned<bf16>(no);
-    // {longest first, scan CTAs an SM}: the packed default (1, 1) last
-    const int configs[4][2] = {{0, 2}, {1, 2}, {0, 1}, {1, 1}};
-    std::vector<float> y_of[4];
+    // {longest first, scan CTAs an SM, progress counts (TcLaunch::progress)}: the packed default
+    // (1, 1, the process's choice) last, after the same without the counts
+    constexpr int kForms = 5;
+    const int configs[kForms][3] = {{0, 2, -1}, {1, 2, -1}, {0, 1, -1}, {1, 1, -1}, {1, 1, 0}};
+    std::vector<float> y_of[kForms];
     std::string label;
     for (size_t i = 0; i < lengths.size(); ++i)
       label += (i ? "+" : "") + std::to_string(lengths[i]);
-    for (int ci = 0; ci < 4; ++ci) {
-      const int longest = configs[ci][0], blocks = configs[ci][1];
+    for (int ci = 0; ci < kForms; ++ci) {
+      const int longest = configs[ci][0], blocks = configs[ci][1], progress = configs[ci][2];
+      const bool counts = progress == 1 || (progress == 0 && gdn_scan_progress());
       auto launch = [&](cudaEvent_t between, cudaEvent_t after) {
         gdn::chunked_tc(in.form(true, KernelPath::Auto), T, kGdnHk, kGdnHv, kGdnD, kGdnD,
                         y.get<bf16>(), ws.get<float>(), 0, between, after, &seqs, &nrm, false,
-                        gdn::TcLaunch{-1, blocks, 0, longest});
+                        gdn::TcLaunch{-1, blocks, 0, longest, 0, 0, 0, 0, 0, progress});
       };
+      DEV_CUDA_CHECK(cudaMemset(y.get(), 0xFF, no * sizeof(bf16)));  // each form writes all of y
       const double whole = timer.median_us([&] { launch(nullptr, nullptr); }, 2);
       y_of[ci] = to_host<bf16>(y, no);
       std::vector<float> part[3];
@@ -212,14 +216,19 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
       }
       for (auto& v : part) std::sort(v.begin(), v.end());
       std::printf(
-          "[gdn pack] %-24s T %5d, %2d sequences (%2d slots), scan %s, %d CTA%s an SM: whole core "
-          "to y %.1f us (x24 %.2f ms); split: prep %.1f, scan %.1f, output + norm %.1f us\n",
+          "[gdn pack] %-24s T %5d, %2d sequences (%2d slots), scan %s, %d CTA%s an SM, progress "
+          "counts %s: whole core to y %.1f us (x24 %.2f ms); split (no counts): prep %.1f, scan "
+          "%.1f, output + norm %.1f us\n",
           label.c_str(), T, n, slots, longest ? "longest first" : "in slot order", blocks,
-          blocks > 1 ? "s" : "", whole, 24e-3 * whole, part[0][5], part[1][5], part[2][5]);
+          blocks > 1 ? "s" : "", counts ? "on" : "off", whole, 24e-3 * whole, part[0][5],
+          part[1][5], part[2][5]);
     }
     size_t differ = 0;
-    for (size_t i = 0; i < no; ++i)
-      differ += y_of[0][i] != y_of[1][i] || y_of[0][i] != y_of[2][i] || y_of[0][i] != y_of[3][i];
+    for (size_t i = 0; i < no; ++i) {
+      bool d = false;
+      for (int ci = 1; ci < kForms; ++ci) d |= y_of[0][i] != y_of[ci][i];
+      differ += d;
+    }
     // The per-pack choice's estimates (gdn/core_choice.h) beside this run's forms, to refit them.
     const std::vector<int> chunks = gdn_sequence_chunks(t.seq_chunk0);
     int sms = 0;
@@ -229,7 +238,7 @@ int bench_packs(const char* spec, std::mt19937_64& rng) {
                  tf = gdn_fused_core_us(chunks, kGdnHv, sms, costs);
     std::printf("[gdn pack] %s: per-pack estimate three kernels %.1f us, fused %.1f us: %s\n",
                 label.c_str(), t3, tf, tf < t3 ? "fused" : "three kernels");
-    std::printf("[gdn pack] %s: y differs between the four forms in %zu of %zu values\n",
+    std::printf("[gdn pack] %s: y differs between the five forms in %zu of %zu values\n",
                 label.c_str(), differ, no);
     if (differ) return 1;
   }

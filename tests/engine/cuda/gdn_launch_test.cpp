@@ -1,6 +1,7 @@
 // The tensor-core GDN path's launch forms (gdn/tensor_core.h TcLaunch): programmatic edges between
 // prep, scan and output (the output kernel forming its P terms while the scan still runs), the
-// scan at one or two CTAs an SM, and a packed scan's 32 or 64 columns a CTA. They change when
+// scan at one or two CTAs an SM, a packed scan's 32 or 64 columns a CTA, and a packed scan's
+// progress counts (each output CTA waiting for its own chunk while the scan runs). They change when
 // kernels start, how registers are allocated and which CTA holds a column, never an operation or
 // its order, so o (and the fused gated norm's y) must be bit for bit the same in every form; the
 // plain form is also checked against the exact recurrence. Single sequences (961 tokens: a
@@ -105,14 +106,23 @@ std::vector<uint16_t> expect_forms_agree(const GdnTestInputs& in, const Shape& s
                                          const GdnSequences* seqs, const GdnGatedNorm* norm,
                                          const std::vector<float>* expect, int w_terms = 0) {
   const auto plain = run_form(in, sh, T, slots, seqs, norm, {0, 1, w_terms, 0});
-  const gdn::TcLaunch forms[] = {{0, 1, w_terms, 1},         {1, 1, w_terms, 1},
-                                 {0, 2, w_terms, 0},         {1, 2, w_terms, 1},
-                                 {-1, 0, w_terms, -1},       {1, 1, w_terms, 1, 0, 0, 4},
-                                 {1, 1, w_terms, 1, 0, 0, 8}};
+  // {pdl, scan_blocks, w_terms, longest_first, s_terms, v_terms, scan_nt, fused, fused_groups,
+  // progress}; progress applies to packs only (the output CTAs waiting on the scan's counts).
+  const gdn::TcLaunch forms[] = {{0, 1, w_terms, 1},
+                                 {1, 1, w_terms, 1, 0, 0, 0, 0, 0, -1},
+                                 {0, 2, w_terms, 0},
+                                 {1, 2, w_terms, 1, 0, 0, 0, 0, 0, -1},
+                                 {-1, 0, w_terms, -1},
+                                 {1, 1, w_terms, 1, 0, 0, 4, 0, 0, -1},
+                                 {1, 1, w_terms, 1, 0, 0, 8, 0, 0, -1},
+                                 {1, 1, w_terms, 1, 0, 0, 4, 0, 0, 1},
+                                 {1, 1, w_terms, 1, 0, 0, 8, 0, 0, 1},
+                                 {1, 1, w_terms, 0, 0, 0, 8, 0, 0, 1},
+                                 {1, 2, w_terms, 1, 0, 0, 0, 0, 0, 1}};
   for (const gdn::TcLaunch& f : forms) {
     SCOPED_TRACE("pdl " + std::to_string(f.pdl) + " scan_blocks " + std::to_string(f.scan_blocks) +
                  " longest_first " + std::to_string(f.longest_first) + " scan_nt " +
-                 std::to_string(f.scan_nt));
+                 std::to_string(f.scan_nt) + " progress " + std::to_string(f.progress));
     const auto got = run_form(in, sh, T, slots, seqs, norm, f);
     size_t differ = 0, first = 0;
     for (size_t i = 0; i < got.size(); ++i)

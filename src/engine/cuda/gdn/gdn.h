@@ -99,6 +99,12 @@ int gdn_v_terms();
 // Whether a packed scan's value warps ask L2 for W and U two chunks ahead of their register loads
 // (unless CLEF_GDN_SCAN_PREFETCH=0; one sequence never does; perf-log v25c). Never changes a value.
 bool gdn_scan_prefetch();
+// Whether a packed scan publishes its progress a chunk at a time, so that the output kernel's CTAs
+// (started as soon as every scan CTA runs, in order of chunk index within their sequence) each wait
+// for their own chunk's state and Vn instead of for the whole scan, and fill the SMs the scan's
+// last wave and a long request's chain leave idle (unless CLEF_GDN_SCAN_PROGRESS=0; one sequence
+// never does; perf-log v31a). Never changes a value.
+bool gdn_scan_progress();
 // Whether a packed scan takes 64 value columns a CTA instead of 32 (unless CLEF_GDN_SCAN_NT=4;
 // perf-log v25b). Never changes a value.
 bool gdn_scan_wide();

@@ -43,7 +43,15 @@ struct Ws {
   float* G;   // [Hv][Tc]           gamma
   uint4* H;   // [Hv][nC] x dk dv bf16: the state before each chunk, as b_frag
   uint4* Vn;  // [Hv][nC] x C dv bf16: U - W S, as b_frag
+  // A packed scan's progress (ScanLaunch::progress): [nC][Hv][kProgressSlots], the chunks each of a
+  // (sequence slot, value head)'s column CTAs' warps have published (zeroed by prep); and the
+  // output kernel's order of the chunk slots (prep): (sequence slot << 16) | chunk slot, by index
+  // of the chunk within its sequence, then by sequence slot; unused slots last.
+  int* progress;
+  int* order;
 };
+// Progress slots a (sequence slot, value head): its column CTAs x 8 warps (dv / (8 NT) <= 4).
+constexpr int kProgressSlots = 32;
 
 // The output kernel's B operands (the published states and Vn, rounded to bf16) in the order its
 // warps read them: per k16 step kk, 16-column pair jp and lane, that lane's m16n8k16 B fragments
@@ -82,6 +90,10 @@ Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
   w.H = reinterpret_cast<uint4*>(p);
   p += static_cast<size_t>(Hv) * nC * dk * dv / 2;
   w.Vn = reinterpret_cast<uint4*>(p);
+  p += rows * dv / 2;
+  w.progress = reinterpret_cast<int*>(p);
+  p += nC * Hv * kProgressSlots;
+  w.order = reinterpret_cast<int*>(p);
   return w;
 }
 
@@ -145,6 +157,21 @@ __device__ __forceinline__ void allow_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// A packed scan's progress to the output kernel (ScanLaunch::progress): each warp, once its lanes'
+// stores of a chunk are issued, releases its count at gpu scope; an output CTA acquires every
+// count its chunk needs before reading the state and Vn (by ld.global.cg: they are written while
+// it runs).
+__device__ __forceinline__ void release_progress(int* p, int count) {
+  __syncwarp();  // the lanes' stores before lane 0's release
+  if ((threadIdx.x & 31) == 0)
+    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(count) : "memory");
+}
+__device__ __forceinline__ int acquire_progress(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // A kernel of the core a pack did not choose (ChunkMap::core) leaves at once, but only after its
 // predecessor: the next kernel's programmatic edge is to this one, so this one must not end before
 // everything ahead of it has.
@@ -323,15 +350,53 @@ __device__ __forceinline__ void lower_times(const float* L, int lda, const float
 // kFused (the fused core's prep, fused_kernel below): instead of W and U, T' = Tm diag(beta) and
 // P = (Q K^T) o Gamma_incl, fp32 [C][C] each, in the slot's W rows (T' first; dk >= 2 C floats a
 // row hold both); xq and rq are read only then.
+// The output kernel's order of the nC chunk slots of a packed grid (Ws::order), by one CTA: chunk
+// j of every sequence before chunk j + 1 of any, ties in sequence slot order. A scan CTA publishes
+// its chunks in order, so the output CTAs dispatched first are those whose chunks are ready
+// first, and the ones waiting for a long request's chain come last. Rank of slot c (chunk j of
+// sequence s): sum over sequences of min(n, j), plus the sequences before s with more than j.
+__device__ void output_order(const ChunkMap& map, int n_seqs, int nC, int* order) {
+  int used, n0;
+  map.sequence(n_seqs - 1, nC, used, n0);
+  used += n0;
+  for (int c = threadIdx.x; c < nC; c += blockDim.x) {
+    if (c >= used) {  // unused slots keep their place after the used ones
+      order[c] = c;
+      continue;
+    }
+    int s = 0, first = 0, n = 0;
+    for (; s < n_seqs; ++s) {
+      map.sequence(s, nC, first, n);
+      if (c < first + n) break;
+    }
+    const int j = c - first;
+    int rank = 0;
+    for (int q = 0; q < n_seqs; ++q) {
+      int f, m;
+      map.sequence(q, nC, f, m);
+      rank += min(m, j) + (q < s && m > j);
+    }
+    order[rank] = (s << 16) | c;
+  }
+}
+
 template <bool kFused>
 __global__ void __launch_bounds__(kThreads, 4)
     prep_kernel(const bf16* __restrict__ xk, const bf16* __restrict__ xv,
                 const float* __restrict__ rk, const float* __restrict__ g,
                 const float* __restrict__ beta, ChunkMap map, int Tc, int Hk, int Hv, int dk,
-                int dv, Ws ws, const bf16* __restrict__ xq, const float* __restrict__ rq) {
+                int dv, Ws ws, const bf16* __restrict__ xq, const float* __restrict__ rq,
+                int n_seqs, bool progress) {
   if (skip_core(map)) return;
   extern __shared__ __align__(128) float smem[];
   const int chunk = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
+  if (progress) {
+    // The scan's progress counts of (sequence slot `chunk`, head h) from zero (nC >= n_seqs); the
+    // scan waits for this grid before it counts, and the output kernel starts after the scan has.
+    if (chunk < n_seqs && threadIdx.x < kProgressSlots)
+      ws.progress[(static_cast<size_t>(chunk) * Hv + h) * kProgressSlots + threadIdx.x] = 0;
+    if (chunk == 0 && h == 0) output_order(map, n_seqs, Tc / C, ws.order);
+  }
   int t0, valid;  // the chunk's first input row and rows
   map.chunk(chunk, t0, valid);
   if (valid <= 0) return;  // an unused slot of a packed batch
@@ -567,7 +632,7 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
 template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
                                          int warp, int lane, int first, int nC, int kgs, int lo,
-                                         bool prefetch, ScanSmem<NT, kOut> sm) {
+                                         bool prefetch, int* progress, ScanSmem<NT, kOut> sm) {
   const bool w_lo = lo & kLoW, s_lo = lo & kLoS;
   constexpr int ld = scan_ld<NT>();
   const int g = lane / 4, t = lane % 4;
@@ -684,6 +749,7 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       CLEF_PHASE(6);  // value: Vn's global copy
       if (chunk + 1 < nC) load(chunk + 1);
       ask_l2(chunk + 2);
+      if (progress) release_progress(progress, chunk + 1);  // Vn of chunks 0..chunk
     }
   }
   if constexpr (kOut) {
@@ -699,7 +765,7 @@ template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
                                          int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
                                          int c0, int warp, int lane, int first, int nC, int kgs,
-                                         int lo, ScanSmem<NT, kOut> sm) {
+                                         int lo, int* progress, ScanSmem<NT, kOut> sm) {
   constexpr int ld = scan_ld<NT>();
   const bool v_lo = lo & kLoV;
   const int sw = warp - 4, g = lane / 4, t = lane % 4, kh = h / (Hv / Hk);
@@ -750,6 +816,7 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     bar_arrive(mi == 0 ? kBarTop : kBarBottom);
     publish(0, mi, true);
   }
+  if (progress) release_progress(progress, 1);  // the state before chunk 0
   // gamma_C of the chunk, a step ahead: its load must not sit between Vn's arrival and the update
   float gl = __ldg(Gh + C - 1);
   CLEF_PHASE_CLOCK(23, 2, 0, 128);
@@ -797,6 +864,7 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     }
     // The next chunk's keys over these: every ldmatrix of them fed the products published above.
     if (chunk + 2 < nC) load(chunk + 1);
+    if (progress) release_progress(progress, chunk + 2);  // the states before chunks 0..chunk + 1
   }
 }
 
@@ -996,7 +1064,8 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
 template <int NT, bool kOut, int kBlocks>
 __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
-                Ws ws, ScanOutArgs oa, bool early, int lo, bool longest, bool prefetch) {
+                Ws ws, ScanOutArgs oa, bool early, int lo, bool longest, bool prefetch,
+                bool progress) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
   const ScanSmem<NT, kOut> sm(smem);
@@ -1005,18 +1074,24 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
   const int kgs = dk / 16;
   int first, nC;  // the chunk slots of sequence blockIdx.z; each sequence starts from S = 0
   if (skip_core(map)) return;
-  map.sequence(longest ? map.longest_first(blockIdx.z, gridDim.z) : blockIdx.z, Tc / C, first, nC);
+  const int seq = longest ? map.longest_first(blockIdx.z, gridDim.z) : blockIdx.z;
+  map.sequence(seq, Tc / C, first, nC);
   if (nC <= 0) return;  // an unused sequence slot (the whole CTA leaves before any barrier)
-  wait_predecessor();   // prep's W, U, F, G
+  wait_predecessor();   // prep's W, U, F, G (and the zeroed progress counts)
   if (early) allow_dependents();
+  // This warp's progress count (kOut publishes nothing to global memory).
+  int* const prog = progress && !kOut ? ws.progress +
+                                            (static_cast<size_t>(seq) * Hv + h) * kProgressSlots +
+                                            blockIdx.x * 8 + warp
+                                      : nullptr;
 
   // separate functions: each role gets its own register allocation
   if (warp < 4) {
     scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, lo, prefetch,
-                                   sm);
+                                   prog, sm);
   } else if (warp < 8) {
     scan_states<NT, kOut, kBlocks>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC,
-                                   kgs, lo, sm);
+                                   kgs, lo, prog, sm);
   } else if constexpr (kOut) {
     scan_outputs<NT>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp - 8, lane, first, nC, kgs, sm,
                      oa);
@@ -1038,13 +1113,18 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
 // kLower): A as PA bf16 terms in shared memory (row stride lda, A2 unused when PA == 1), B bf16 in
 // fragment order (b: this warp's and lane's uint4 of k16 step 0, b_frag; `step` uint4 per k16
 // step); the next k16 step's B is in flight while this one's products run.
+// `cg`: B through L2 only (ld.global.cg), for operands a running scan writes (ScanLaunch::progress);
+// else through the read-only path.
+__device__ __forceinline__ uint4 load_b(const uint4* p, bool cg) {
+  return cg ? __ldcg(p) : __ldg(p);
+}
 template <bool kLower, int PA>
 __device__ __forceinline__ void times_frag_b(float (&acc)[2][4][4], const bf16* A1, const bf16* A2,
-                                             int lda, const uint4* b, size_t step, int K,
-                                             int lane) {
-  uint4 bv = __ldg(b);
+                                             int lda, const uint4* b, size_t step, int K, int lane,
+                                             bool cg) {
+  uint4 bv = load_b(b, cg);
   for (int k0 = 0; k0 < K; k0 += 16) {
-    const uint4 nv = k0 + 16 < K ? __ldg(b + (k0 / 16 + 1) * step) : bv;
+    const uint4 nv = k0 + 16 < K ? load_b(b + (k0 / 16 + 1) * step, cg) : bv;
 #pragma unroll
     for (int tm = 0; tm < 4; ++tm) {
       if (kLower && k0 >= 16 * (tm + 1)) continue;
@@ -1130,11 +1210,19 @@ template <typename E, bool kNorm, int NH>
 __global__ void __launch_bounds__(kOutThreads, 3)
     output_kernel(const bf16* __restrict__ xq, const bf16* __restrict__ xk,
                   const float* __restrict__ rq, const float* __restrict__ rk, ChunkMap map, int Tc,
-                  int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o) {
+                  int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o,
+                  int progress) {
   constexpr int NW = kOutThreads / 32;
   if (skip_core(map)) return;
   extern __shared__ __align__(128) float smem[];
-  const int chunk = blockIdx.x, h0 = blockIdx.y * NH, kh = h0 / (Hv / Hk), nC = Tc / C;
+  // progress (ScanLaunch::progress; the scan's count slots a head): the CTAs take the chunk slots
+  // in Ws::order (all value heads of one slot, then the next), each waiting for its own chunk.
+  int chunk = blockIdx.x, hb = blockIdx.y, seq = 0;
+  if (progress) {
+    const int i = blockIdx.y * gridDim.x + blockIdx.x, e = __ldcg(ws.order + i / gridDim.y);
+    chunk = e & 0xFFFF, seq = e >> 16, hb = i % gridDim.y;
+  }
+  const int h0 = hb * NH, kh = h0 / (Hv / Hk), nC = Tc / C;
   int t0, valid;  // the chunk's first input row and rows
   map.chunk(chunk, t0, valid);
   if (valid <= 0) return;
@@ -1185,10 +1273,27 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   CLEF_PHASE(1);  // P
   const int col0 = 16 * warp;
   const bool on = col0 < dv;  // dv % 16 == 0: a warp has both column tiles or none
-  if (!kNorm && !on) return;  // the norm's barriers need every warp
   // Everything above reads the conv prep's and prep's outputs only (G: prep's, complete before
-  // the scan could let this grid start); the published states and Vn are the scan's.
-  wait_predecessor();
+  // the scan could let this grid start); the published states and Vn are the scan's: all of them,
+  // or (progress) this chunk's, which the scan has published once every count of the sequence's
+  // heads h0.. has passed the chunk's index in the sequence.
+  if (progress) {
+    if (warp == 0) {
+      int first, n;
+      map.sequence(seq, nC, first, n);
+      const int need = chunk - first + 1;
+      for (int i = lane; i < NH * progress; i += 32) {
+        const int* p = ws.progress +
+                       (static_cast<size_t>(seq) * Hv + h0 + i / progress) * kProgressSlots +
+                       i % progress;
+        while (acquire_progress(p) < need) __nanosleep(128);
+      }
+    }
+    __syncthreads();
+  } else {
+    wait_predecessor();
+  }
+  if (!kNorm && !on) return;  // the norm's barriers need every warp
   for (int hh = 0; hh < NH; ++hh) {
     const int h = h0 + hh;
     bf16* const Ph = P + 2 * hh * C * kLdp;
@@ -1198,7 +1303,7 @@ __global__ void __launch_bounds__(kOutThreads, 3)
       times_frag_b<false, 1>(
           acc, Xq, nullptr, kLdx,
           ws.H + (static_cast<size_t>(h) * nC + chunk) * (dk * dv / 8) + b_frag(0, warp, dv, lane),
-          step, dk, lane);
+          step, dk, lane, progress != 0);
       CLEF_PHASE(3);  // Xq S (warp 0)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
@@ -1208,7 +1313,7 @@ __global__ void __launch_bounds__(kOutThreads, 3)
           for (int c = 0; c < 4; ++c) acc[r][tm][c] *= sc[hh * C + 16 * tm + g + 8 * (c / 2)];
       times_frag_b<true, 2>(acc, Ph, Ph + C * kLdp, kLdp,
                             ws.Vn + row0(hh) / C * (C * dv / 8) + b_frag(0, warp, dv, lane), step,
-                            C, lane);
+                            C, lane, progress != 0);
       CLEF_PHASE(4);  // + P Vn (warp 0)
     }
     if constexpr (kNorm) {
@@ -1633,6 +1738,7 @@ struct ScanLaunch {
   bool longest = true;          // sequences longest first (TcLaunch::longest_first)
   int nt = 4;                   // n8 column tiles a CTA (scan_nt)
   bool prefetch = true;         // W and U two chunks ahead into L2 (gdn_scan_prefetch)
+  bool progress = false;        // progress counts for the output kernel (gdn_scan_progress)
 };
 
 template <int NT, bool kOut, int kBlocks>
@@ -1644,7 +1750,8 @@ void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int H
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
   launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, how.pdl,
-         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.lo, how.longest, how.prefetch);
+         xk, map, Tc, Hk, Hv, dk, dv, ws, oa, how.early, how.lo, how.longest, how.prefetch,
+         how.progress);
 }
 
 // oa.o set: the scan that also forms o (kOut; the caller asks for one CTA an SM, no early start);
@@ -1784,7 +1891,8 @@ std::vector<int> scan_sequence_order(const std::vector<int32_t>& seq_chunk0) {
 
 size_t tc_workspace_floats(int Tc, int Hv, int dk, int dv) {
   const size_t rows = static_cast<size_t>(Hv) * Tc, nC = Tc / C;
-  return rows * (dk + dv + dv / 2 + 2) + static_cast<size_t>(Hv) * nC * dk * dv / 2;
+  return rows * (dk + dv + dv / 2 + 2) + static_cast<size_t>(Hv) * nC * dk * dv / 2 +
+         nC * Hv * kProgressSlots + nC;
 }
 
 void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv_bfloat16* o,
@@ -1858,7 +1966,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
     CLEF_CUDA_CHECK(cudaFuncSetAttribute(
         prep_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)));
     launch(prep_kernel<true>, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g,
-           in.beta, mf, Tc, Hk, Hv, dk, dv, ws, in.xq, in.rq);
+           in.beta, mf, Tc, Hk, Hv, dk, dv, ws, in.xq, in.rq, n_seqs, false);
   }
   auto launch_fused = [&](bool edge) {
     const int groups = how.fused_groups ? how.fused_groups : gdn_fused_groups();
@@ -1882,9 +1990,18 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
+  // The scan's progress for the output kernel (gdn_scan_progress): packs whose three kernels are
+  // chained by programmatic edges with no event between them, every count of a head in one slot
+  // set. The output CTAs then start once every scan CTA runs (the scan lets dependents start at
+  // once) and each waits for its own chunk only.
+  const bool scan_edge = pdl && (per_pack || !between);
+  const int progress_slots = dv / (8 * nt) * 8;
+  const bool progress = scan_edge && !after_scan && !scan_output && !per_pack && n_seqs > 1 &&
+                        progress_slots <= kProgressSlots &&
+                        (how.progress == 0 ? gdn_scan_progress() : how.progress == 1);
   launch(prep_kernel<false>, dim3(nC, Hv), kThreads, ps, s, pdl, in.xk, in.xv, in.rk, in.g, in.beta,
          m3, Tc, Hk, Hv, dk, dv, ws, static_cast<const bf16*>(nullptr),
-         static_cast<const float*>(nullptr));
+         static_cast<const float*>(nullptr), n_seqs, progress);
   if (between) CLEF_CUDA_CHECK(cudaEventRecord(between, s));
   if (per_pack) launch_fused(pdl && !between);
   if (scan_output) {  // o straight from the scan: no published states, no output kernel
@@ -1894,13 +2011,13 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
     return;
   }
   // The scan's edge is to the fused kernel in a per-pack grid (no event between them).
-  const bool scan_edge = pdl && (per_pack || !between);
-  launch_scan(
-      in.xk, m3, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
-      ScanLaunch{scan_edge, scan_edge && !after_scan && early, blocks, lo, longest, nt, prefetch});
+  launch_scan(in.xk, m3, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
+              ScanLaunch{scan_edge, scan_edge && !after_scan && (early || progress), blocks, lo,
+                         longest, nt, prefetch, progress});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
-         m3, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o);
+         m3, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o,
+         progress ? progress_slots : 0);
 }
 
 }  // namespace clef::engine::cuda::gdn

@@ -68,6 +68,10 @@ struct TcLaunch {
   // 2), 2 (eight warps) or 4 (sixteen warps): o the same bits, y's row sums of squares added in
   // another order
   int fused_groups = 0;
+  // a packed scan's progress counts, the output CTAs each waiting for their own chunk: 0 the
+  // process's choice (gdn_scan_progress()), 1 on, -1 off; where they apply (programmatic edges,
+  // no profiling events, the three kernels, several sequences). The same bits either way.
+  int progress = 0;
 };
 
 // The sequence slot each block z of a packed scan grid takes when it runs longest first (ChunkMap::
