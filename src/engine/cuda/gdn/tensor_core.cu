@@ -43,15 +43,15 @@ struct Ws {
   float* G;   // [Hv][Tc]           gamma
   uint4* H;   // [Hv][nC] x dk dv bf16: the state before each chunk, as b_frag
   uint4* Vn;  // [Hv][nC] x C dv bf16: U - W S, as b_frag
-  // A packed scan's progress (ScanLaunch::progress): [nC][Hv][kProgressSlots], the chunks each of a
-  // (sequence slot, value head)'s column CTAs' warps have published (zeroed by prep); and the
+  // A packed scan's progress (ScanLaunch::progress): [nC][Hv][kProgressSlots], the chunks whose
+  // state and Vn each column CTA of a (sequence slot, value head) has stored (zeroed by prep); the
   // output kernel's order of the chunk slots (prep): (sequence slot << 16) | chunk slot, by index
   // of the chunk within its sequence, then by sequence slot; unused slots last.
   int* progress;
   int* order;
 };
-// Progress slots a (sequence slot, value head): its column CTAs x 8 warps (dv / (8 NT) <= 4).
-constexpr int kProgressSlots = 32;
+// Progress slots a (sequence slot, value head): one a column CTA (dv / (8 NT) <= 8).
+constexpr int kProgressSlots = 8;
 
 // The output kernel's B operands (the published states and Vn, rounded to bf16) in the order its
 // warps read them: per k16 step kk, 16-column pair jp and lane, that lane's m16n8k16 B fragments
@@ -157,14 +157,12 @@ __device__ __forceinline__ void allow_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-// A packed scan's progress to the output kernel (ScanLaunch::progress): each warp, once its lanes'
-// stores of a chunk are issued, releases its count at gpu scope; an output CTA acquires every
-// count its chunk needs before reading the state and Vn (by ld.global.cg: they are written while
+// A packed scan's progress to the output kernel (ScanLaunch::progress): a column CTA's count of the
+// chunks whose state and Vn are all stored, released at gpu scope by one thread; an output CTA
+// acquires every count its chunk needs before reading them (by ld.global.cg: they are written while
 // it runs).
 __device__ __forceinline__ void release_progress(int* p, int count) {
-  __syncwarp();  // the lanes' stores before lane 0's release
-  if ((threadIdx.x & 31) == 0)
-    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(count) : "memory");
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(count) : "memory");
 }
 __device__ __forceinline__ int acquire_progress(const int* p) {
   int v;
@@ -749,7 +747,15 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
       CLEF_PHASE(6);  // value: Vn's global copy
       if (chunk + 1 < nC) load(chunk + 1);
       ask_l2(chunk + 2);
-      if (progress) release_progress(progress, chunk + 1);  // Vn of chunks 0..chunk
+      // The CTA's count, by value warp 0 two chunks behind, with no fence of its own on the
+      // chain: this warp's Vn stores precede the release; the other value warps' Vn of chunk
+      // c - 2 preceded their kBarVn arrival of chunk c - 1, and the state warps' published states
+      // up to chunk c - 1 their kBarTop arrival of chunk c, both synchronised with by this warp
+      // (kBarVn -> state warps -> kBarTop). The kernel releases nC at its end.
+      if (progress && warp == 0 && chunk >= 2) {
+        __syncwarp();
+        if (lane == 0) release_progress(progress, chunk - 1);
+      }
     }
   }
   if constexpr (kOut) {
@@ -765,7 +771,7 @@ template <int NT, bool kOut, int kBlocks>
 __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
                                          int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
                                          int c0, int warp, int lane, int first, int nC, int kgs,
-                                         int lo, int* progress, ScanSmem<NT, kOut> sm) {
+                                         int lo, ScanSmem<NT, kOut> sm) {
   constexpr int ld = scan_ld<NT>();
   const bool v_lo = lo & kLoV;
   const int sw = warp - 4, g = lane / 4, t = lane % 4, kh = h / (Hv / Hk);
@@ -816,7 +822,6 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     bar_arrive(mi == 0 ? kBarTop : kBarBottom);
     publish(0, mi, true);
   }
-  if (progress) release_progress(progress, 1);  // the state before chunk 0
   // gamma_C of the chunk, a step ahead: its load must not sit between Vn's arrival and the update
   float gl = __ldg(Gh + C - 1);
   CLEF_PHASE_CLOCK(23, 2, 0, 128);
@@ -864,7 +869,6 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     }
     // The next chunk's keys over these: every ldmatrix of them fed the products published above.
     if (chunk + 2 < nC) load(chunk + 1);
-    if (progress) release_progress(progress, chunk + 2);  // the states before chunks 0..chunk + 1
   }
 }
 
@@ -1079,11 +1083,11 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
   if (nC <= 0) return;  // an unused sequence slot (the whole CTA leaves before any barrier)
   wait_predecessor();   // prep's W, U, F, G (and the zeroed progress counts)
   if (early) allow_dependents();
-  // This warp's progress count (kOut publishes nothing to global memory).
-  int* const prog = progress && !kOut ? ws.progress +
-                                            (static_cast<size_t>(seq) * Hv + h) * kProgressSlots +
-                                            blockIdx.x * 8 + warp
-                                      : nullptr;
+  // This column CTA's progress count (kOut publishes nothing to global memory).
+  int* const prog =
+      progress && !kOut
+          ? ws.progress + (static_cast<size_t>(seq) * Hv + h) * kProgressSlots + blockIdx.x
+          : nullptr;
 
   // separate functions: each role gets its own register allocation
   if (warp < 4) {
@@ -1091,10 +1095,14 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
                                    prog, sm);
   } else if (warp < 8) {
     scan_states<NT, kOut, kBlocks>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane, first, nC,
-                                   kgs, lo, prog, sm);
+                                   kgs, lo, sm);
   } else if constexpr (kOut) {
     scan_outputs<NT>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp - 8, lane, first, nC, kgs, sm,
                      oa);
+  }
+  if (prog) {  // every warp's stores of every chunk before the last count
+    __syncthreads();
+    if (threadIdx.x == 0) release_progress(prog, nC);
   }
 }
 
@@ -1995,7 +2003,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   // set. The output CTAs then start once every scan CTA runs (the scan lets dependents start at
   // once) and each waits for its own chunk only.
   const bool scan_edge = pdl && (per_pack || !between);
-  const int progress_slots = dv / (8 * nt) * 8;
+  const int progress_slots = dv / (8 * nt);  // a count a column CTA
   const bool progress = scan_edge && !after_scan && !scan_output && !per_pack && n_seqs > 1 &&
                         progress_slots <= kProgressSlots &&
                         (how.progress == 0 ? gdn_scan_progress() : how.progress == 1);
