@@ -4,7 +4,8 @@
 # public231-shape at C1, C4, C16, C64 and public231-short at C16, C64 with the GEMM-bound ceiling
 # and the batch histograms, and C1 (alone) against C16 and short C64 (invariance_check.sh).
 # Results in $OUT/result.txt.
-# Usage (repo root on the device): [TESTS=1] scripts/device/closing_check.sh
+# FILTER / TEST_LIMIT: another test subset and limit.
+# Usage (repo root on the device): [TESTS=1] [FILTER=...] [TEST_LIMIT=s] scripts/device/closing_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
 R=$OUT/result.txt
@@ -14,7 +15,8 @@ MKP=$!
 if [ "${TESTS:-1}" = 1 ]; then
   mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
     ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
-  gpu_tests "-GdnTiming*" 450  # 300 s was too short beside make-model (perf-log v30b)
+  # 300 s was too short for all of them beside make-model (perf-log v30b)
+  gpu_tests "${FILTER:--GdnTiming*}" "${TEST_LIMIT:-450}"
 fi
 wait $MKP
 TESTS=0 MODES=default RUNS="public231-shape:1 public231-shape:4 public231-shape:16 \

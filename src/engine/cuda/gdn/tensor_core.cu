@@ -1121,8 +1121,8 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
 // kLower): A as PA bf16 terms in shared memory (row stride lda, A2 unused when PA == 1), B bf16 in
 // fragment order (b: this warp's and lane's uint4 of k16 step 0, b_frag; `step` uint4 per k16
 // step); the next k16 step's B is in flight while this one's products run.
-// `cg`: B through L2 only (ld.global.cg), for operands a running scan writes (ScanLaunch::progress);
-// else through the read-only path.
+// `cg`: B through L2 only (ld.global.cg), for operands a running scan writes
+// (ScanLaunch::progress); else through the read-only path.
 __device__ __forceinline__ uint4 load_b(const uint4* p, bool cg) {
   return cg ? __ldcg(p) : __ldg(p);
 }
