@@ -10,6 +10,7 @@
 # (each shape's algorithm classes and whether the engine's per-M picks share one) goes there too.
 # RUNS: the bench runs as MANIFEST:CONCURRENCY (default "public231-shape:1 public231-shape:16
 # public231-short:64"; the compares need the first and the last two).
+# FLOOR_TPS: the ceiling's floor in tokens/s, given (no packed-forward profile).
 # Usage (repo root on the device): [PRESET=small] [TRAV=2] [TESTS=0] [MODES="default off rows noown"]
 #   [RUNS="..."] scripts/device/invariance_check.sh
 set -uo pipefail
@@ -33,7 +34,10 @@ if [ -x /tmp/c/bin/workbench_gemm ]; then  # the bit classes of the backbone's G
 fi
 wait $MKP
 FLOOR=()
-if [ "$PRESET" = flash ]; then
+if [ -n "${FLOOR_TPS:-}" ]; then  # a floor measured elsewhere (tokens/s): no profile here
+  FLOOR=(--gemm-floor-tokens-per-s "$FLOOR_TPS")
+  echo "GEMM floor $FLOOR_TPS tokens/s (given)" | tee -a "$R"
+elif [ "$PRESET" = flash ]; then
   CLEF_BATCH_INVARIANT=0 timeout 150 clefserve profile --model "$M" --device cuda --lengths 1000 \
     --runs 5 --warmup 2 --batch 7 --json /tmp/inv_batch.json > "$OUT/profile.txt" 2>&1
   fl=$(python3 -c "
