@@ -342,12 +342,6 @@ __device__ __forceinline__ void lower_times(const float* L, int lda, const float
   }
 }
 
-// ---- prep: grid (nC, Hv). Shared: Am, Tm [C][C+4] fp32 (row stride 4 mod 32: conflict-free pair
-// loads of the A fragments), X [3][16][16], gam, bet, dec, rks, cw [C], Xk [C][kLdx] bf16; Xv
-// [C][kLdx] bf16 over Am once the inverse is done (55.25 KiB: four CTAs per SM).
-// kFused (the fused core's prep, fused_kernel below): instead of W and U, T' = Tm diag(beta) and
-// P = (Q K^T) o Gamma_incl, fp32 [C][C] each, in the slot's W rows (T' first; dk >= 2 C floats a
-// row hold both); xq and rq are read only then.
 // The output kernel's order of the nC chunk slots of a packed grid (Ws::order), by one CTA: chunk
 // j of every sequence before chunk j + 1 of any, ties in sequence slot order. A scan CTA publishes
 // its chunks in order, so the output CTAs dispatched first are those whose chunks are ready
@@ -378,6 +372,12 @@ __device__ void output_order(const ChunkMap& map, int n_seqs, int nC, int* order
   }
 }
 
+// ---- prep: grid (nC, Hv). Shared: Am, Tm [C][C+4] fp32 (row stride 4 mod 32: conflict-free pair
+// loads of the A fragments), X [3][16][16], gam, bet, dec, rks, cw [C], Xk [C][kLdx] bf16; Xv
+// [C][kLdx] bf16 over Am once the inverse is done (55.25 KiB: four CTAs per SM).
+// kFused (the fused core's prep, fused_kernel below): instead of W and U, T' = Tm diag(beta) and
+// P = (Q K^T) o Gamma_incl, fp32 [C][C] each, in the slot's W rows (T' first; dk >= 2 C floats a
+// row hold both); xq and rq are read only then.
 template <bool kFused>
 __global__ void __launch_bounds__(kThreads, 4)
     prep_kernel(const bf16* __restrict__ xk, const bf16* __restrict__ xv,
@@ -1219,14 +1219,15 @@ __global__ void __launch_bounds__(kOutThreads, 3)
     output_kernel(const bf16* __restrict__ xq, const bf16* __restrict__ xk,
                   const float* __restrict__ rq, const float* __restrict__ rk, ChunkMap map, int Tc,
                   int Hk, int Hv, int dk, int dv, Ws ws, GdnGatedNorm nrm, E* __restrict__ o,
-                  int progress) {
+                  int progress_slots) {
   constexpr int NW = kOutThreads / 32;
   if (skip_core(map)) return;
   extern __shared__ __align__(128) float smem[];
-  // progress (ScanLaunch::progress; the scan's count slots a head): the CTAs take the chunk slots
-  // in Ws::order (all value heads of one slot, then the next), each waiting for its own chunk.
+  // progress_slots > 0 (ScanLaunch::progress; the scan's counts a head, one a column CTA): the
+  // CTAs take the chunk slots in Ws::order (all value heads of one slot, then the next), each
+  // waiting for its own chunk.
   int chunk = blockIdx.x, hb = blockIdx.y, seq = 0;
-  if (progress) {
+  if (progress_slots) {
     const int i = blockIdx.y * gridDim.x + blockIdx.x, e = __ldcg(ws.order + i / gridDim.y);
     chunk = e & 0xFFFF, seq = e >> 16, hb = i % gridDim.y;
   }
@@ -1283,17 +1284,17 @@ __global__ void __launch_bounds__(kOutThreads, 3)
   const bool on = col0 < dv;  // dv % 16 == 0: a warp has both column tiles or none
   // Everything above reads the conv prep's and prep's outputs only (G: prep's, complete before
   // the scan could let this grid start); the published states and Vn are the scan's: all of them,
-  // or (progress) this chunk's, which the scan has published once every count of the sequence's
-  // heads h0.. has passed the chunk's index in the sequence.
-  if (progress) {
+  // or (progress_slots) this chunk's, which the scan has published once every count of the
+  // sequence's heads h0.. has passed the chunk's index in the sequence.
+  if (progress_slots) {
     if (warp == 0) {
       int first, n;
       map.sequence(seq, nC, first, n);
       const int need = chunk - first + 1;
-      for (int i = lane; i < NH * progress; i += 32) {
+      for (int i = lane; i < NH * progress_slots; i += 32) {
         const int* p = ws.progress +
-                       (static_cast<size_t>(seq) * Hv + h0 + i / progress) * kProgressSlots +
-                       i % progress;
+                       (static_cast<size_t>(seq) * Hv + h0 + i / progress_slots) * kProgressSlots +
+                       i % progress_slots;
         while (acquire_progress(p) < need) __nanosleep(128);
       }
     }
@@ -1311,7 +1312,7 @@ __global__ void __launch_bounds__(kOutThreads, 3)
       times_frag_b<false, 1>(
           acc, Xq, nullptr, kLdx,
           ws.H + (static_cast<size_t>(h) * nC + chunk) * (dk * dv / 8) + b_frag(0, warp, dv, lane),
-          step, dk, lane, progress != 0);
+          step, dk, lane, progress_slots != 0);
       CLEF_PHASE(3);  // Xq S (warp 0)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
@@ -1321,7 +1322,7 @@ __global__ void __launch_bounds__(kOutThreads, 3)
           for (int c = 0; c < 4; ++c) acc[r][tm][c] *= sc[hh * C + 16 * tm + g + 8 * (c / 2)];
       times_frag_b<true, 2>(acc, Ph, Ph + C * kLdp, kLdp,
                             ws.Vn + row0(hh) / C * (C * dv / 8) + b_frag(0, warp, dv, lane), step,
-                            C, lane, progress != 0);
+                            C, lane, progress_slots != 0);
       CLEF_PHASE(4);  // + P Vn (warp 0)
     }
     if constexpr (kNorm) {
