@@ -47,7 +47,7 @@ __host__ __device__ constexpr int canon(int r, int c, int NC) {
 // Shared memory of an N-column CTA (bytes from the dynamic base).
 template <int N>
 struct Smem {
-  static constexpr int kW = 0;                           // uint4 [2][4 warps][8 kg][32][2 terms]
+  static constexpr int kW = 0;                             // uint4 [2][4 warps][8 kg][32][2 terms]
   static constexpr int kU = kW + 2 * 4 * 8 * 32 * 2 * 16;  // float2 [2][128][N / 8][2]
   static constexpr int kF = kU + 2 * 128 * (N / 8) * 2 * 8;  // float [2][128][2]
   static constexpr int kS = kF + 2 * 128 * 2 * 4;            // bf16 [2 terms][DK x N] canonical
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(256, 1)
   const int h = blockIdx.y, c0 = blockIdx.x * N, seq = blockIdx.z, n_seq = gridDim.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const size_t Tc = static_cast<size_t>(n_seq) * nC * C;  // rows a head
-  const int row0 = seq * nC * C;                           // the sequence's first row
+  const int row0 = seq * nC * C;                          // the sequence's first row
   const size_t slot0 = static_cast<size_t>(h) * n_seq * nC + static_cast<size_t>(seq) * nC;
   constexpr uint32_t kLbo = 16 * N, kSbo = 128;
   constexpr int NJ = N / 8;  // n8 tiles of an accumulator row
@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(256, 1)
       for (int j = 0; j < NJ; ++j)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr)
-          cp_async8(Ub + ((b * 128 + vt) * NJ + j) * 2 + hr, U + (r + 8 * hr) * dv + c0 + 8 * j + 2 * t);
+          cp_async8(Ub + ((b * 128 + vt) * NJ + j) * 2 + hr,
+                    U + (r + 8 * hr) * dv + c0 + 8 * j + 2 * t);
       cp_async4(Fb + (b * 128 + vt) * 2, F + r);
       cp_async4(Fb + (b * 128 + vt) * 2 + 1, F + r + 8);
       cp_async_commit();
@@ -182,8 +183,9 @@ __global__ void __launch_bounds__(256, 1)
           const int r = 16 * warp + g + 8 * hr, col = 8 * j + 2 * t;
           const float2 u = Ub[((b * 128 + vt) * NJ + j) * 2 + hr];
           const float v0 = u.x - acc[4 * j + 2 * hr], v1 = u.y - acc[4 * j + 2 * hr + 1];
-          *reinterpret_cast<__nv_bfloat162*>(Vn + (static_cast<size_t>(h) * Tc + row0 + c * C + r) * dv +
-                                             c0 + col) = __floats2bfloat162_rn(v0, v1);
+          *reinterpret_cast<__nv_bfloat162*>(
+              Vn + (static_cast<size_t>(h) * Tc + row0 + c * C + r) * dv + c0 + col) =
+              __floats2bfloat162_rn(v0, v1);
           uint32_t p[2];
           split_pair<2>(f[hr] * v0, f[hr] * v1, p);
           *reinterpret_cast<uint32_t*>(Vh + canon(r, col, N)) = p[0];
@@ -283,7 +285,8 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-// ---- host: inputs, reference, runs ---------------------------------------------------------------
+// ---- host: inputs, reference, runs
+// ---------------------------------------------------------------
 uint16_t bf16_bits(float x) {  // round to nearest even
   uint32_t u;
   std::memcpy(&u, &x, 4);
@@ -331,7 +334,8 @@ Problem make_problem(std::mt19937_64& rng, int n_seq, int nC, int Hv, int dv) {
           w[i][k] = 0.5f * nd(rng) / std::sqrt(float(DK));
           hi[i][k] = bf16_bits(w[i][k]);
           lo[i][k] = bf16_bits(w[i][k] - bits_f(hi[i][k]));
-          p.W[((static_cast<size_t>(h) * T) + sc * C + i) * DK + k] = bits_f(hi[i][k]) + bits_f(lo[i][k]);
+          p.W[((static_cast<size_t>(h) * T) + sc * C + i) * DK + k] =
+              bits_f(hi[i][k]) + bits_f(lo[i][k]);
         }
       // w_frag: [tm][kg][lane][hi, lo] uint4 = A fragment {a0, a1, a2, a3} of m16n8k16
       uint32_t* out = p.Wfrag.data() + (static_cast<size_t>(h) * n_seq * nC + sc) * C * DK;
@@ -369,7 +373,8 @@ void reference(const Problem& p, std::vector<float>& vn, std::vector<float>& sfi
             double a = 0;
             for (int k = 0; k < DK; ++k) a += double(w[k]) * S[k * p.dv + n];
             V[i * p.dv + n] = p.U[(static_cast<size_t>(h) * T + r0 + i) * p.dv + n] - a;
-            vn[(static_cast<size_t>(h) * T + r0 + i) * p.dv + n] = static_cast<float>(V[i * p.dv + n]);
+            vn[(static_cast<size_t>(h) * T + r0 + i) * p.dv + n] =
+                static_cast<float>(V[i * p.dv + n]);
           }
         }
         const double gc = p.gC[(static_cast<size_t>(h) * p.n_seq + seq) * p.nC + c];
@@ -442,10 +447,11 @@ void time_variant(Timer& timer, const Problem& p, const char* label) {
     int sms = 0;
     DEV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const double waves = std::ceil(ctas / sms);
-    std::printf("%-22s n%-3d %-9s publish %d  %8.1f us  %6.0f CTAs (%2.0f waves) x %3d chunks  "
-                "%5.2f us a step a wave  %6.1f CTA-steps/us\n",
-                label, N, kOne ? "one-term" : "two-term", publish, us, ctas, waves, p.nC,
-                us / (waves * p.nC), steps / us);
+    std::printf(
+        "%-22s n%-3d %-9s publish %d  %8.1f us  %6.0f CTAs (%2.0f waves) x %3d chunks  "
+        "%5.2f us a step a wave  %6.1f CTA-steps/us\n",
+        label, N, kOne ? "one-term" : "two-term", publish, us, ctas, waves, p.nC,
+        us / (waves * p.nC), steps / us);
   }
 }
 }  // namespace
@@ -466,10 +472,11 @@ int main() {
     return 1;
   }
   Timer timer;
-  std::printf("\ntimes: median of 20 runs, L2 %s; engine scan (mma.sync, n64): ~3.7 us a step, "
-              "7 x 16 chunks ~239 us (perf-log v25b, v31a)\n",
-              timer.cold_l2() ? "flushed" : "warm");
-  const Problem pack = make_problem(rng, 7, 16, 32, 128);  // a 7 x 1000 pack's scan
+  std::printf(
+      "\ntimes: median of 20 runs, L2 %s; engine scan (mma.sync, n64): ~3.7 us a step, "
+      "7 x 16 chunks ~239 us (perf-log v25b, v31a)\n",
+      timer.cold_l2() ? "flushed" : "warm");
+  const Problem pack = make_problem(rng, 7, 16, 32, 128);   // a 7 x 1000 pack's scan
   const Problem chain = make_problem(rng, 1, 87, 32, 128);  // one 5538-token request
   time_variant<64, false>(timer, pack, "pack 7 x 16 chunks");
   time_variant<32, false>(timer, pack, "pack 7 x 16 chunks");
