@@ -312,6 +312,198 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
+// The same recurrence with each warpgroup a whole chain of its own 32 columns (a CTA: 64 columns,
+// two independent chains): the warpgroup forms Vn = U - W S (24 / 8 m64n32k16), hands F Vn to
+// itself through shared memory and adds Xk^T (F Vn) to S (16 / 8), so no warpgroup waits for the
+// other and the tensor pipe has two chains to interleave. W, Xk (shared by the two chains) and
+// each thread's U and F rows come by cp.async a chunk ahead, behind one CTA barrier a chunk.
+struct SoloSmem {
+  static constexpr int kW = 0;                             // uint4 [2][4 warps][8 kg][32][2 terms]
+  static constexpr int kX = kW + 2 * 4 * 8 * 32 * 2 * 16;  // bf16 [2][C][kLdx]
+  static constexpr int kU = kX + 2 * C * kLdx * 2;         // float2 [2][4 j][2 hr][256]
+  static constexpr int kF = kU + 2 * 4 * 2 * 256 * 8;      // float [2][2][256]
+  static constexpr int kS = kF + 2 * 2 * 256 * 4;          // bf16 [2 wg][2 terms][DK x 32]
+  static constexpr int kV = kS + 2 * 2 * DK * 32 * 2;      // bf16 [2 wg][2 terms][C x 32]
+  static constexpr int kBytes = kV + 2 * 2 * C * 32 * 2;
+};
+
+template <bool kOne>
+__global__ void __launch_bounds__(256, 1)
+    solo_kernel(const uint4* __restrict__ Wf, const float* __restrict__ U,
+                const float* __restrict__ F, const float* __restrict__ gC,
+                const bf16* __restrict__ Xk, int Hk, int Hv, int nC, int dv, bool publish,
+                uint4* __restrict__ Hpub, uint4* __restrict__ Vn, float* __restrict__ Sfin) {
+#ifdef CLEF_WGMMA_AVAILABLE
+  using SM = SoloSmem;
+  constexpr int N = 32, NJ = 4;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wg = warp / 4, w = warp % 4, tid = threadIdx.x;
+  uint4* Wb = reinterpret_cast<uint4*>(smem + SM::kW);
+  bf16* Xs = reinterpret_cast<bf16*>(smem + SM::kX);
+  float2* Ub = reinterpret_cast<float2*>(smem + SM::kU);
+  float* Fb = reinterpret_cast<float*>(smem + SM::kF);
+  bf16* Sh = reinterpret_cast<bf16*>(smem + SM::kS) + wg * 2 * DK * N;
+  bf16* Sl = Sh + DK * N;
+  bf16* Vh = reinterpret_cast<bf16*>(smem + SM::kV) + wg * 2 * C * N;
+  bf16* Vl = Vh + C * N;
+  const int h = blockIdx.y, c0 = blockIdx.x * 64 + 32 * wg, seq = blockIdx.z, n_seq = gridDim.z;
+  const size_t Tc = static_cast<size_t>(n_seq) * nC * C;
+  const int row0 = seq * nC * C, kh = h / (Hv / Hk);
+  const size_t slot0 = static_cast<size_t>(h) * n_seq * nC + static_cast<size_t>(seq) * nC;
+  constexpr uint32_t kLbo = 16 * N, kSbo = 128;
+  const int bar = 1 + wg;   // this warpgroup's named barrier
+  auto load = [&](int c) {  // chunk c's operands into buffer c % 2, one cp.async group
+    const int b = c & 1;
+    const uint4* wsrc = Wf + (slot0 + c) * 4 * 8 * 32 * 2;
+    for (int e = tid; e < 4 * 8 * 32 * 2; e += 256) cp_async16(Wb + b * 2048 + e, wsrc + e, 16);
+    const bf16* xsrc = Xk + (static_cast<size_t>(row0 + c * C) * Hk + kh) * DK;
+    for (int e = tid; e < C * DK / 8; e += 256) {
+      const int i = e / (DK / 8), cc = (e % (DK / 8)) * 8;
+      cp_async16(Xs + b * C * kLdx + i * kLdx + cc, xsrc + static_cast<size_t>(i) * Hk * DK + cc,
+                 16);
+    }
+    const size_t r = static_cast<size_t>(h) * Tc + row0 + c * C + 16 * w + g;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        cp_async8(Ub + ((b * NJ + j) * 2 + hr) * 256 + tid,
+                  U + (r + 8 * hr) * dv + c0 + 8 * j + 2 * t);
+    cp_async4(Fb + (b * 2) * 256 + tid, F + r);
+    cp_async4(Fb + (b * 2 + 1) * 256 + tid, F + r + 8);
+    cp_async_commit();
+  };
+  float s[2][N / 2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) s[mt][i] = 0.f;
+  load(0);
+  float gnext = __ldg(gC + slot0);
+  for (int c = 0; c < nC; ++c) {
+    const int b = c & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // chunk c's W and Xk visible to all; every read of buffer 1 - b done
+    if (c + 1 < nC) load(c + 1);
+    const float gc = gnext;
+    if (c + 1 < nC) gnext = __ldg(gC + slot0 + c + 1);
+      // S_c into this warpgroup's shared terms
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = 64 * mt + 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
+          uint32_t p[2];
+          split_pair<2>(s[mt][4 * j + 2 * hr], s[mt][4 * j + 2 * hr + 1], p);
+          *reinterpret_cast<uint32_t*>(Sh + canon(r, col, N)) = p[0];
+          if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Sl + canon(r, col, N)) = p[1];
+        }
+    uint32_t wh[8][4], wl[8][4];
+    const uint4* wsrc = Wb + b * 2048 + w * 8 * 32 * 2;
+#pragma unroll
+    for (int kg = 0; kg < 8; ++kg) {
+      const uint4 hi = wsrc[(kg * 32 + lane) * 2], lo = wsrc[(kg * 32 + lane) * 2 + 1];
+      wh[kg][0] = hi.x, wh[kg][1] = hi.y, wh[kg][2] = hi.z, wh[kg][3] = hi.w;
+      wl[kg][0] = lo.x, wl[kg][1] = lo.y, wl[kg][2] = lo.z, wl[kg][3] = lo.w;
+    }
+    fence_proxy_async();
+    bar_sync(bar, 128);
+    float acc[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int kg = 0; kg < 8; ++kg)
+      rs_m64n32k16(acc, wh[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
+    if constexpr (!kOne) {
+#pragma unroll
+      for (int kg = 0; kg < 8; ++kg)
+        rs_m64n32k16(acc, wl[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
+#pragma unroll
+      for (int kg = 0; kg < 8; ++kg)
+        rs_m64n32k16(acc, wh[kg], desc_mn(Sl + kg * 16 * N, kLbo, kSbo), 1);
+    }
+    wgmma_commit();
+    if (publish) {  // S_c's hi term (b_frag), while the products run
+      uint4* hp = Hpub + (slot0 + c) * (DK * dv / 8);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int jp = 0; jp < NJ / 2; ++jp)
+          hp[b_frag(4 * mt + w, c0 / 16 + jp, dv, lane)] = pair_frag(s[mt], jp);
+    }
+    uint32_t xa[2][4][4];  // A = Xk^T (key dims 64 mt + 16 w .., chunk rows 16 kk ..)
+    const bf16* xs = Xs + b * C * kLdx;
+    const int q = lane / 8;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        ldmatrix_x4_trans(xa[mt][kk], xs + (16 * kk + 8 * (q / 2) + lane % 8) * kLdx + 64 * mt +
+                                          16 * w + 8 * (q % 2));
+    wgmma_wait<0>();
+    fence_regs(acc);
+    const float f[2] = {Fb[(b * 2) * 256 + tid], Fb[(b * 2 + 1) * 256 + tid]};
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
+        const float2 u = Ub[((b * NJ + j) * 2 + hr) * 256 + tid];
+        acc[4 * j + 2 * hr] = u.x - acc[4 * j + 2 * hr];
+        acc[4 * j + 2 * hr + 1] = u.y - acc[4 * j + 2 * hr + 1];
+        uint32_t p[2];
+        split_pair<2>(f[hr] * acc[4 * j + 2 * hr], f[hr] * acc[4 * j + 2 * hr + 1], p);
+        *reinterpret_cast<uint32_t*>(Vh + canon(r, col, N)) = p[0];
+        if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Vl + canon(r, col, N)) = p[1];
+      }
+    fence_proxy_async();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) s[mt][i] *= gc;
+    fence_regs(s[0]);
+    fence_regs(s[1]);
+    bar_sync(bar, 128);  // F Vn's terms complete (and every read of S's terms done)
+    wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        rs_m64n32k16(s[mt], xa[mt][kk], desc_mn(Vh + kk * 16 * N, kLbo, kSbo), 1);
+        if constexpr (!kOne)
+          rs_m64n32k16(s[mt], xa[mt][kk], desc_mn(Vl + kk * 16 * N, kLbo, kSbo), 1);
+      }
+    wgmma_commit();
+    if (publish) {  // Vn (b_frag), while the update runs
+      uint4* vp = Vn + (slot0 + c) * (C * dv / 8);
+#pragma unroll
+      for (int jp = 0; jp < NJ / 2; ++jp)
+        vp[b_frag(w, c0 / 16 + jp, dv, lane)] = pair_frag(acc, jp);
+    }
+    wgmma_wait<0>();
+    fence_regs(s[0]);
+    fence_regs(s[1]);
+  }
+  float* sf = Sfin + (static_cast<size_t>(h) * n_seq + seq) * DK * dv;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 64 * mt + 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
+        *reinterpret_cast<float2*>(sf + r * dv + c0 + col) =
+            make_float2(s[mt][4 * j + 2 * hr], s[mt][4 * j + 2 * hr + 1]);
+      }
+#else
+  __trap();  // sm_90a only
+#endif
+}
+
 // ---- host: inputs, reference, runs
 // ---------------------------------------------------------------
 uint16_t bf16_bits(float x) {  // round to nearest even
@@ -437,16 +629,18 @@ Device upload(const Problem& p) {
   return d;
 }
 
+// N: the columns a CTA of the hand-over kernel (64 or 32); 0: solo_kernel (64 a CTA, 32 a chain).
 template <int N, bool kOne>
 void launch(const Problem& p, const Device& d, bool publish) {
-  auto k = chain_kernel<N, kOne>;
-  constexpr int bytes = Smem<N>::kBytes;
+  auto k = N == 0 ? solo_kernel<kOne> : chain_kernel < N == 0 ? 64 : N, kOne > ;
+  constexpr int bytes = N == 0 ? SoloSmem::kBytes : Smem < N == 0 ? 64 : N > ::kBytes;
+  constexpr int cols = N == 0 ? 64 : N;
   static bool set = false;
   if (!set) {
     DEV_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     set = true;
   }
-  k<<<dim3(p.dv / N, p.Hv, p.n_seq), 256, bytes>>>(
+  k<<<dim3(p.dv / cols, p.Hv, p.n_seq), 256, bytes>>>(
       d.W.get<uint4>(), d.U.get<float>(), d.F.get<float>(), d.gC.get<float>(), d.Xk.get<bf16>(),
       p.Hk, p.Hv, p.nC, p.dv, publish, d.H.get<uint4>(), d.Vn.get<uint4>(), d.S.get<float>());
   DEV_CUDA_CHECK(cudaGetLastError());
@@ -476,7 +670,10 @@ template <int N, bool kOne>
 bool check_variant(const Problem& p, const std::vector<float>& vn, const std::vector<float>& sf) {
   Device d = upload(p);
   launch<N, kOne>(p, d, true);
-  const std::string name = "wgmma n" + std::to_string(N) + (kOne ? " one-term" : " two-term");
+  const std::string name = std::string(N == 0    ? "wgmma solo32"
+                                       : N == 64 ? "wgmma n64"
+                                                 : "wgmma n32") +
+                           (kOne ? " one-term" : " two-term");
   const double s_tol = kOne ? 2e-2 : 1e-3;
   bool ok = check(name, "S", to_host<float>(d.S, sf.size()), sf, s_tol);
   ok = check(name, "Vn", unfrag(to_host<bf16>(d.Vn, vn.size()), p.Hv * p.n_seq * p.nC, C, p.dv), vn,
@@ -490,17 +687,22 @@ void time_variant(Timer& timer, const Problem& p, const char* label) {
   Device d = upload(p);
   for (int publish = 1; publish >= 0; --publish) {
     const double us = timer.median_us([&] { launch<N, kOne>(p, d, publish != 0); });
-    const double steps = static_cast<double>(p.dv / N) * p.Hv * p.n_seq * p.nC;
+    constexpr int cols = N == 0 ? 64 : N;
+    const double steps = static_cast<double>(p.dv / cols) * p.Hv * p.n_seq * p.nC;
     // one chain's step: the time over the chunks a CTA walks, times the waves of CTAs
-    const double ctas = static_cast<double>(p.dv / N) * p.Hv * p.n_seq;
+    const double ctas = static_cast<double>(p.dv / cols) * p.Hv * p.n_seq;
     int sms = 0;
     DEV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const double waves = std::ceil(ctas / sms);
     std::printf(
-        "%-22s n%-3d %-9s publish %d  %8.1f us  %6.0f CTAs (%2.0f waves) x %3d chunks  "
+        "%-22s %-6s %-9s publish %d  %8.1f us  %6.0f CTAs (%2.0f waves) x %3d chunks  "
         "%5.2f us a step a wave  %6.1f CTA-steps/us\n",
-        label, N, kOne ? "one-term" : "two-term", publish, us, ctas, waves, p.nC,
-        us / (waves * p.nC), steps / us);
+        label,
+        N == 0    ? "solo32"
+        : N == 64 ? "n64"
+                  : "n32",
+        kOne ? "one-term" : "two-term", publish, us, ctas, waves, p.nC, us / (waves * p.nC),
+        steps / us);
   }
 }
 }  // namespace
@@ -516,6 +718,8 @@ int main() {
   ok = check_variant<32, false>(small, vn, sf) && ok;
   ok = check_variant<64, true>(small, vn, sf) && ok;
   ok = check_variant<32, true>(small, vn, sf) && ok;
+  ok = check_variant<0, false>(small, vn, sf) && ok;
+  ok = check_variant<0, true>(small, vn, sf) && ok;
   if (!ok) {
     std::printf("gdn_chain: MISMATCH, nothing timed\n");
     return 1;
@@ -527,6 +731,10 @@ int main() {
       timer.cold_l2() ? "flushed" : "warm");
   const Problem pack = make_problem(rng, 7, 16, 32, 128);   // a 7 x 1000 pack's scan
   const Problem chain = make_problem(rng, 1, 87, 32, 128);  // one 5538-token request
+  time_variant<0, false>(timer, pack, "pack 7 x 16 chunks");
+  time_variant<0, true>(timer, pack, "pack 7 x 16 chunks");
+  time_variant<0, false>(timer, chain, "chain 1 x 87 chunks");
+  time_variant<0, true>(timer, chain, "chain 1 x 87 chunks");
   time_variant<64, false>(timer, pack, "pack 7 x 16 chunks");
   time_variant<32, false>(timer, pack, "pack 7 x 16 chunks");
   time_variant<64, true>(timer, pack, "pack 7 x 16 chunks");
