@@ -38,12 +38,6 @@ using bf16 = __nv_bfloat16;
 constexpr int C = 64, DK = 128;
 constexpr int kLdx = DK + 8;  // Xk rows in shared memory (conflict-free ldmatrix)
 
-// Element (r, c) of an R x NC bf16 tile in the no-swizzle canonical layout (8 x 8 core matrices,
-// attention/flash_wgmma.cu): read MN-major with LBO 16 NC bytes (8 rows down) and SBO 128 bytes.
-__host__ __device__ constexpr int canon(int r, int c, int NC) {
-  return ((r >> 3) * (NC >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
-}
-
 // Shared memory of an N-column CTA (bytes from the dynamic base).
 template <int N>
 struct Smem {
@@ -58,6 +52,13 @@ struct Smem {
 
 #ifdef CLEF_WGMMA_AVAILABLE
 using namespace hopper;
+
+// Element (r, c) of an R x NC bf16 tile in the no-swizzle canonical layout (8 x 8 core matrices,
+// attention/flash_wgmma.cu): read MN-major with LBO 16 NC bytes (8 rows down) and SBO 128 bytes.
+__device__ __forceinline__ constexpr int canon(int r, int c, int NC) {
+  return ((r >> 3) * (NC >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
+}
+
 using namespace gdn;
 
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
