@@ -109,6 +109,143 @@ __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4], ui
   else
     rs_m64n32k16(d, a, b, sc);
 }
+// ---- the chain's steps, shared by both kernels (N columns a chain; warp w of its warpgroup) ----
+// W's two-term A fragments of this warp's chunk rows (w_frag order: a uint4 pair a k16 step).
+__device__ __forceinline__ void w_frags(const uint4* wsrc, int lane, uint32_t (&wh)[8][4],
+                                        uint32_t (&wl)[8][4]) {
+#pragma unroll
+  for (int kg = 0; kg < 8; ++kg) {
+    const uint4 hi = wsrc[(kg * 32 + lane) * 2], lo = wsrc[(kg * 32 + lane) * 2 + 1];
+    wh[kg][0] = hi.x, wh[kg][1] = hi.y, wh[kg][2] = hi.z, wh[kg][3] = hi.w;
+    wl[kg][0] = lo.x, wl[kg][1] = lo.y, wl[kg][2] = lo.z, wl[kg][3] = lo.w;
+  }
+}
+// S's terms (two m64 tiles: key dims 64 mt + 16 w + g (+8)) into Sh / Sl, canonical [DK][N].
+template <int N, bool kOne>
+__device__ __forceinline__ void state_terms(const float (&s)[2][N / 2], bf16* Sh, bf16* Sl, int w,
+                                            int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 64 * mt + 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
+        uint32_t p[2];
+        split_pair<2>(s[mt][4 * j + 2 * hr], s[mt][4 * j + 2 * hr + 1], p);
+        *reinterpret_cast<uint32_t*>(Sh + canon(r, col, N)) = p[0];
+        if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Sl + canon(r, col, N)) = p[1];
+      }
+}
+// acc = W S (hi x hi, then unless kOne lo x hi and hi x lo), zeroed first, as one commit group.
+template <int N, bool kOne>
+__device__ __forceinline__ void issue_ws(float (&acc)[N / 2], const uint32_t (&wh)[8][4],
+                                         const uint32_t (&wl)[8][4], const bf16* Sh,
+                                         const bf16* Sl) {
+  constexpr uint32_t kLbo = 16 * N, kSbo = 128;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
+  wgmma_fence();
+#pragma unroll
+  for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wh[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
+  if constexpr (!kOne) {
+#pragma unroll
+    for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wl[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
+#pragma unroll
+    for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wh[kg], desc_mn(Sl + kg * 16 * N, kLbo, kSbo), 1);
+  }
+  wgmma_commit();
+}
+// acc (= W S) becomes Vn = U - W S; diag(F) Vn's terms into Vh / Vl, canonical [C][N]. u: this
+// thread's U pairs, element (j, hr) at u[(2 j + hr) stride]; f: F of rows 16 w + g and + 8.
+template <int N, bool kOne>
+__device__ __forceinline__ void vn_terms(float (&acc)[N / 2], const float2* u, int stride,
+                                         const float (&f)[2], bf16* Vh, bf16* Vl, int w, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
+      const float2 uu = u[(2 * j + hr) * stride];
+      acc[4 * j + 2 * hr] = uu.x - acc[4 * j + 2 * hr];
+      acc[4 * j + 2 * hr + 1] = uu.y - acc[4 * j + 2 * hr + 1];
+      uint32_t p[2];
+      split_pair<2>(f[hr] * acc[4 * j + 2 * hr], f[hr] * acc[4 * j + 2 * hr + 1], p);
+      *reinterpret_cast<uint32_t*>(Vh + canon(r, col, N)) = p[0];
+      if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Vl + canon(r, col, N)) = p[1];
+    }
+}
+// A = Xk^T (key dims 64 mt + 16 w .., chunk rows 16 kk ..) by ldmatrix.trans of the chunk's keys.
+__device__ __forceinline__ void xk_t_frags(uint32_t (&xa)[2][4][4], const bf16* xs, int w,
+                                           int lane) {
+  const int q = lane / 8;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      ldmatrix_x4_trans(xa[mt][kk], xs + (16 * kk + 8 * (q / 2) + lane % 8) * kLdx + 64 * mt +
+                                        16 * w + 8 * (q % 2));
+}
+// S *= gC, pinned ahead of the next fence (ptxas otherwise moves tile 1's scaling after tile 0's
+// first wgmma and injects a wait there).
+template <int N>
+__device__ __forceinline__ void scale_state(float (&s)[2][N / 2], float gc) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) s[mt][i] *= gc;
+  fence_regs(s[0]);
+  fence_regs(s[1]);
+}
+// S += Xk^T (F Vn) (its hi term, then unless kOne its lo term), as one commit group.
+template <int N, bool kOne>
+__device__ __forceinline__ void issue_update(float (&s)[2][N / 2], const uint32_t (&xa)[2][4][4],
+                                             const bf16* Vh, const bf16* Vl) {
+  constexpr uint32_t kLbo = 16 * N, kSbo = 128;
+  wgmma_fence();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      rs<N>(s[mt], xa[mt][kk], desc_mn(Vh + kk * 16 * N, kLbo, kSbo), 1);
+      if constexpr (!kOne) rs<N>(s[mt], xa[mt][kk], desc_mn(Vl + kk * 16 * N, kLbo, kSbo), 1);
+    }
+  wgmma_commit();
+}
+// S's hi term (hp, k16 steps 4 mt + w) and Vn (vp, k16 step w) in b_frag order, columns c0 ...
+template <int N>
+__device__ __forceinline__ void publish_state(const float (&s)[2][N / 2], uint4* hp, int w, int c0,
+                                              int dv, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int jp = 0; jp < N / 16; ++jp)
+      hp[b_frag(4 * mt + w, c0 / 16 + jp, dv, lane)] = pair_frag(s[mt], jp);
+}
+template <int N>
+__device__ __forceinline__ void publish_vn(const float (&acc)[N / 2], uint4* vp, int w, int c0,
+                                           int dv, int lane) {
+#pragma unroll
+  for (int jp = 0; jp < N / 16; ++jp) vp[b_frag(w, c0 / 16 + jp, dv, lane)] = pair_frag(acc, jp);
+}
+// The final state, fp32, into sf [DK][dv] at columns c0 ...
+template <int N>
+__device__ __forceinline__ void store_final(const float (&s)[2][N / 2], float* sf, int w, int c0,
+                                            int dv, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 64 * mt + 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
+        *reinterpret_cast<float2*>(sf + r * dv + c0 + col) =
+            make_float2(s[mt][4 * j + 2 * hr], s[mt][4 * j + 2 * hr + 1]);
+      }
+}
 #endif
 
 // Grid (dv / N, Hv, sequences), 256 threads; every sequence nC chunks (rows seq nC C ..).
@@ -134,7 +271,6 @@ __global__ void __launch_bounds__(256, 1)
   const size_t Tc = static_cast<size_t>(n_seq) * nC * C;  // rows a head
   const int row0 = seq * nC * C;                          // the sequence's first row
   const size_t slot0 = static_cast<size_t>(h) * n_seq * nC + static_cast<size_t>(seq) * nC;
-  constexpr uint32_t kLbo = 16 * N, kSbo = 128;
   constexpr int NJ = N / 8;  // n8 tiles of an accumulator row
   if (warp < 4) {
     // ---- value warpgroup: Vn = U - W S; warp w owns chunk rows 16 w .. + 15
@@ -165,54 +301,19 @@ __global__ void __launch_bounds__(256, 1)
       cp_async_wait<0>();  // this thread's own operands of chunk c (no other thread reads them)
       if (c + 1 < nC) load(c + 1);
       uint32_t wh[8][4], wl[8][4];
-      const uint4* wsrc = Wb + ((b * 4 + warp) * 8) * 32 * 2;
-#pragma unroll
-      for (int kg = 0; kg < 8; ++kg) {
-        const uint4 hi = wsrc[(kg * 32 + lane) * 2], lo = wsrc[(kg * 32 + lane) * 2 + 1];
-        wh[kg][0] = hi.x, wh[kg][1] = hi.y, wh[kg][2] = hi.z, wh[kg][3] = hi.w;
-        wl[kg][0] = lo.x, wl[kg][1] = lo.y, wl[kg][2] = lo.z, wl[kg][3] = lo.w;
-      }
+      w_frags(Wb + ((b * 4 + warp) * 8) * 32 * 2, lane, wh, wl);
       bar_sync(1, 256);  // S_c's terms are in Sh / Sl
       float acc[N / 2];
-#pragma unroll
-      for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
-      wgmma_fence();
-#pragma unroll
-      for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wh[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
-      if constexpr (!kOne) {
-#pragma unroll
-        for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wl[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
-#pragma unroll
-        for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wh[kg], desc_mn(Sl + kg * 16 * N, kLbo, kSbo), 1);
-      }
-      wgmma_commit();
+      issue_ws<N, kOne>(acc, wh, wl, Sh, Sl);
       wgmma_wait<0>();
       fence_regs(acc);
       const float f[2] = {Fb[(b * 128 + vt) * 2], Fb[(b * 128 + vt) * 2 + 1]};
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = 16 * warp + g + 8 * hr, col = 8 * j + 2 * t;
-          const float2 u = Ub[((b * NJ + j) * 2 + hr) * 128 + vt];
-          acc[4 * j + 2 * hr] = u.x - acc[4 * j + 2 * hr];  // acc becomes Vn
-          acc[4 * j + 2 * hr + 1] = u.y - acc[4 * j + 2 * hr + 1];
-          uint32_t p[2];
-          split_pair<2>(f[hr] * acc[4 * j + 2 * hr], f[hr] * acc[4 * j + 2 * hr + 1], p);
-          *reinterpret_cast<uint32_t*>(Vh + canon(r, col, N)) = p[0];
-          if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Vl + canon(r, col, N)) = p[1];
-        }
-      }
+      vn_terms<N, kOne>(acc, Ub + b * NJ * 2 * 128 + vt, 128, f, Vh, Vl, warp, lane);  // acc: Vn
       fence_proxy_async();  // the F Vn terms visible to the state warpgroup's wgmmas
       bar_arrive(2, 256);
       // Vn in the output kernel's B-fragment order (b_frag: one 16-byte store a lane, k16 step =
       // this warp's rows), off the chain: the state warpgroup's update runs meanwhile.
-      if (publish) {
-        uint4* vp = Vn + (slot0 + c) * (C * dv / 8);
-#pragma unroll
-        for (int jp = 0; jp < NJ / 2; ++jp)
-          vp[b_frag(warp, c0 / 16 + jp, dv, lane)] = pair_frag(acc, jp);
-      }
+      if (publish) publish_vn<N>(acc, Vn + (slot0 + c) * (C * dv / 8), warp, c0, dv, lane);
     }
   } else {
     // ---- state warpgroup: S in two m64 tiles (key dims 64 mt + 16 wq + g (+8)), N columns
@@ -235,78 +336,26 @@ __global__ void __launch_bounds__(256, 1)
     loadx(0);
     float gnext = __ldg(gC + slot0);
     for (int c = 0; c < nC; ++c) {
-      // S_c into the shared terms
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int r = 64 * mt + 16 * wq + g + 8 * hr, col = 8 * j + 2 * t;
-            uint32_t p[2];
-            split_pair<2>(s[mt][4 * j + 2 * hr], s[mt][4 * j + 2 * hr + 1], p);
-            *reinterpret_cast<uint32_t*>(Sh + canon(r, col, N)) = p[0];
-            if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Sl + canon(r, col, N)) = p[1];
-          }
-        }
-      }
+      state_terms<N, kOne>(s, Sh, Sl, wq, lane);  // S_c into the shared terms
       fence_proxy_async();
       bar_arrive(1, 256);
-      // S_c's hi term in b_frag order (k16 step 4 mt + wq), while the value warpgroup runs
-      if (publish) {
-        uint4* hp = Hpub + (slot0 + c) * (DK * dv / 8);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int jp = 0; jp < NJ / 2; ++jp)
-            hp[b_frag(4 * mt + wq, c0 / 16 + jp, dv, lane)] = pair_frag(s[mt], jp);
-      }
+      // S_c's hi term in b_frag order, while the value warpgroup runs
+      if (publish) publish_state<N>(s, Hpub + (slot0 + c) * (DK * dv / 8), wq, c0, dv, lane);
       const float gc = gnext;
       if (c + 1 < nC) gnext = __ldg(gC + slot0 + c + 1);
       cp_async_wait<0>();
       bar_sync(3, 128);  // Xk_c visible to the warpgroup; every read of the other buffer done
       if (c + 1 < nC) loadx(c + 1);
-      uint32_t xa[2][4][4];  // A = Xk^T: key dims (rows) 64 mt + 16 wq .., chunk rows 16 kk ..
-      const bf16* xs = Xs + (c & 1) * C * kLdx;
-      const int q = lane / 8;
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          ldmatrix_x4_trans(xa[mt][kk], xs + (16 * kk + 8 * (q / 2) + lane % 8) * kLdx + 64 * mt +
-                                            16 * wq + 8 * (q % 2));
+      uint32_t xa[2][4][4];
+      xk_t_frags(xa, Xs + (c & 1) * C * kLdx, wq, lane);
       bar_sync(2, 256);  // F Vn_c's terms are in Vh / Vl
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int i = 0; i < N / 2; ++i) s[mt][i] *= gc;
-      fence_regs(s[0]);  // the scaling stays ahead of the fence (ptxas otherwise moves tile 1's
-      fence_regs(s[1]);  // after tile 0's first wgmma and injects a wait there)
-      wgmma_fence();
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          rs<N>(s[mt], xa[mt][kk], desc_mn(Vh + kk * 16 * N, kLbo, kSbo), 1);
-          if constexpr (!kOne) rs<N>(s[mt], xa[mt][kk], desc_mn(Vl + kk * 16 * N, kLbo, kSbo), 1);
-        }
-      }
-      wgmma_commit();
+      scale_state<N>(s, gc);
+      issue_update<N, kOne>(s, xa, Vh, Vl);
       wgmma_wait<0>();
       fence_regs(s[0]);
       fence_regs(s[1]);
     }
-    float* sf = Sfin + (static_cast<size_t>(h) * n_seq + seq) * DK * dv;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = 64 * mt + 16 * wq + g + 8 * hr, col = 8 * j + 2 * t;
-          *reinterpret_cast<float2*>(sf + r * dv + c0 + col) =
-              make_float2(s[mt][4 * j + 2 * hr], s[mt][4 * j + 2 * hr + 1]);
-        }
+    store_final<N>(s, Sfin + (static_cast<size_t>(h) * n_seq + seq) * DK * dv, wq, c0, dv, lane);
   }
 #else
   __trap();  // sm_90a only
@@ -352,7 +401,6 @@ __global__ void __launch_bounds__(256, 1)
   const size_t Tc = static_cast<size_t>(n_seq) * nC * C;
   const int row0 = seq * nC * C, kh = h / (Hv / Hk);
   const size_t slot0 = static_cast<size_t>(h) * n_seq * nC + static_cast<size_t>(seq) * nC;
-  constexpr uint32_t kLbo = 16 * N, kSbo = 128;
   const int bar = 1 + wg;   // this warpgroup's named barrier
   auto load = [&](int c) {  // chunk c's operands into buffer c % 2, one cp.async group
     const int b = c & 1;
@@ -389,117 +437,32 @@ __global__ void __launch_bounds__(256, 1)
     if (c + 1 < nC) load(c + 1);
     const float gc = gnext;
     if (c + 1 < nC) gnext = __ldg(gC + slot0 + c + 1);
-      // S_c into this warpgroup's shared terms
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = 64 * mt + 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
-          uint32_t p[2];
-          split_pair<2>(s[mt][4 * j + 2 * hr], s[mt][4 * j + 2 * hr + 1], p);
-          *reinterpret_cast<uint32_t*>(Sh + canon(r, col, N)) = p[0];
-          if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Sl + canon(r, col, N)) = p[1];
-        }
+    state_terms<N, kOne>(s, Sh, Sl, w, lane);  // S_c into this warpgroup's shared terms
     uint32_t wh[8][4], wl[8][4];
-    const uint4* wsrc = Wb + b * 2048 + w * 8 * 32 * 2;
-#pragma unroll
-    for (int kg = 0; kg < 8; ++kg) {
-      const uint4 hi = wsrc[(kg * 32 + lane) * 2], lo = wsrc[(kg * 32 + lane) * 2 + 1];
-      wh[kg][0] = hi.x, wh[kg][1] = hi.y, wh[kg][2] = hi.z, wh[kg][3] = hi.w;
-      wl[kg][0] = lo.x, wl[kg][1] = lo.y, wl[kg][2] = lo.z, wl[kg][3] = lo.w;
-    }
+    w_frags(Wb + b * 2048 + w * 8 * 32 * 2, lane, wh, wl);
     fence_proxy_async();
     bar_sync(bar, 128);
     float acc[N / 2];
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
-    wgmma_fence();
-#pragma unroll
-    for (int kg = 0; kg < 8; ++kg)
-      rs_m64n32k16(acc, wh[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
-    if constexpr (!kOne) {
-#pragma unroll
-      for (int kg = 0; kg < 8; ++kg)
-        rs_m64n32k16(acc, wl[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
-#pragma unroll
-      for (int kg = 0; kg < 8; ++kg)
-        rs_m64n32k16(acc, wh[kg], desc_mn(Sl + kg * 16 * N, kLbo, kSbo), 1);
-    }
-    wgmma_commit();
-    if (publish) {  // S_c's hi term (b_frag), while the products run
-      uint4* hp = Hpub + (slot0 + c) * (DK * dv / 8);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int jp = 0; jp < NJ / 2; ++jp)
-          hp[b_frag(4 * mt + w, c0 / 16 + jp, dv, lane)] = pair_frag(s[mt], jp);
-    }
-    uint32_t xa[2][4][4];  // A = Xk^T (key dims 64 mt + 16 w .., chunk rows 16 kk ..)
-    const bf16* xs = Xs + b * C * kLdx;
-    const int q = lane / 8;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        ldmatrix_x4_trans(xa[mt][kk], xs + (16 * kk + 8 * (q / 2) + lane % 8) * kLdx + 64 * mt +
-                                          16 * w + 8 * (q % 2));
+    issue_ws<N, kOne>(acc, wh, wl, Sh, Sl);
+    // S_c's hi term (b_frag) and the next A fragments while the products run
+    if (publish) publish_state<N>(s, Hpub + (slot0 + c) * (DK * dv / 8), w, c0, dv, lane);
+    uint32_t xa[2][4][4];
+    xk_t_frags(xa, Xs + b * C * kLdx, w, lane);
     wgmma_wait<0>();
     fence_regs(acc);
     const float f[2] = {Fb[(b * 2) * 256 + tid], Fb[(b * 2 + 1) * 256 + tid]};
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
-        const float2 u = Ub[((b * NJ + j) * 2 + hr) * 256 + tid];
-        acc[4 * j + 2 * hr] = u.x - acc[4 * j + 2 * hr];
-        acc[4 * j + 2 * hr + 1] = u.y - acc[4 * j + 2 * hr + 1];
-        uint32_t p[2];
-        split_pair<2>(f[hr] * acc[4 * j + 2 * hr], f[hr] * acc[4 * j + 2 * hr + 1], p);
-        *reinterpret_cast<uint32_t*>(Vh + canon(r, col, N)) = p[0];
-        if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Vl + canon(r, col, N)) = p[1];
-      }
+    vn_terms<N, kOne>(acc, Ub + b * NJ * 2 * 256 + tid, 256, f, Vh, Vl, w, lane);  // acc: Vn
     fence_proxy_async();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int i = 0; i < N / 2; ++i) s[mt][i] *= gc;
-    fence_regs(s[0]);
-    fence_regs(s[1]);
+    scale_state<N>(s, gc);
     bar_sync(bar, 128);  // F Vn's terms complete (and every read of S's terms done)
-    wgmma_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        rs_m64n32k16(s[mt], xa[mt][kk], desc_mn(Vh + kk * 16 * N, kLbo, kSbo), 1);
-        if constexpr (!kOne)
-          rs_m64n32k16(s[mt], xa[mt][kk], desc_mn(Vl + kk * 16 * N, kLbo, kSbo), 1);
-      }
-    wgmma_commit();
-    if (publish) {  // Vn (b_frag), while the update runs
-      uint4* vp = Vn + (slot0 + c) * (C * dv / 8);
-#pragma unroll
-      for (int jp = 0; jp < NJ / 2; ++jp)
-        vp[b_frag(w, c0 / 16 + jp, dv, lane)] = pair_frag(acc, jp);
-    }
+    issue_update<N, kOne>(s, xa, Vh, Vl);
+    // Vn (b_frag) while the update runs
+    if (publish) publish_vn<N>(acc, Vn + (slot0 + c) * (C * dv / 8), w, c0, dv, lane);
     wgmma_wait<0>();
     fence_regs(s[0]);
     fence_regs(s[1]);
   }
-  float* sf = Sfin + (static_cast<size_t>(h) * n_seq + seq) * DK * dv;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = 64 * mt + 16 * w + g + 8 * hr, col = 8 * j + 2 * t;
-        *reinterpret_cast<float2*>(sf + r * dv + c0 + col) =
-            make_float2(s[mt][4 * j + 2 * hr], s[mt][4 * j + 2 * hr + 1]);
-      }
+  store_final<N>(s, Sfin + (static_cast<size_t>(h) * n_seq + seq) * DK * dv, w, c0, dv, lane);
 #else
   __trap();  // sm_90a only
 #endif
@@ -507,10 +470,10 @@ __global__ void __launch_bounds__(256, 1)
 
 // ---- host: inputs, reference, runs
 // ---------------------------------------------------------------
-uint16_t bf16_bits(float x) {  // round to nearest even
+uint16_t bf16_bits(float x) {  // the reference's rounding (engine::ref::round_bf16), as bits
+  const float r = clef::engine::ref::round_bf16(x);
   uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
+  std::memcpy(&u, &r, 4);
   return static_cast<uint16_t>(u >> 16);
 }
 float bits_f(uint16_t b) {
