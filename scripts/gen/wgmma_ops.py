@@ -4,7 +4,7 @@ the Hopper attention kernel uses (one function per shape: the accumulator count 
 Run from the repository root: python3 scripts/gen/wgmma_ops.py > src/engine/cuda/attention/wgmma_ops.cuh
 """
 SS = [64, 256]      # K-major A and B in shared memory: S = Q K^T (N = key tile); the SwiGLU GEMM (N 256)
-RS = [64, 72, 80, 128, 256]  # O += P V: A = P in registers, B = V MN-major (tnspB = 1)
+RS = [32, 64, 72, 80, 128, 256]  # O += P V: A = P in registers, B = V MN-major (tnspB = 1); 32, 64: the GDN scan
 
 def regs(n):
     return ", ".join("%%%d" % i for i in range(n))

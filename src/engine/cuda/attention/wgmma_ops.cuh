@@ -40,6 +40,19 @@ __device__ __forceinline__ void ss_m64n256k16(float (&d)[128], uint64_t da, uint
 #endif
 }
 
+// D[64 x 32] (+)= A[64 x 16] B[16 x 32], A in registers, B MN-major in shared memory.
+__device__ __forceinline__ void rs_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+#ifdef CLEF_WGMMA_AVAILABLE
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+#else
+  (void)d, (void)a, (void)db, (void)scale_d;
+#endif
+}
+
 // D[64 x 64] (+)= A[64 x 16] B[16 x 64], A in registers, B MN-major in shared memory.
 __device__ __forceinline__ void rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d) {
 #ifdef CLEF_WGMMA_AVAILABLE
