@@ -73,23 +73,6 @@ __device__ __forceinline__ void bar_sync(int id, int n) {
 __device__ __forceinline__ void bar_arrive(int id, int n) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
-__device__ __forceinline__ uint64_t desc_mn(const void* p, uint32_t lbo, uint32_t sbo) {
-  const uint32_t a = smem_addr(p);
-  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32);
-}
-// D[64 x 32] (+)= A[64 x 16] B[16 x 32], A in registers, B MN-major in shared memory.
-__device__ __forceinline__ void rs_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t db,
-                                             int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-      "%9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
 // The engine's published layout (gdn/tensor_core.cu b_frag): per k16 step kk, 16-column pair jp
 // and lane, that lane's m16n8k16 B fragments of n8 tiles 2 jp, 2 jp + 1, in uint4 units.
 __device__ __forceinline__ size_t b_frag(int kk, int jp, int dv, int lane) {
@@ -107,7 +90,7 @@ __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4], ui
   if constexpr (N == 64)
     wgmma::rs_m64n64k16(d, a, b, sc);
   else
-    rs_m64n32k16(d, a, b, sc);
+    wgmma::rs_m64n32k16(d, a, b, sc);
 }
 // ---- the chain's steps, shared by both kernels (N columns a chain; warp w of its warpgroup) ----
 // W's two-term A fragments of this warp's chunk rows (w_frag order: a uint4 pair a k16 step).
@@ -148,12 +131,12 @@ __device__ __forceinline__ void issue_ws(float (&acc)[N / 2], const uint32_t (&w
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
   wgmma_fence();
 #pragma unroll
-  for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wh[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
+  for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wh[kg], smem_desc(Sh + kg * 16 * N, kLbo, kSbo), 1);
   if constexpr (!kOne) {
 #pragma unroll
-    for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wl[kg], desc_mn(Sh + kg * 16 * N, kLbo, kSbo), 1);
+    for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wl[kg], smem_desc(Sh + kg * 16 * N, kLbo, kSbo), 1);
 #pragma unroll
-    for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wh[kg], desc_mn(Sl + kg * 16 * N, kLbo, kSbo), 1);
+    for (int kg = 0; kg < 8; ++kg) rs<N>(acc, wh[kg], smem_desc(Sl + kg * 16 * N, kLbo, kSbo), 1);
   }
   wgmma_commit();
 }
@@ -209,8 +192,8 @@ __device__ __forceinline__ void issue_update(float (&s)[2][N / 2], const uint32_
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      rs<N>(s[mt], xa[mt][kk], desc_mn(Vh + kk * 16 * N, kLbo, kSbo), 1);
-      if constexpr (!kOne) rs<N>(s[mt], xa[mt][kk], desc_mn(Vl + kk * 16 * N, kLbo, kSbo), 1);
+      rs<N>(s[mt], xa[mt][kk], smem_desc(Vh + kk * 16 * N, kLbo, kSbo), 1);
+      if constexpr (!kOne) rs<N>(s[mt], xa[mt][kk], smem_desc(Vl + kk * 16 * N, kLbo, kSbo), 1);
     }
   wgmma_commit();
 }

@@ -7,10 +7,18 @@
 #include <cstdint>
 
 #include "engine/cuda/attention/wgmma_ops.cuh"
+#include "engine/cuda/mma_sync.cuh"
 
 namespace clef::engine::cuda::hopper {
 
 #ifdef CLEF_WGMMA_AVAILABLE
+// A shared-memory matrix descriptor with no swizzle: start address, the byte stride between core
+// matrices along K (lbo) and along M/N (sbo), all in 16-byte units.
+__device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
+  const uint32_t a = smem_addr(p);
+  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32);
+}
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

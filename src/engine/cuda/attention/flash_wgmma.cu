@@ -86,14 +86,6 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
       : "memory");
 }
 
-// A shared-memory matrix descriptor (no swizzle): start address, the byte stride between core
-// matrices along K (lbo) and along M/N (sbo), all in 16-byte units.
-__device__ __forceinline__ uint64_t make_desc(const void* p, uint32_t lbo, uint32_t sbo) {
-  const uint32_t a = smem_addr(p);
-  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32);
-}
-
 // Rows [row0, row0 + ROWS) of a [*, heads, HD] tensor's head into the canonical layout with ELEMS
 // columns (>= HD; the columns past HD and the rows at or past `end` are zero-filled). Thread c
 // takes row (c / 8 / (ELEMS / 8)) 8 + c % 8, 16-byte column chunk (c / 8) % (ELEMS / 8): eight
@@ -430,14 +422,14 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
     const __nv_bfloat16* cK = sK + (tile % kStages) * BC * HDK;
 #pragma unroll
     for (int kk = 0; kk < HDK / 16; ++kk)
-      SsOp<BC>::run(s, make_desc(qw + kk * 16 * 8, k_lbo, k_sbo),
-                    make_desc(cK + kk * 16 * 8, k_lbo, k_sbo), kk > 0 ? 1 : 0);
+      SsOp<BC>::run(s, smem_desc(qw + kk * 16 * 8, k_lbo, k_sbo),
+                    smem_desc(cK + kk * 16 * 8, k_lbo, k_sbo), kk > 0 ? 1 : 0);
   };
   auto issue_pv = [&](const uint32_t(&p)[BC / 16][4], int tile) {
     const __nv_bfloat16* cV = sV + (tile % kStages) * BC * HDK;
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk)
-      RsOp<HD>::run(o, p[kk], make_desc(cV + kk * 16 * HDK, v_lbo, v_sbo), 1);
+      RsOp<HD>::run(o, p[kk], smem_desc(cV + kk * 16 * HDK, v_lbo, v_sbo), 1);
   };
   auto key0 = [&](int tile) { return key_base + tile * BC; };
   // Keys of tile j visible to some row of this warpgroup / masked for some row (uniform).
