@@ -379,35 +379,98 @@ TEST(GdnLaunch, PackedSequencesGiveTheirBitsAlone) {
   SCOPED_TRACE("lengths " + comma_list(lengths));
   const PackedGdnCase c(rng, lengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
   const NormOperands nrm(rng, c.T, sh);
-  const gdn::TcLaunch three{-1, 0, 0, -1, 0, 0, 0, -1};
-  for (const GdnGatedNorm* norm : {static_cast<const GdnGatedNorm*>(nullptr), &nrm.args}) {
-    const auto packed = run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, norm, three);
-    const size_t row = size_t(sh.Hv) * sh.dv;
-    for (size_t i = 0; i < lengths.size(); ++i) {
-      const int b = c.tables.begin[i], L = lengths[i];
-      SCOPED_TRACE(std::string(norm ? "y" : "o") + ", sequence " + std::to_string(i) + " at row " +
-                   std::to_string(b));
-      GdnInputs in = c.in.form(true);  // the sequence's own rows of every input
-      in.xq += size_t(b) * sh.Hk * sh.dk, in.xk += size_t(b) * sh.Hk * sh.dk;
-      in.xv += size_t(b) * row, in.rq += size_t(b) * sh.Hk, in.rk += size_t(b) * sh.Hk;
-      in.g += size_t(b) * sh.Hv, in.beta += size_t(b) * sh.Hv;
-      GdnGatedNorm own;
-      if (norm) own = *norm, own.z += size_t(b) * norm->ldz;
-      const auto alone = run_form(in, sh, L, 1, nullptr, norm ? &own : nullptr, three);
-      const std::vector<uint16_t> inside(packed.begin() + b * row, packed.begin() + (b + L) * row);
-      EXPECT_EQ(count_differ(alone, inside), 0u) << "of " << alone.size() << " values";
-      // As a lone request runs: its rows, then its bucket's padding rows (here the rows that
-      // follow it, up to 40) in the same chunks; its own rows must not change.
-      const int padded = std::min(L + 40, c.T - b);
-      if (padded > L) {
-        const auto with_pad = run_form(in, sh, padded, 1, nullptr, norm ? &own : nullptr, three);
-        const std::vector<uint16_t> own_rows(with_pad.begin(), with_pad.begin() + size_t(L) * row);
-        EXPECT_EQ(count_differ(own_rows, inside), 0u)
-            << "of " << own_rows.size() << " values, alone with " << padded - L
-            << " padding rows after it";
+  // The three kernels, with the mma.sync scan and (where the device has it) the wgmma one.
+  std::vector<gdn::TcLaunch> scans{{-1, 0, 0, -1, 0, 0, 0, -1}};
+  scans[0].scan_wgmma = -1;
+  if (gdn::scan_wgmma_supported(sh.dk, sh.dv)) {
+    scans.push_back(scans[0]);
+    scans[1].scan_wgmma = 1, scans[1].scan_blocks = 1;
+  }
+  for (const gdn::TcLaunch& three : scans)
+    for (const GdnGatedNorm* norm : {static_cast<const GdnGatedNorm*>(nullptr), &nrm.args}) {
+      SCOPED_TRACE(three.scan_wgmma == 1 ? "wgmma scan" : "mma.sync scan");
+      const auto packed = run_form(c.in, sh, c.T, c.slots, &c.dev.gdn, norm, three);
+      const size_t row = size_t(sh.Hv) * sh.dv;
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        const int b = c.tables.begin[i], L = lengths[i];
+        SCOPED_TRACE(std::string(norm ? "y" : "o") + ", sequence " + std::to_string(i) +
+                     " at row " + std::to_string(b));
+        GdnInputs in = c.in.form(true);  // the sequence's own rows of every input
+        in.xq += size_t(b) * sh.Hk * sh.dk, in.xk += size_t(b) * sh.Hk * sh.dk;
+        in.xv += size_t(b) * row, in.rq += size_t(b) * sh.Hk, in.rk += size_t(b) * sh.Hk;
+        in.g += size_t(b) * sh.Hv, in.beta += size_t(b) * sh.Hv;
+        GdnGatedNorm own;
+        if (norm) own = *norm, own.z += size_t(b) * norm->ldz;
+        const auto alone = run_form(in, sh, L, 1, nullptr, norm ? &own : nullptr, three);
+        const std::vector<uint16_t> inside(packed.begin() + b * row,
+                                           packed.begin() + (b + L) * row);
+        EXPECT_EQ(count_differ(alone, inside), 0u) << "of " << alone.size() << " values";
+        // As a lone request runs: its rows, then its bucket's padding rows (here the rows that
+        // follow it, up to 40) in the same chunks; its own rows must not change.
+        const int padded = std::min(L + 40, c.T - b);
+        if (padded > L) {
+          const auto with_pad = run_form(in, sh, padded, 1, nullptr, norm ? &own : nullptr, three);
+          const std::vector<uint16_t> own_rows(with_pad.begin(),
+                                               with_pad.begin() + size_t(L) * row);
+          EXPECT_EQ(count_differ(own_rows, inside), 0u)
+              << "of " << own_rows.size() << " values, alone with " << padded - L
+              << " padding rows after it";
+        }
       }
     }
+}
+
+// The scan's chain on warpgroup MMAs (TcLaunch::scan_wgmma, perf-log v32a-c): its own bits (its
+// fp32 sums run in another order than the mma.sync scan's), the same in every launch form (edges,
+// progress counts, sequence order, 32 or 64 columns), close to the exact recurrence as the
+// mma.sync scan is: single sequences (32 columns) and a packed batch (64), with the gated norm
+// too.
+TEST(GdnLaunch, WgmmaScanMatchesTheRecurrenceInEveryForm) {
+  CLEF_REQUIRE_GPU();
+  if (!gdn::scan_wgmma_supported(128, 128)) GTEST_SKIP() << "no wgmma GDN scan on this device";
+  auto rng = fresh_rng();
+  const Shape sh{16, 32, 128, 128};
+  auto form = [](int pdl, int longest, int nt, int progress, int wgmma) {
+    gdn::TcLaunch f{pdl, 1, 0, longest, 0, 0, nt, -1, 0, progress};
+    f.scan_wgmma = wgmma;
+    return f;
+  };
+  auto check = [&](const GdnTestInputs& in, int T, int slots, const GdnSequences* seqs,
+                   const GdnGatedNorm* norm, const std::vector<float>* expect) {
+    const auto plain = run_form(in, sh, T, slots, seqs, norm, form(0, 1, 0, -1, 1));
+    const gdn::TcLaunch forms[] = {form(1, 1, 0, -1, 1), form(1, 1, 8, 1, 1), form(1, 1, 4, 1, 1),
+                                   form(1, 0, 8, 1, 1), form(-1, -1, 0, 0, 1)};
+    for (const gdn::TcLaunch& f : forms) {
+      SCOPED_TRACE("pdl " + std::to_string(f.pdl) + " longest_first " +
+                   std::to_string(f.longest_first) + " scan_nt " + std::to_string(f.scan_nt) +
+                   " progress " + std::to_string(f.progress));
+      EXPECT_EQ(count_differ(run_form(in, sh, T, slots, seqs, norm, f), plain), 0u);
+    }
+    const auto sync = run_form(in, sh, T, slots, seqs, norm, form(0, 1, 0, -1, -1));
+    const size_t differ = count_differ(plain, sync);
+    EXPECT_GT(differ, 0u) << "the wgmma scan did not run";
+    if (expect) {
+      CLEF_EXPECT_CLOSE(widen(plain), *expect, 1e-2);
+      const auto ew = compare(widen(plain), *expect), es = compare(widen(sync), *expect);
+      std::printf(
+          "[gdn wgmma scan, T %d, %d sequence slots: rel L2 vs the recurrence %.3g (mma.sync "
+          "scan %.3g); %zu of %zu values differ]\n",
+          T, slots, ew.rel_l2, es.rel_l2, differ, plain.size());
+    }
+  };
+  for (int T : {961, 65}) {
+    SCOPED_TRACE("T " + std::to_string(T));
+    const GdnTestInputs in = gdn_test_inputs(rng, T, sh.Hk, sh.Hv, sh.dk, sh.dv, -2.0f);
+    const std::vector<float> expect = recurrence(in, T, sh);
+    check(in, T, 1, nullptr, nullptr, &expect);
+    const NormOperands nrm(rng, T, sh);
+    check(in, T, 1, nullptr, &nrm.args, nullptr);
   }
+  SCOPED_TRACE("lengths " + comma_list(kPackLengths));
+  const PackedGdnCase c(rng, kPackLengths, sh.Hk, sh.Hv, sh.dk, sh.dv);
+  check(c.in, c.T, c.slots, &c.dev.gdn, nullptr, &c.expect);
+  const NormOperands nrm(rng, c.T, sh);
+  check(c.in, c.T, c.slots, &c.dev.gdn, &nrm.args, nullptr);
 }
 
 }  // namespace

@@ -96,6 +96,11 @@ bool gdn_scan_progress() {
   return on;
 }
 
+bool gdn_scan_wgmma() {
+  static const bool on = env_is("CLEF_GDN_SCAN_WGMMA", "1");
+  return on;
+}
+
 GdnFusedMode gdn_fused_mode() {
   // Unset: the three kernels under batch invariance (a lone request runs them), else per pack.
   static const GdnFusedMode mode = env_is("CLEF_GDN_FUSED", "1")      ? GdnFusedMode::On

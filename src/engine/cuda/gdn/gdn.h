@@ -105,6 +105,10 @@ bool gdn_scan_prefetch();
 // last wave and a long request's chain leave idle (unless CLEF_GDN_SCAN_PROGRESS=0; one sequence
 // never does; perf-log v31a). Never changes a value.
 bool gdn_scan_progress();
+// Whether the scan runs its chain on warpgroup MMAs where gdn::scan_wgmma_supported (sm_90a,
+// dk = 128): CLEF_GDN_SCAN_WGMMA=1 (off by default until a device run has measured it in the
+// engine; perf-log v32a-c). Changes the bits (for lone requests and packs alike).
+bool gdn_scan_wgmma();
 // Whether a packed scan takes 64 value columns a CTA instead of 32 (unless CLEF_GDN_SCAN_NT=4;
 // perf-log v25b). Never changes a value.
 bool gdn_scan_wide();

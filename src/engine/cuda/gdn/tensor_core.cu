@@ -19,6 +19,7 @@
 #include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/gdn/tf32x3.cuh"
 #include "engine/cuda/gdn/tiles.cuh"
+#include "engine/cuda/hopper_async.cuh"
 
 namespace clef::engine::cuda::gdn {
 namespace {
@@ -566,10 +567,14 @@ constexpr int scan_ld() {
 // state before chunk c in buffer c % 4: the output warps read it up to two steps behind the
 // recurrence), plus Vn itself (not diag(F) Vn; in bf16) in two slots, and the output warps' own
 // copies of each chunk's queries, keys and row factors in two slots (186.5 KiB at NT = 4).
-template <int NT, bool kOut = false>
+// kWg (scan_wgmma): the state's and diag(F) Vn's terms in wgmma's no-swizzle canonical layout
+// (8 x 8 core matrices, wg_at) instead of padded rows; nothing else changes.
+template <int NT, bool kOut = false, bool kWg = false>
 struct ScanSmem {
+  static_assert(!(kOut && kWg), "the in-scan output reads the padded rows");
+  static constexpr int kLd = kWg ? 8 * NT : scan_ld<NT>();  // elements a row of a term's tile
   static constexpr int kStates = kOut ? 4 : 1;
-  static constexpr int kState = 2 * kMaxHeadDim * scan_ld<NT>();  // bf16 per buffer: hi, then lo
+  static constexpr int kState = 2 * kMaxHeadDim * kLd;  // bf16 per buffer: hi, then lo
   bf16* Sh;       // [kStates][hi, lo][kMaxHeadDim][scan_ld] the published state's two terms
   bf16 *Vh, *Vl;  // [C][scan_ld] diag(F) Vn's two terms
   bf16* Xk;       // [C][kLdx] the chunk's keys (each state warp copies its own columns)
@@ -579,16 +584,24 @@ struct ScanSmem {
   __device__ explicit ScanSmem(void* p) {
     Sh = static_cast<bf16*>(p);
     Vh = Sh + kStates * kState;
-    Vl = Vh + C * scan_ld<NT>();
-    Xk = Vl + C * scan_ld<NT>();
+    Vl = Vh + C * kLd;
+    Xk = Vl + C * kLd;
     Vp = Xk + C * kLdx;
     Oq = Vp + (kOut ? 2 * C * scan_ld<NT>() : 0);
     Ov = reinterpret_cast<float*>(Oq + (kOut ? 4 * C * kLdx : 0));
   }
-  // The hi term of state buffer b (its lo term follows kMaxHeadDim rows later).
+  // The hi term of state buffer b (its lo term follows kMaxHeadDim rows later: kMaxHeadDim kLd
+  // elements in either layout).
   __device__ bf16* state(int b) const { return Sh + (kOut ? b : 0) * kState; }
+  // Element (r, c) of a term's tile (the state's [kMaxHeadDim][8 NT], diag(F) Vn's [C][8 NT]).
+  __device__ static int at(int r, int c) {
+    if constexpr (kWg)
+      return ((r >> 3) * NT + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
+    else
+      return r * kLd + c;
+  }
   static constexpr size_t bytes() {
-    return sizeof(bf16) * (kStates * kState + 2 * C * scan_ld<NT>() + C * kLdx +
+    return sizeof(bf16) * (kStates * kState + 2 * C * kLd + C * kLdx +
                            (kOut ? 2 * C * scan_ld<NT>() + 4 * C * kLdx : 0)) +
            (kOut ? sizeof(float) * 6 * C : 0);
   }
@@ -623,14 +636,40 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
   *reinterpret_cast<uint32_t*>(lo + off) = p[1];
 }
 
+#ifdef CLEF_WGMMA_AVAILABLE
+// The wgmma scan's products (kWg, scan_wgmma): D[64 x 8 NT] += A[64 x 16] B[16 x 8 NT], A an
+// m16n8k16 A fragment a warp (registers), B MN-major in shared memory (ScanSmem::at's layout) from
+// `b`, the k16 step's first row: 8 rows down 16 x 8 NT bytes, one core matrix across 128.
+template <int NT>
+__device__ __forceinline__ void wg_product(float (&d)[4 * NT], const uint32_t (&a)[4],
+                                           const bf16* b) {
+  const uint32_t addr = smem_addr(b);
+  const uint64_t desc = static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
+                        (static_cast<uint64_t>(16 * 8 * NT >> 4) << 16) |
+                        (static_cast<uint64_t>(128 >> 4) << 32);
+  if constexpr (NT == 8)
+    wgmma::rs_m64n64k16(d, a, desc, 1);
+  else
+    wgmma::rs_m64n32k16(d, a, desc, 1);
+}
+#endif
+// The m16n8 accumulators [NT][4] of a warp as the flat array a wgmma names.
+template <int NT>
+__device__ __forceinline__ float (&flat(float (&x)[NT][4]))[4 * NT] {
+  return reinterpret_cast<float(&)[4 * NT]>(x);
+}
+
 // Vn = U - W S for chunk rows 16 warp .. +15 (value warps 0..3). kOut: Vn also to its shared
 // slot for the output warps instead of to global memory. kBlocks (unused in the body): one
 // instantiation per scan_kernel occupancy, so this __noinline__ role is register-allocated under
 // that kernel's limit.
-template <int NT, bool kOut, int kBlocks>
-__device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
-                                         int warp, int lane, int first, int nC, int kgs, int lo,
-                                         bool prefetch, int* progress, ScanSmem<NT, kOut> sm) {
+// kWg: W S by warpgroup MMAs (the four value warps are one warpgroup; dk = kMaxHeadDim).
+template <int NT, bool kOut, int kBlocks, bool kWg>
+__device__ __forceinline__ void scan_values_body(int Tc, int dk, int dv, const Ws& ws, int h,
+                                                 int c0, int warp, int lane, int first, int nC,
+                                                 int kgs, int lo, bool prefetch, int* progress,
+                                                 ScanSmem<NT, kOut, kWg> sm) {
+  using SM = ScanSmem<NT, kOut, kWg>;
   const bool w_lo = lo & kLoW, s_lo = lo & kLoS;
   constexpr int ld = scan_ld<NT>();
   const int g = lane / 4, t = lane % 4;
@@ -648,9 +687,9 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
     const uint4* w = Wp + chunk * w_chunk;
 #pragma unroll
     for (int kg = 0; kg < kMaxHeadDim / 16; ++kg)
-      if (kg < kgs) {
-        wa[kg][0] = __ldg(w + 64 * kg);
-        if (w_lo) wa[kg][1] = __ldg(w + 64 * kg + 1);
+      if (kWg || kg < kgs) {  // kWg: dk = 128 and both terms, with no branch (ptxas would
+        wa[kg][0] = __ldg(w + 64 * kg);  // serialise the wgmmas reading registers defined in one)
+        if (kWg || w_lo) wa[kg][1] = __ldg(w + 64 * kg + 1);
       }
     const float* u = Up + static_cast<size_t>(chunk) * C * dv;
 #pragma unroll
@@ -670,35 +709,63 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
   CLEF_PHASE_CLOCK(16, 2, nC, 0);
   for (int chunk = 0; chunk < nC; ++chunk) {
     float hh[NT][4] = {}, cr[NT][4] = {};  // W S = hh + cr (the hi x hi products, the others)
-    const bf16* Sh = sm.state(chunk % ScanSmem<NT, kOut>::kStates);
-    const bf16* Sl = Sh + kMaxHeadDim * ld;
+    const bf16* Sh = sm.state(chunk % SM::kStates);
+    const bf16* Sl = Sh + kMaxHeadDim * SM::kLd;
+    if constexpr (kWg) {
+#ifdef CLEF_WGMMA_AVAILABLE
+      // Rows 0..63 of S once the top half is published, 64..127 once the bottom half is: the
+      // same three products a k16 step as below (hi x hi into hh, the cross terms into cr).
+      hopper::fence_regs(flat(hh));  // the zeros stay ahead of the fence
+      hopper::fence_regs(flat(cr));
 #pragma unroll
-    for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
-      if (kg == 0) {
-        CLEF_PHASE(0);      // value: Vn, next loads, publish (previous step)
-        bar_wait(kBarTop);  // rows 0..63 of S published
-        CLEF_PHASE(1);      // value: wait for the top half
+      for (int half = 0; half < 2; ++half) {
+        bar_wait(half == 0 ? kBarTop : kBarBottom);
+        hopper::wgmma_fence();
+#pragma unroll
+        for (int kg = 4 * half; kg < 4 * half + 4; ++kg) {
+          const uint32_t(&ah)[4] = reinterpret_cast<const uint32_t(&)[4]>(wa[kg][0]);
+          const uint32_t(&al)[4] = reinterpret_cast<const uint32_t(&)[4]>(wa[kg][1]);
+          wg_product<NT>(flat(hh), ah, Sh + 16 * kg * 8 * NT);  // every lo term (no branch
+          wg_product<NT>(flat(cr), al, Sh + 16 * kg * 8 * NT);  // between wgmmas: ptxas would
+          wg_product<NT>(flat(cr), ah, Sl + 16 * kg * 8 * NT);  // fence each one)
+        }
+        hopper::wgmma_commit();
       }
-      if (kg == 4) {
-        CLEF_PHASE(2);         // value: first half
-        bar_wait(kBarBottom);  // rows 64..127
-        CLEF_PHASE(3);         // value: wait for the bottom half
-      }
-      if (kg >= kgs) continue;
-      const uint32_t ah[4] = {wa[kg][0].x, wa[kg][0].y, wa[kg][0].z, wa[kg][0].w};
-      const uint32_t al[4] = {wa[kg][1].x, wa[kg][1].y, wa[kg][1].z, wa[kg][1].w};
+      hopper::wgmma_wait<0>();
+      hopper::fence_regs(flat(hh));
+      hopper::fence_regs(flat(cr));
+#else
+      __trap();  // sm_90a only (scan_wgmma_supported)
+#endif
+    } else {
 #pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        uint32_t bh[4], bl[4];
-        const int off = b_pair_offset(16 * kg, np, ld, lane);
-        ldmatrix_x4_trans(bh, Sh + off);
-        if (s_lo) ldmatrix_x4_trans(bl, Sl + off);
+      for (int kg = 0; kg < kMaxHeadDim / 16; ++kg) {
+        if (kg == 0) {
+          CLEF_PHASE(0);      // value: Vn, next loads, publish (previous step)
+          bar_wait(kBarTop);  // rows 0..63 of S published
+          CLEF_PHASE(1);      // value: wait for the top half
+        }
+        if (kg == 4) {
+          CLEF_PHASE(2);         // value: first half
+          bar_wait(kBarBottom);  // rows 64..127
+          CLEF_PHASE(3);         // value: wait for the bottom half
+        }
+        if (kg >= kgs) continue;
+        const uint32_t ah[4] = {wa[kg][0].x, wa[kg][0].y, wa[kg][0].z, wa[kg][0].w};
+        const uint32_t al[4] = {wa[kg][1].x, wa[kg][1].y, wa[kg][1].z, wa[kg][1].w};
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const int n = 2 * np + q;
-          mma_bf16(hh[n], ah, bh[2 * q], bh[2 * q + 1]);
-          if (w_lo) mma_bf16(cr[n], al, bh[2 * q], bh[2 * q + 1]);
-          if (s_lo) mma_bf16(cr[n], ah, bl[2 * q], bl[2 * q + 1]);
+        for (int np = 0; np < NT / 2; ++np) {
+          uint32_t bh[4], bl[4];
+          const int off = b_pair_offset(16 * kg, np, ld, lane);
+          ldmatrix_x4_trans(bh, Sh + off);
+          if (s_lo) ldmatrix_x4_trans(bl, Sl + off);
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int n = 2 * np + q;
+            mma_bf16(hh[n], ah, bh[2 * q], bh[2 * q + 1]);
+            if (w_lo) mma_bf16(cr[n], al, bh[2 * q], bh[2 * q + 1]);
+            if (s_lo) mma_bf16(cr[n], ah, bl[2 * q], bl[2 * q + 1]);
+          }
         }
       }
     }
@@ -711,10 +778,13 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
           make_float2(ua[0][n].x - (hh[n][0] + cr[n][0]), ua[0][n].y - (hh[n][1] + cr[n][1]));
       vn[1][n] =
           make_float2(ua[1][n].x - (hh[n][2] + cr[n][2]), ua[1][n].y - (hh[n][3] + cr[n][3]));
-      put_terms(sm.Vh, sm.Vl, r * ld + 8 * n + 2 * t, fa[0] * vn[0][n].x, fa[0] * vn[0][n].y);
-      put_terms(sm.Vh, sm.Vl, (r + 8) * ld + 8 * n + 2 * t, fa[1] * vn[1][n].x, fa[1] * vn[1][n].y);
+      put_terms(sm.Vh, sm.Vl, SM::at(r, 8 * n + 2 * t), fa[0] * vn[0][n].x, fa[0] * vn[0][n].y);
+      put_terms(sm.Vh, sm.Vl, SM::at(r + 8, 8 * n + 2 * t), fa[1] * vn[1][n].x, fa[1] * vn[1][n].y);
     }
     CLEF_PHASE(5);  // value: Vn to shared
+#ifdef CLEF_WGMMA_AVAILABLE
+    if constexpr (kWg) hopper::fence_proxy_async();  // the terms visible to the state's wgmmas
+#endif
     bar_arrive(kBarVn);
     if constexpr (kOut) {
       // The next chunk's operands first (the chain's), then Vn for the output warps in slot
@@ -745,7 +815,10 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
         vp[32 * np] = acc_b_frag(a, b);
       }
       CLEF_PHASE(6);  // value: Vn's global copy
-      if (chunk + 1 < nC) load(chunk + 1);
+      if constexpr (kWg)
+        load(chunk + 1 < nC ? chunk + 1 : chunk);  // no branch around the A registers' loads
+      else if (chunk + 1 < nC)
+        load(chunk + 1);
       ask_l2(chunk + 2);
       // The CTA's count, by value warp 0 two chunks behind, with no fence of its own on the
       // chain: this warp's Vn stores precede the release; the other value warps' Vn of chunk
@@ -767,11 +840,16 @@ __device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, i
 // S = e^{gamma_C} S + Xk^T diag(F) Vn, published per chunk in two halves (state warps 4..7; half
 // mi holds the m16 row tiles sw + 4 mi). kOut: the state before chunk c to shared buffer c % 4
 // only (the output warps read it there; no global copy). kBlocks: as scan_values.
-template <int NT, bool kOut, int kBlocks>
-__device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
-                                         int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
-                                         int c0, int warp, int lane, int first, int nC, int kgs,
-                                         int lo, ScanSmem<NT, kOut> sm) {
+// kWg: the update by warpgroup MMAs (the four state warps are one warpgroup: its m64 tile mi is
+// half mi, warp sw's rows 16 sw + 64 mi .. as here), each half's terms published as its group
+// of products completes.
+template <int NT, bool kOut, int kBlocks, bool kWg>
+__device__ __forceinline__ void scan_states_body(const bf16* __restrict__ xk, const ChunkMap& map,
+                                                 int Hk, int Hv, int Tc, int dk, int dv,
+                                                 const Ws& ws, int h, int c0, int warp, int lane,
+                                                 int first, int nC, int kgs, int lo,
+                                                 ScanSmem<NT, kOut, kWg> sm) {
+  using SM = ScanSmem<NT, kOut, kWg>;
   constexpr int ld = scan_ld<NT>();
   const bool v_lo = lo & kLoV;
   const int sw = warp - 4, g = lane / 4, t = lane % 4, kh = h / (Hv / Hk);
@@ -806,14 +884,17 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
         hp[32 * np] = acc_b_frag(s[mi][2 * np], s[mi][2 * np + 1]);
       return;
     }
-    bf16* sh = sm.state(chunk % ScanSmem<NT, kOut>::kStates);
-    bf16* sl = sh + kMaxHeadDim * ld;
+    bf16* sh = sm.state(chunk % SM::kStates);
+    bf16* sl = sh + kMaxHeadDim * SM::kLd;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       const int col = 8 * n + 2 * t;
-      put_terms(sh, sl, d * ld + col, s[mi][n][0], s[mi][n][1]);
-      put_terms(sh, sl, (d + 8) * ld + col, s[mi][n][2], s[mi][n][3]);
+      put_terms(sh, sl, SM::at(d, col), s[mi][n][0], s[mi][n][1]);
+      put_terms(sh, sl, SM::at(d + 8, col), s[mi][n][2], s[mi][n][3]);
     }
+#ifdef CLEF_WGMMA_AVAILABLE
+    if constexpr (kWg) hopper::fence_proxy_async();  // visible to the value warps' wgmmas
+#endif
   };
   if (nC > 1) load(0);
 #pragma unroll
@@ -834,38 +915,82 @@ __device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const Chun
     if (chunk + 1 == nC) break;  // the state after the last chunk is not needed
     cp_async_wait<0>();          // this warp's keys of the chunk
     __syncwarp();
+    if constexpr (kWg) {
+#ifdef CLEF_WGMMA_AVAILABLE
+      // Every A fragment of Xk^T first (a wgmma reads its registers until it completes), then
+      // half 0's products and half 1's as two groups: half 0 is published while half 1 runs.
+      uint32_t xa[2][C / 16][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      const int mt = sw + 4 * mi;
-      if (mt < kgs) {
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int kg = 0; kg < C / 16; ++kg)
+          ldmatrix_x4_trans(xa[mi][kg], sm.Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx +
+                                            16 * (sw + 4 * mi) + 8 * ((lane / 8) % 2));
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
           for (int i = 0; i < 4; ++i) s[mi][n][i] *= egl;
+        hopper::fence_regs(flat(s[mi]));  // the scaling stays ahead of the fence
+      }
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
         for (int kg = 0; kg < C / 16; ++kg) {
-          uint32_t a[4];
-          ldmatrix_x4_trans(a, sm.Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * mt +
-                                   8 * ((lane / 8) % 2));
+          wg_product<NT>(flat(s[mi]), xa[mi][kg], sm.Vh + 16 * kg * 8 * NT);
+          wg_product<NT>(flat(s[mi]), xa[mi][kg], sm.Vl + 16 * kg * 8 * NT);
+        }
+        hopper::wgmma_commit();
+      }
+      hopper::wgmma_wait<1>();
+      hopper::fence_regs(flat(s[0]));
+      publish(chunk + 1, 0, false);
+      bar_arrive(kBarTop);
+      publish(chunk + 1, 0, true);
+      hopper::wgmma_wait<0>();
+      hopper::fence_regs(flat(s[1]));
+      publish(chunk + 1, 1, false);
+      bar_arrive(kBarBottom);
+      publish(chunk + 1, 1, true);
+#else
+      __trap();  // sm_90a only (scan_wgmma_supported)
+#endif
+    } else {
 #pragma unroll
-          for (int np = 0; np < NT / 2; ++np) {
-            uint32_t bh[4], bl[4];
-            const int off = b_pair_offset(16 * kg, np, ld, lane);
-            ldmatrix_x4_trans(bh, sm.Vh + off);
-            if (v_lo) ldmatrix_x4_trans(bl, sm.Vl + off);
+      for (int mi = 0; mi < 2; ++mi) {
+        const int mt = sw + 4 * mi;
+        if (mt < kgs) {
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              mma_bf16(s[mi][2 * np + q], a, bh[2 * q], bh[2 * q + 1]);
-              if (v_lo) mma_bf16(s[mi][2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s[mi][n][i] *= egl;
+#pragma unroll
+          for (int kg = 0; kg < C / 16; ++kg) {
+            uint32_t a[4];
+            ldmatrix_x4_trans(a, sm.Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * mt +
+                                     8 * ((lane / 8) % 2));
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+              uint32_t bh[4], bl[4];
+              const int off = b_pair_offset(16 * kg, np, ld, lane);
+              ldmatrix_x4_trans(bh, sm.Vh + off);
+              if (v_lo) ldmatrix_x4_trans(bl, sm.Vl + off);
+#pragma unroll
+              for (int q = 0; q < 2; ++q) {
+                mma_bf16(s[mi][2 * np + q], a, bh[2 * q], bh[2 * q + 1]);
+                if (v_lo) mma_bf16(s[mi][2 * np + q], a, bl[2 * q], bl[2 * q + 1]);
+              }
             }
           }
+          CLEF_PHASE(mi == 0 ? 2 : 4);  // state: update half mi
+          publish(chunk + 1, mi, false);
         }
-        CLEF_PHASE(mi == 0 ? 2 : 4);  // state: update half mi
-        publish(chunk + 1, mi, false);
+        bar_arrive(mi == 0 ? kBarTop : kBarBottom);
+        publish(chunk + 1, mi, true);
+        if (mi == 0) CLEF_PHASE(3);  // state: first half's publish
       }
-      bar_arrive(mi == 0 ? kBarTop : kBarBottom);
-      publish(chunk + 1, mi, true);
-      if (mi == 0) CLEF_PHASE(3);  // state: first half's publish
     }
     // The next chunk's keys over these: every ldmatrix of them fed the products published above.
     if (chunk + 2 < nC) load(chunk + 1);
@@ -1059,20 +1184,39 @@ __device__ __noinline__ void scan_outputs(const bf16* __restrict__ xk, const Chu
   }
 }
 
+// The roles as functions of their own (each gets its own register allocation); the wgmma scan's
+// are inlined instead (ptxas serialises warpgroup MMAs across a call).
+template <int NT, bool kOut, int kBlocks>
+__device__ __noinline__ void scan_values(int Tc, int dk, int dv, const Ws& ws, int h, int c0,
+                                         int warp, int lane, int first, int nC, int kgs, int lo,
+                                         bool prefetch, int* progress,
+                                         ScanSmem<NT, kOut, false> sm) {
+  scan_values_body<NT, kOut, kBlocks, false>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, lo,
+                                             prefetch, progress, sm);
+}
+template <int NT, bool kOut, int kBlocks>
+__device__ __noinline__ void scan_states(const bf16* __restrict__ xk, const ChunkMap& map, int Hk,
+                                         int Hv, int Tc, int dk, int dv, const Ws& ws, int h,
+                                         int c0, int warp, int lane, int first, int nC, int kgs,
+                                         int lo, ScanSmem<NT, kOut, false> sm) {
+  scan_states_body<NT, kOut, kBlocks, false>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane,
+                                             first, nC, kgs, lo, sm);
+}
+
 // NT = 4: 32 columns; NT = 2 where dv is not a multiple of 32. kBlocks: CTAs an SM (1: the
 // registers of one; 2: at most 128 registers a thread, for grids past one wave of SMs, where a
 // second CTA's chain fills the first's stalls). kOut: 4 more warps form o from the state and Vn in
 // shared memory (scan_outputs). `early`: the next kernel's CTAs may be scheduled beside this
 // grid's from its start (the output kernel's P terms meanwhile; only where the grid is one wave,
 // so that they take no SM a scan CTA still waits for).
-template <int NT, bool kOut, int kBlocks>
+template <int NT, bool kOut, int kBlocks, bool kWg = false>
 __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks)
     scan_kernel(const bf16* __restrict__ xk, ChunkMap map, int Tc, int Hk, int Hv, int dk, int dv,
                 Ws ws, ScanOutArgs oa, bool early, int lo, bool longest, bool prefetch,
                 bool progress) {
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   extern __shared__ __align__(128) float smem[];
-  const ScanSmem<NT, kOut> sm(smem);
+  const ScanSmem<NT, kOut, kWg> sm(smem);
   const int h = blockIdx.y, c0 = blockIdx.x * 8 * NT;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kgs = dk / 16;
@@ -1090,7 +1234,14 @@ __global__ void __launch_bounds__(kOut ? kScanOutThreads : kScanThreads, kBlocks
           : nullptr;
 
   // separate functions: each role gets its own register allocation
-  if (warp < 4) {
+  if constexpr (kWg) {
+    if (warp < 4)
+      scan_values_body<NT, kOut, kBlocks, true>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs,
+                                                lo, prefetch, prog, sm);
+    else
+      scan_states_body<NT, kOut, kBlocks, true>(xk, map, Hk, Hv, Tc, dk, dv, ws, h, c0, warp, lane,
+                                                first, nC, kgs, lo, sm);
+  } else if (warp < 4) {
     scan_values<NT, kOut, kBlocks>(Tc, dk, dv, ws, h, c0, warp, lane, first, nC, kgs, lo, prefetch,
                                    prog, sm);
   } else if (warp < 8) {
@@ -1748,14 +1899,15 @@ struct ScanLaunch {
   int nt = 4;                   // n8 column tiles a CTA (scan_nt)
   bool prefetch = true;         // W and U two chunks ahead into L2 (gdn_scan_prefetch)
   bool progress = false;        // progress counts for the output kernel (gdn_scan_progress)
+  bool wgmma = false;           // the chain on warpgroup MMAs (scan_wgmma; other bits)
 };
 
-template <int NT, bool kOut, int kBlocks>
+template <int NT, bool kOut, int kBlocks, bool kWg = false>
 void launch_scan_nt(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                     int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s,
                     const ScanLaunch& how) {
-  constexpr size_t bytes = ScanSmem<NT, kOut>::bytes();
-  auto* k = scan_kernel<NT, kOut, kBlocks>;
+  constexpr size_t bytes = ScanSmem<NT, kOut, kWg>::bytes();
+  auto* k = scan_kernel<NT, kOut, kBlocks, kWg>;
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
   launch(k, dim3(dv / (8 * NT), Hv, seqs), kOut ? kScanOutThreads : kScanThreads, bytes, s, how.pdl,
@@ -1793,6 +1945,13 @@ int scan_nt(int dv, int sequences, int asked) {
 void launch_scan(const bf16* xk, const ChunkMap& map, int seqs, int Tc, int Hk, int Hv, int dk,
                  int dv, const Ws& ws, const ScanOutArgs& oa, cudaStream_t s,
                  const ScanLaunch& how) {
+  if (how.wgmma) {  // chunked_tc asks only where scan_wgmma_supported, 32 or 64 columns, one a SM
+    if (how.nt == 8)
+      launch_scan_nt<8, false, 1, true>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
+    else
+      launch_scan_nt<4, false, 1, true>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
+    return;
+  }
   if (how.nt == 8)
     launch_scan_nt<8, false, 1>(xk, map, seqs, Tc, Hk, Hv, dk, dv, ws, oa, s, how);
   else if (how.nt == 4)
@@ -1832,6 +1991,15 @@ bool fused_supported(int dk, int dv) {
   return dk == kMaxHeadDim && dv == kMaxHeadDim && tc_supported(dk, dv) &&
          device_attribute(DeviceAttr::CcMajor) >= 8 &&
          std::max(FusedSmem<2>::bytes(), FusedSmem<4>::bytes()) <= smem_optin();
+}
+
+bool scan_wgmma_supported(int dk, int dv) {
+  // sm_90 exactly: wgmma is in the binary's sm_90a code, not in the sm_90 PTX it also carries.
+  const bool sm90 =
+      device_attribute(DeviceAttr::CcMajor) == 9 && device_attribute(DeviceAttr::CcMinor) == 0;
+  return dk == kMaxHeadDim && dv % 32 == 0 && tc_supported(dk, dv) && sm90 &&
+         std::max(ScanSmem<8, false, true>::bytes(), ScanSmem<4, false, true>::bytes()) <=
+             smem_optin();
 }
 
 bool tc_scan_output_supported(int dk, int dv) {
@@ -2019,10 +2187,15 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
+  // The chain on warpgroup MMAs (perf-log v32a-c): lone requests and packs alike (its sums run in
+  // another order than the mma.sync scan's), at one CTA an SM, 32 or 64 columns.
+  const bool wgmma = (how.scan_wgmma == 0 ? gdn_scan_wgmma() : how.scan_wgmma == 1) &&
+                     scan_wgmma_supported(dk, dv) && blocks == 1 && (nt == 8 || nt == 4) &&
+                     lo == (kLoW | kLoS | kLoV);  // it keeps every lo term
   // The scan's edge is to the fused kernel in a per-pack grid (no event between them).
   launch_scan(in.xk, m3, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
               ScanLaunch{scan_edge, scan_edge && !after_scan && (early || progress), blocks, lo,
-                         longest, nt, prefetch, progress});
+                         longest, nt, prefetch, progress, wgmma});
   if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
   launch(out, dim3(nC, Hv / nh), kOutThreads, os, s, pdl && !after_scan, in.xq, in.xk, in.rq, in.rk,
          m3, Tc, Hk, Hv, dk, dv, ws, norm ? *norm : GdnGatedNorm{}, o,

@@ -30,6 +30,10 @@ bool tc_supported(int dk, int dv);
 // tensor-core path, and the device grants its ~195 KiB of shared memory per block.
 bool fused_supported(int dk, int dv);
 
+// The scan's chain on warpgroup MMAs (TcLaunch::scan_wgmma, gdn_scan_wgmma()): dk = 128,
+// dv % 32 == 0, an sm_90 device (the binary's sm_90a code) that grants its shared memory.
+bool scan_wgmma_supported(int dk, int dv);
+
 // tc_supported, and the device grants the scan that also forms o its 186.5 KiB (dv % 32 == 0) or
 // 146.5 KiB per block (dv % 32 == 16) (gdn.h GdnOutputMode::InScan).
 bool tc_scan_output_supported(int dk, int dv);
@@ -72,6 +76,10 @@ struct TcLaunch {
   // process's choice (gdn_scan_progress()), 1 on, -1 off; where they apply (programmatic edges,
   // no profiling events, the three kernels, several sequences). The same bits either way.
   int progress = 0;
+  // the scan's chain on warpgroup MMAs: 0 the process's choice (gdn_scan_wgmma()), 1 on where
+  // scan_wgmma_supported (one CTA an SM, 32 or 64 columns, not the in-scan output), -1 off.
+  // Changes the bits.
+  int scan_wgmma = 0;
 };
 
 // The sequence slot each block z of a packed scan grid takes when it runs longest first (ChunkMap::
