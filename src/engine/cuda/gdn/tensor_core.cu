@@ -568,7 +568,7 @@ constexpr int scan_ld() {
 // recurrence), plus Vn itself (not diag(F) Vn; in bf16) in two slots, and the output warps' own
 // copies of each chunk's queries, keys and row factors in two slots (186.5 KiB at NT = 4).
 // kWg (scan_wgmma): the state's and diag(F) Vn's terms in wgmma's no-swizzle canonical layout
-// (8 x 8 core matrices, wg_at) instead of padded rows; nothing else changes.
+// (8 x 8 core matrices, ScanSmem::at) instead of padded rows; nothing else changes.
 template <int NT, bool kOut = false, bool kWg = false>
 struct ScanSmem {
   static_assert(!(kOut && kWg), "the in-scan output reads the padded rows");
