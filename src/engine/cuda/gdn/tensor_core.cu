@@ -643,10 +643,7 @@ __device__ __forceinline__ void put_terms(bf16* hi, bf16* lo, int off, float x0,
 template <int NT>
 __device__ __forceinline__ void wg_product(float (&d)[4 * NT], const uint32_t (&a)[4],
                                            const bf16* b) {
-  const uint32_t addr = smem_addr(b);
-  const uint64_t desc = static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
-                        (static_cast<uint64_t>(16 * 8 * NT >> 4) << 16) |
-                        (static_cast<uint64_t>(128 >> 4) << 32);
+  const uint64_t desc = hopper::smem_desc(b, 16 * 8 * NT, 128);
   if constexpr (NT == 8)
     wgmma::rs_m64n64k16(d, a, desc, 1);
   else
