@@ -23,8 +23,8 @@ print_summary() {
 # "default"): off (CLEF_BATCH_INVARIANT=0), rows (CLEF_KV_SEQ_TILES=0: packs read K and V by rows,
 # wg64, not per-sequence key tiles), noown (CLEF_GEMM_OWN_CANDIDATES=0: each M's GEMM candidates
 # from the class probes only), noswiglu (CLEF_SWIGLU_GEMM=0: cuBLASLt gate_up + swiglu at every
-# M), noprogress (CLEF_GDN_SCAN_PROGRESS=0: the GDN output kernel waits for the whole scan), wgmma
-# (CLEF_GDN_SCAN_WGMMA=1: the GDN scan's chain on warpgroup MMAs).
+# M), noprogress (CLEF_GDN_SCAN_PROGRESS=0: the GDN output kernel waits for the whole scan), nowgmma
+# (CLEF_GDN_SCAN_WGMMA=0: the GDN scan's chain on mma.sync, as before perf-log v32d).
 # Status 1 for an unknown mode.
 mode_env() {
   case $1 in
@@ -34,7 +34,7 @@ mode_env() {
     noown) echo "CLEF_GEMM_OWN_CANDIDATES=0" ;;
     noswiglu) echo "CLEF_SWIGLU_GEMM=0" ;;
     noprogress) echo "CLEF_GDN_SCAN_PROGRESS=0" ;;
-    wgmma) echo "CLEF_GDN_SCAN_WGMMA=1" ;;
+    nowgmma) echo "CLEF_GDN_SCAN_WGMMA=0" ;;
     *) return 1 ;;
   esac
 }

@@ -97,7 +97,7 @@ bool gdn_scan_progress() {
 }
 
 bool gdn_scan_wgmma() {
-  static const bool on = env_is("CLEF_GDN_SCAN_WGMMA", "1");
+  static const bool on = !env_is("CLEF_GDN_SCAN_WGMMA", "0");
   return on;
 }
 

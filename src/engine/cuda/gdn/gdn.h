@@ -106,8 +106,9 @@ bool gdn_scan_prefetch();
 // never does; perf-log v31a). Never changes a value.
 bool gdn_scan_progress();
 // Whether the scan runs its chain on warpgroup MMAs where gdn::scan_wgmma_supported (sm_90a,
-// dk = 128): CLEF_GDN_SCAN_WGMMA=1 (off by default until a device run has measured it in the
-// engine; perf-log v32a-c). Changes the bits (for lone requests and packs alike).
+// dk = 128), unless CLEF_GDN_SCAN_WGMMA=0 (perf-log v32a-d: the core 2-26 us a layer faster on an
+// H100). Never changes a value: its sums run in the mma.sync scan's order (the GPU tests check
+// the bits).
 bool gdn_scan_wgmma();
 // Whether a packed scan takes 64 value columns a CTA instead of 32 (unless CLEF_GDN_SCAN_NT=4;
 // perf-log v25b). Never changes a value.

@@ -1896,7 +1896,7 @@ struct ScanLaunch {
   int nt = 4;                   // n8 column tiles a CTA (scan_nt)
   bool prefetch = true;         // W and U two chunks ahead into L2 (gdn_scan_prefetch)
   bool progress = false;        // progress counts for the output kernel (gdn_scan_progress)
-  bool wgmma = false;           // the chain on warpgroup MMAs (scan_wgmma; other bits)
+  bool wgmma = false;           // the chain on warpgroup MMAs (scan_wgmma; the same bits)
 };
 
 template <int NT, bool kOut, int kBlocks, bool kWg = false>
@@ -2078,6 +2078,7 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
   const int nC = seqs ? seqs->chunk_slots : (T + C - 1) / C, Tc = nC * C;
   const int n_seqs = seqs ? seqs->seq_slots : 1;
   const Ws ws = carve(workspace, Tc, Hv, dk, dv);
+  if (how.scan_wgmma_ran) *how.scan_wgmma_ran = false;
   constexpr size_t ps = prep_smem();
   CLEF_CUDA_CHECK(cudaFuncSetAttribute(
       prep_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)));
@@ -2184,11 +2185,12 @@ void chunked_tc(const GdnInputs& in, int T, int Hk, int Hv, int dk, int dv, __nv
     if (after_scan) CLEF_CUDA_CHECK(cudaEventRecord(after_scan, s));
     return;
   }
-  // The chain on warpgroup MMAs (perf-log v32a-c): lone requests and packs alike (its sums run in
-  // another order than the mma.sync scan's), at one CTA an SM, 32 or 64 columns.
+  // The chain on warpgroup MMAs (perf-log v32a-d): the mma.sync scan's bits (a column's k16
+  // products and its accumulations in the same order), at one CTA an SM, 32 or 64 columns.
   const bool wgmma = (how.scan_wgmma == 0 ? gdn_scan_wgmma() : how.scan_wgmma == 1) &&
                      scan_wgmma_supported(dk, dv) && blocks == 1 && (nt == 8 || nt == 4) &&
                      lo == (kLoW | kLoS | kLoV);  // it keeps every lo term
+  if (how.scan_wgmma_ran) *how.scan_wgmma_ran = wgmma;
   // The scan's edge is to the fused kernel in a per-pack grid (no event between them).
   launch_scan(in.xk, m3, n_seqs, Tc, Hk, Hv, dk, dv, ws, ScanOutArgs{}, s,
               ScanLaunch{scan_edge, scan_edge && !after_scan && (early || progress), blocks, lo,

@@ -77,9 +77,11 @@ struct TcLaunch {
   // no profiling events, the three kernels, several sequences). The same bits either way.
   int progress = 0;
   // the scan's chain on warpgroup MMAs: 0 the process's choice (gdn_scan_wgmma()), 1 on where
-  // scan_wgmma_supported (one CTA an SM, 32 or 64 columns, not the in-scan output), -1 off.
-  // Changes the bits.
+  // scan_wgmma_supported (one CTA an SM, 32 or 64 columns, not the in-scan output, every lo
+  // term), -1 off. The same bits either way.
   int scan_wgmma = 0;
+  // where not null, set to whether the scan ran on warpgroup MMAs (what the tests check ran)
+  bool* scan_wgmma_ran = nullptr;
 };
 
 // The sequence slot each block z of a packed scan grid takes when it runs longest first (ChunkMap::
