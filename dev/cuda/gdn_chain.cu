@@ -28,6 +28,7 @@
 #include "common.h"
 #include "engine/cuda/attention/wgmma_ops.cuh"
 #include "engine/cuda/gdn/bf16_split.cuh"
+#include "engine/cuda/gdn/fragments.cuh"
 #include "engine/cuda/hopper_async.cuh"
 #include "engine/cuda/mma_sync.cuh"
 
@@ -73,17 +74,11 @@ __device__ __forceinline__ void bar_sync(int id, int n) {
 __device__ __forceinline__ void bar_arrive(int id, int n) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
-// The engine's published layout (gdn/tensor_core.cu b_frag): per k16 step kk, 16-column pair jp
-// and lane, that lane's m16n8k16 B fragments of n8 tiles 2 jp, 2 jp + 1, in uint4 units.
-__device__ __forceinline__ size_t b_frag(int kk, int jp, int dv, int lane) {
-  return (static_cast<size_t>(kk) * (dv / 16) + jp) * 32 + lane;
-}
-// That uint4 from this warp's m16 accumulator rows (n8 tiles 2 jp, 2 jp + 1), rounded to bf16.
+// This lane's b_frag entry from this warp's m16 accumulator rows (n8 tiles 2 jp, 2 jp + 1).
 template <int M>
 __device__ __forceinline__ uint4 pair_frag(const float (&a)[M], int jp) {
-  const float* x = a + 8 * jp;
-  return make_uint4(movmatrix_trans(pack_bf16(x[0], x[1])), movmatrix_trans(pack_bf16(x[2], x[3])),
-                    movmatrix_trans(pack_bf16(x[4], x[5])), movmatrix_trans(pack_bf16(x[6], x[7])));
+  return acc_b_frag(*reinterpret_cast<const float(*)[4]>(a + 8 * jp),
+                    *reinterpret_cast<const float(*)[4]>(a + 8 * jp + 4));
 }
 template <int N>
 __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int sc) {

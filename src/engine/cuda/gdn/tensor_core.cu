@@ -16,6 +16,7 @@
 #include "engine/cuda/device_attributes.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gdn/bf16_split.cuh"
+#include "engine/cuda/gdn/fragments.cuh"
 #include "engine/cuda/gdn/tensor_core.h"
 #include "engine/cuda/gdn/tf32x3.cuh"
 #include "engine/cuda/gdn/tiles.cuh"
@@ -53,29 +54,6 @@ struct Ws {
 };
 // Progress slots a (sequence slot, value head): one a column CTA (dv / (8 NT) <= 8).
 constexpr int kProgressSlots = 8;
-
-// The output kernel's B operands (the published states and Vn, rounded to bf16) in the order its
-// warps read them: per k16 step kk, 16-column pair jp and lane, that lane's m16n8k16 B fragments
-// {b0, b1} of n8 tiles 2 jp and 2 jp + 1 (one 16-byte load a lane, 512 contiguous bytes a warp).
-// Index in uint4 units from a (value head, chunk slot)'s first fragment.
-__device__ __forceinline__ size_t b_frag(int kk, int jp, int dv, int lane) {
-  return (static_cast<size_t>(kk) * (dv / 16) + jp) * 32 + lane;
-}
-
-// This lane's b_frag entry of two n8 tiles (a, then b) of one k16 step whose m16n8 accumulators
-// (k = the rows) the warp holds: rounded to bf16, each 8 x 8 half transposed across the warp.
-__device__ __forceinline__ uint4 acc_b_frag(const float (&a)[4], const float (&b)[4]) {
-  return make_uint4(movmatrix_trans(pack_bf16(a[0], a[1])), movmatrix_trans(pack_bf16(a[2], a[3])),
-                    movmatrix_trans(pack_bf16(b[0], b[1])), movmatrix_trans(pack_bf16(b[2], b[3])));
-}
-
-// W of one (value head, chunk slot) in the order the scan's value warps read it: per 16-row tile
-// tm, k16 step kg and lane, that lane's m16n8k16 A fragment (four bf16 pairs) of W's hi term, then
-// of its lo term (gdn/bf16_split.cuh, W = hi + lo to ~2^-17): two 16-byte loads a step, coalesced.
-// Index in uint4 units from the slot's first row of W (row0 * dk floats).
-__device__ __forceinline__ size_t w_frag(int tm, int kg, int kgs, int lane) {
-  return (static_cast<size_t>(tm * kgs + kg) * 32 + lane) * 2;
-}
 
 Ws carve(float* p, int Tc, int Hv, int dk, int dv) {
   const size_t rows = static_cast<size_t>(Hv) * Tc, nC = Tc / C;
