@@ -92,7 +92,13 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
           " buckets (" + std::to_string(seconds_since(t0)) + " s)");
   }
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (gemm_.batch_invariant())
+  // Choices loaded from the cache form no classes here; the cache's key holds the class policy
+  // (Gemm::policy), so they are the invariant prepare's that wrote it.
+  if (gemm_.batch_invariant() && gemm_.invariant_groups() + gemm_.variant_groups() == 0 &&
+      gemm_.preloaded_used() > used_before)
+    say("GEMM batch invariance: every choice from the tuning cache, which a batch-invariant "
+        "prepare wrote (the class policy is in its key)");
+  else if (gemm_.batch_invariant())
     say("GEMM batch invariance: " + std::to_string(gemm_.invariant_groups()) +
         " shapes choose every M's algorithm from one class of equal bits (" +
         std::to_string(gemm_.own_candidates_admitted()) +
