@@ -4,6 +4,7 @@
 // chain (dev/cuda/gdn_chain.cu), which must publish what the engine's output kernel reads.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -34,6 +35,16 @@ __device__ __forceinline__ uint4 acc_b_frag(const float (&a)[4], const float (&b
 // Index in uint4 units from the slot's first row of W (row0 * dk floats).
 __device__ __forceinline__ size_t w_frag(int tm, int kg, int kgs, int lane) {
   return (static_cast<size_t>(tm * kgs + kg) * 32 + lane) * 2;
+}
+
+// Xk^T's m16n8k16 A fragment for the state update S += Xk^T (F Vn): key dims 16 mt .. + 15 (the
+// state's rows) at chunk rows 16 kg .. + 15, by ldmatrix.trans of a chunk's keys in shared memory
+// ([C][ld] bf16, rows = chunk rows). (dev/cuda/gdn_chain.cu's xk_t_frags forms the same address
+// in another order, which its measured register allocation depends on.)
+__device__ __forceinline__ void xk_t_frag(uint32_t (&a)[4], const __nv_bfloat16* xk, int ld, int kg,
+                                          int mt, int lane) {
+  ldmatrix_x4_trans(
+      a, xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * ld + 16 * mt + 8 * ((lane / 8) % 2));
 }
 
 }  // namespace clef::engine::cuda::gdn

@@ -628,6 +628,14 @@ __device__ __forceinline__ void wg_product(float (&d)[4 * NT], const uint32_t (&
     wgmma::rs_m64n32k16(d, a, desc, 1);
 }
 #endif
+// x *= f, every accumulator of a warp's m16 tile (the state's decay e^{gamma_C}).
+template <int NT>
+__device__ __forceinline__ void scale_tile(float (&x)[NT][4], float f) {
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[n][i] *= f;
+}
 // The m16n8 accumulators [NT][4] of a warp as the flat array a wgmma names.
 template <int NT>
 __device__ __forceinline__ float (&flat(float (&x)[NT][4]))[4 * NT] {
@@ -899,14 +907,10 @@ __device__ __forceinline__ void scan_states_body(const bf16* __restrict__ xk, co
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int kg = 0; kg < C / 16; ++kg)
-          ldmatrix_x4_trans(xa[mi][kg], sm.Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx +
-                                            16 * (sw + 4 * mi) + 8 * ((lane / 8) % 2));
+          xk_t_frag(xa[mi][kg], sm.Xk, kLdx, kg, sw + 4 * mi, lane);
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s[mi][n][i] *= egl;
+        scale_tile(s[mi], egl);
         hopper::fence_regs(flat(s[mi]));  // the scaling stays ahead of the fence
       }
       hopper::wgmma_fence();
@@ -937,15 +941,11 @@ __device__ __forceinline__ void scan_states_body(const bf16* __restrict__ xk, co
       for (int mi = 0; mi < 2; ++mi) {
         const int mt = sw + 4 * mi;
         if (mt < kgs) {
-#pragma unroll
-          for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) s[mi][n][i] *= egl;
+          scale_tile(s[mi], egl);
 #pragma unroll
           for (int kg = 0; kg < C / 16; ++kg) {
             uint32_t a[4];
-            ldmatrix_x4_trans(a, sm.Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * mt +
-                                     8 * ((lane / 8) % 2));
+            xk_t_frag(a, sm.Xk, kLdx, kg, mt, lane);
 #pragma unroll
             for (int np = 0; np < NT / 2; ++np) {
               uint32_t bh[4], bl[4];
@@ -1830,15 +1830,11 @@ __global__ void __launch_bounds__(fused_threads<NG>(), 1)
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
       const int mt = wi + 4 * mi;
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[mi][n][i] *= egl;
+      scale_tile(s[mi], egl);
 #pragma unroll
       for (int kg = 0; kg < C / 16; ++kg) {
         uint32_t a[4];
-        ldmatrix_x4_trans(
-            a, Xk + (16 * kg + lane % 8 + 8 * (lane / 16)) * kLdx + 16 * mt + 8 * ((lane / 8) % 2));
+        xk_t_frag(a, Xk, kLdx, kg, mt, lane);
         times_two_terms<NT, false>(s[mi], a, a, Rh, Rl, 16 * kg, lane);
       }
     }
