@@ -4,7 +4,8 @@
 // fused kernel never writes gate_up's [M, 2I] bf16 (344 MB at 7k rows) nor reads it back.
 // Usage: CLEF_BENCH_MS=384,1024,7040 workbench_gemm_swiglu (the default M list). Checks first (the
 // fused output against cuBLASLt + swiglu everywhere, and against a double-precision host reference
-// on sampled rows), then times. First run: perf-log v29f.
+// on sampled rows; the overlapped epilogue against the serial one bit for bit), then times the
+// fused kernel with each epilogue and with none (products only). First run: perf-log v29f.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -99,7 +100,7 @@ int main() {
   bool ok = true;
   struct Row {
     int M;
-    double lt, sw, fused;
+    double lt, sw, fused, serial, mainloop;
   };
   std::vector<Row> rows;
   for (int M : ms) {
@@ -111,12 +112,25 @@ int main() {
                                        clef::engine::cuda::KernelPath::Auto, 0);
     };
     unfused();
+    using clef::engine::cuda::SwigluEpilogue;
+    auto fused = [&](SwigluEpilogue e) {
+      clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0,
+                                      e);
+    };
     DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
-    clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0);
+    fused(SwigluEpilogue::Serial);
+    DEV_CUDA_CHECK(cudaGetLastError());
+    const std::vector<float> serial = to_host<bf16>(out, size_t(M) * I);
+    DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
+    fused(SwigluEpilogue::Overlapped);
     DEV_CUDA_CHECK(cudaGetLastError());
     if (!skip_check()) {
       const std::vector<float> got = to_host<bf16>(out, size_t(M) * I);
       const std::vector<float> want = to_host<bf16>(ref, size_t(M) * I);
+      size_t same = 0;
+      for (size_t i = 0; i < got.size(); ++i) same += got[i] == serial[i];
+      std::printf("M %d: overlapped vs serial epilogue: %zu of %zu equal\n", M, same, got.size());
+      ok &= same == got.size();
       size_t equal = 0;
       for (size_t i = 0; i < got.size(); ++i) equal += got[i] == want[i];
       std::printf("M %d: fused vs cuBLASLt + swiglu: %zu of %zu equal (%.2f %%)\n", M, equal,
@@ -146,10 +160,10 @@ int main() {
       clef::engine::cuda::swiglu<bf16>(gu.get<bf16>(), ref.get<bf16>(), M, I,
                                        clef::engine::cuda::KernelPath::Auto, 0);
     });
-    const double f_us = timer.median_us([&] {
-      clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0);
-    });
-    rows.push_back({M, lt_us, sw_us, f_us});
+    const double ser_us = timer.median_us([&] { fused(SwigluEpilogue::Serial); });
+    const double f_us = timer.median_us([&] { fused(SwigluEpilogue::Overlapped); });
+    const double main_us = timer.median_us([&] { fused(SwigluEpilogue::MainloopOnly); });
+    rows.push_back({M, lt_us, sw_us, f_us, ser_us, main_us});
   }
   if (!ok) {
     std::printf("gemm_swiglu: MISMATCH, nothing timed\n");
@@ -160,9 +174,15 @@ int main() {
     const double flops = 2.0 * r.M * 2.0 * I * K;
     print_row("gemm_swiglu", "cublaslt gate_up (best of 8)", r.M, r.lt, flops, kBf16Tensor);
     print_row("gemm_swiglu", "swiglu_vec8", r.M, r.sw, double(r.M) * 3 * I * 2, kHbm);
+    print_row("gemm_swiglu", "fused, serial epilogue", r.M, r.serial, flops, kBf16Tensor);
     print_row("gemm_swiglu", "fused (tma wgmma)", r.M, r.fused, flops, kBf16Tensor);
-    std::printf("M %d: unfused %.1f us, fused %.1f us (%.3f of unfused; GEMM alone %.3f)\n", r.M,
-                r.lt + r.sw, r.fused, r.fused / (r.lt + r.sw), r.fused / r.lt);
+    print_row("gemm_swiglu", "fused, products only (no output)", r.M, r.mainloop, flops,
+              kBf16Tensor);
+    std::printf(
+        "M %d: unfused %.1f us, fused %.1f us (%.3f of unfused; GEMM alone %.3f; serial epilogue "
+        "%.1f us; products only %.1f us = %.3f of cuBLASLt)\n",
+        r.M, r.lt + r.sw, r.fused, r.fused / (r.lt + r.sw), r.fused / r.lt, r.serial, r.mainloop,
+        r.mainloop / r.lt);
   }
   return 0;
 }

@@ -100,6 +100,36 @@ TEST(SwigluGemm, RowsDoNotDependOnTheRowsBesideThem) {
   EXPECT_EQ(bytes_to_host(all, size_t(m) * I * 2), bytes_to_host(few, size_t(m) * I * 2));
 }
 
+// The overlapped epilogue (a tile's outputs formed beside the next tile's first k-blocks) gives
+// the serial epilogue's bits: K of 1, 2, 3 and 8 k-blocks (fewer than its four parts, and more),
+// CTAs taking one tile and several, partial row tiles.
+TEST(SwigluGemm, OverlappedEpilogueGivesTheSerialBits) {
+  CLEF_REQUIRE_GPU();
+  if (!swiglu_gemm_supported(128, 64)) GTEST_SKIP() << "not an sm_90 device";
+  auto rng = fresh_rng();
+  struct Case {
+    int M, I, K;
+  };
+  for (Case c :
+       {Case{2100, 1152, 64}, Case{1100, 2048, 128}, Case{300, 384, 192}, Case{4000, 1024, 512}}) {
+    SCOPED_TRACE("M " + std::to_string(c.M) + " I " + std::to_string(c.I) + " K " +
+                 std::to_string(c.K));
+    const auto x = rand_bf16(rng, static_cast<size_t>(c.M) * c.K, 1.0f);
+    const auto w = rand_bf16(rng, static_cast<size_t>(2) * c.I * c.K, 1.0f / std::sqrt(c.K));
+    DeviceBuffer dx = to_device<bf16>(x), dw = regrouped(w, c.I, c.K);
+    const size_t n = static_cast<size_t>(c.M) * c.I;
+    DeviceBuffer serial = poisoned<bf16>(n), overlapped = poisoned<bf16>(n);
+    swiglu_gemm(dx.get<bf16>(), dw.get<bf16>(), serial.get<bf16>(), c.M, c.K, c.I, nullptr,
+                SwigluEpilogue::Serial);
+    swiglu_gemm(dx.get<bf16>(), dw.get<bf16>(), overlapped.get<bf16>(), c.M, c.K, c.I, nullptr,
+                SwigluEpilogue::Overlapped);
+    EXPECT_EQ(bytes_to_host(serial, n * 2), bytes_to_host(overlapped, n * 2));
+    // and the serial one is the host reference's (within the rounding ties MatchesTheHostReference
+    // allows): neither form wrote nothing
+    CLEF_EXPECT_CLOSE(to_host<bf16>(serial, n), host_swiglu_gemm(x, w, c.M, c.K, c.I), 2e-3);
+  }
+}
+
 // swiglu over a gate_up whose columns come regrouped (blocks of 128 gates, then their ups) gives
 // the plain layout's bits, on both kernel paths; a group that does not divide I is refused.
 TEST(SwigluGemm, GroupedSwigluEqualsThePlainLayout) {

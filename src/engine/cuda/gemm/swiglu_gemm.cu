@@ -67,6 +67,47 @@ struct TileOrder {
   }
 };
 
+// One consumer thread's SwiGLU outputs for its n8 tiles J0 .. J0 + 3 of both row halves, from
+// pk: the tile's accumulators rounded to bf16 and paired, pk[4 j + 2 half + e] = (gate of column
+// 8 j + 2 (lane % 4) + e, its up) for row row0 + 8 half (the m64n256 fragment: n8 tile j of the
+// gate half, tile j + 16 of the up half). swiglu's rounding points (kernels/elementwise.cu) on the
+// bf16-rounded gate_up: bf16(bf16(silu(g)) * u).
+template <int J0>
+__device__ __forceinline__ void swiglu_part(const uint32_t (&pk)[64], bf16* __restrict__ out,
+                                            int row0, int col0, int M, int I) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + 8 * half;
+    if (row >= M) continue;
+    bf16* o = out + static_cast<size_t>(row) * I + col0;
+#pragma unroll
+    for (int j = J0; j < J0 + 4; ++j) {
+      float r[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uint32_t p = pk[4 * j + 2 * half + e];
+        const float g = __uint_as_float(p << 16), u = __uint_as_float(p & 0xFFFF0000u);
+        r[e] = rnd<bf16>(silu_rounded_to<bf16>(g)) * u;
+      }
+      *reinterpret_cast<__nv_bfloat162*>(o + 8 * j) = __floats2bfloat162_rn(r[0], r[1]);
+    }
+  }
+}
+// Part p (0..3) of the epilogue: n8 tiles 4p .. 4p + 3 (p known at run time, the parts inlined).
+__device__ __forceinline__ void swiglu_part_at(int p, const uint32_t (&pk)[64],
+                                               bf16* __restrict__ out, int row0, int col0, int M,
+                                               int I) {
+  if (p == 0) swiglu_part<0>(pk, out, row0, col0, M, I);
+  if (p == 1) swiglu_part<4>(pk, out, row0, col0, M, I);
+  if (p == 2) swiglu_part<8>(pk, out, row0, col0, M, I);
+  if (p == 3) swiglu_part<12>(pk, out, row0, col0, M, I);
+}
+
+// kEpi (SwigluEpilogue): Serial forms a tile's outputs after its last products while the tensor
+// pipe waits; Overlapped keeps them as bf16 pairs and forms them in four parts, each after the
+// next tile's first k-blocks are issued (the same values: the same operations on the same
+// rounded inputs); MainloopOnly (workbench diagnostic) writes nothing.
+template <int kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_swiglu_kernel(const __grid_constant__ CUtensorMap map_a,
                        const __grid_constant__ CUtensorMap map_w, bf16* __restrict__ out, int M,
@@ -110,6 +151,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   setmaxnreg_inc<232>();
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   float d[128];
+  // Overlapped: the previous tile's outputs still to be formed (parts `done` .. 3), at rows
+  // from prow0 and columns from pcol0.
+  uint32_t pk[64];
+  int done = 4, prow0 = 0, pcol0 = 0;
   int s = 0;
   uint32_t phase = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -124,6 +169,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kk = 0; kk < BK / 16; ++kk)
         wgmma::ss_m64n256k16(d, desc_sw128(a + 32 * kk), desc_sw128(w + 32 * kk), kt > 0 || kk > 0);
       wgmma_commit();
+      if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Overlapped)) {
+        // while this k-block's products run
+        if (done < 4) swiglu_part_at(done++, pk, out, prow0, pcol0, M, I);
+      }
       wgmma_wait<1>();  // the previous stage's products are done: release it
       if (prev >= 0 && threadIdx.x % 128 == 0) mbar_arrive(empty + 8 * prev);
       prev = s;
@@ -132,27 +181,32 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_regs(d);
     if (prev >= 0 && threadIdx.x % 128 == 0) mbar_arrive(empty + 8 * prev);
-    // Epilogue: fragment (j, e) of n8 tile j is row 16 warp + lane / 4 (+ 8 for e >= 2), column
+    // Fragment (j, e) of n8 tile j is row 16 warp + lane / 4 (+ 8 for e >= 2), column
     // 8 j + 2 (lane % 4) + e % 2; gate columns are tiles 0..15, up the same features in 16..31.
-    const int f0 = tn * (BN / 2);
+    const int row0 = tm * BM + c * 64 + 16 * warp + lane / 4;
+    const int col0 = tn * (BN / 2) + 2 * (lane % 4);
+    if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Overlapped)) {
+      while (done < 4) swiglu_part_at(done++, pk, out, prow0, pcol0, M, I);  // K < 4 BK
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = tm * BM + c * 64 + 16 * warp + lane / 4 + 8 * half;
-      if (row >= M) continue;
-      bf16* o = out + static_cast<size_t>(row) * I + f0 + 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        float r[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          // swiglu's rounding points (kernels/elementwise.cu) on the bf16-rounded gate_up
-          const float g = rnd<bf16>(d[4 * j + 2 * half + e]);
-          const float u = rnd<bf16>(d[4 * (j + 16) + 2 * half + e]);
-          r[e] = rnd<bf16>(silu_rounded_to<bf16>(g)) * u;
-        }
-        *reinterpret_cast<__nv_bfloat162*>(o + 8 * j) = __floats2bfloat162_rn(r[0], r[1]);
+      for (int q = 0; q < 64; ++q) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(d[q], d[q + 64]);  // (gate, up)
+        pk[q] = *reinterpret_cast<const uint32_t*>(&v);
       }
+      done = 0, prow0 = row0, pcol0 = col0;
+    } else if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Serial)) {
+#pragma unroll
+      for (int q = 0; q < 64; ++q) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(d[q], d[q + 64]);
+        pk[q] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+      swiglu_part<0>(pk, out, row0, col0, M, I);
+      swiglu_part<4>(pk, out, row0, col0, M, I);
+      swiglu_part<8>(pk, out, row0, col0, M, I);
+      swiglu_part<12>(pk, out, row0, col0, M, I);
     }
+  }
+  if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Overlapped)) {
+    while (done < 4) swiglu_part_at(done++, pk, out, prow0, pcol0, M, I);
   }
 #else
   (void)map_a, (void)map_w, (void)out, (void)M, (void)K, (void)I;
@@ -235,17 +289,30 @@ void regroup_gate_up(bf16* w, bf16* scratch, int I, int K) {
   CLEF_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void swiglu_gemm(const bf16* x, const bf16* w, bf16* out, int M, int K, int I, cudaStream_t s) {
+SwigluEpilogue swiglu_epilogue() {
+  static const SwigluEpilogue e = [] {
+    const char* v = std::getenv("CLEF_SWIGLU_EPILOGUE");
+    if (v && std::strcmp(v, "serial") == 0) return SwigluEpilogue::Serial;
+    return SwigluEpilogue::Overlapped;
+  }();
+  return e;
+}
+
+void swiglu_gemm(const bf16* x, const bf16* w, bf16* out, int M, int K, int I, cudaStream_t s,
+                 SwigluEpilogue epilogue) {
   if (M <= 0) return;
   if (!swiglu_gemm_supported(I, K))
     throw std::invalid_argument("swiglu_gemm: unsupported shape or device (I " + std::to_string(I) +
                                 ", K " + std::to_string(K) + ")");
-  CLEF_CUDA_CHECK(cudaFuncSetAttribute(gemm_swiglu_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  auto* kernel = epilogue == SwigluEpilogue::Serial       ? gemm_swiglu_kernel<0>
+                 : epilogue == SwigluEpilogue::Overlapped ? gemm_swiglu_kernel<1>
+                                                          : gemm_swiglu_kernel<2>;
+  CLEF_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   const CUtensorMap ma = tile_map(x, M, K, BM), mw = tile_map(w, 2 * I, K, BN);
   const int tiles = (M + BM - 1) / BM * (2 * I / BN);
   const int grid = std::min(tiles, device_attribute(DeviceAttr::SmCount));
-  gemm_swiglu_kernel<<<grid, kThreads, kSmem, s>>>(ma, mw, out, M, K, I);
+  kernel<<<grid, kThreads, kSmem, s>>>(ma, mw, out, M, K, I);
   CLEF_CUDA_LAUNCH_CHECK();
 }
 

@@ -32,9 +32,17 @@ int swiglu_gemm_min_rows();
 // their up rows; scratch: 2 I K bf16 of device memory. Synchronous.
 void regroup_gate_up(__nv_bfloat16* w, __nv_bfloat16* scratch, int I, int K);
 
+// Where a tile's SwiGLU outputs are formed. Serial: after its last products, the tensor pipe
+// idle meanwhile. Overlapped: in four parts beside the next tile's first k-blocks (perf-log v34a);
+// the same bits. MainloopOnly: no outputs at all (the workbench's diagnostic of the products
+// alone).
+enum class SwigluEpilogue { Serial = 0, Overlapped = 1, MainloopOnly = 2 };
+// CLEF_SWIGLU_EPILOGUE=serial for the A/B, else Overlapped.
+SwigluEpilogue swiglu_epilogue();
+
 // out [M, I] (row stride I) = swiglu(x [M, K] (row stride K) W^T) with W regrouped. x, w, out
 // 16-byte aligned. Requires swiglu_gemm_supported(I, K).
 void swiglu_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int K,
-                 int I, cudaStream_t s);
+                 int I, cudaStream_t s, SwigluEpilogue epilogue = swiglu_epilogue());
 
 }  // namespace clef::engine::cuda

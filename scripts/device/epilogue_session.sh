@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The SwiGLU GEMM's overlapped epilogue in one call (perf-log v34a): make-model (flash) in the
+# background while the GPU tests (FILTER) and workbench_gemm_swiglu (serial / overlapped / no
+# epilogue against cuBLASLt + swiglu at CLEF_BENCH_MS) run; then, only if the tests passed, the
+# served A/B: invariance_check.sh with TESTS=0 and MODES (default "default serialepi": the 7 x 1000
+# floor with invariance off, one server a mode, RUNS, each mode's C1 answers against its packs).
+# Everything lands in $OUT/result.txt as it comes.
+# Usage (repo root on the device): [MODES=...] [RUNS=...] [FILTER=...] [TEST_LIMIT=s]
+#   [BENCH_MS=...] scripts/device/epilogue_session.sh
+set -uo pipefail
+source scripts/device/setup.sh > /dev/null
+R=$OUT/result.txt
+t0=$(date +%s)
+nvidia-smi -L | tee -a "$R"
+( make_release flash /tmp/flash "$OUT/make_model.log"
+  echo "model rc $? ($(( $(date +%s) - t0 ))s)" >> "$R" ) &
+MKP=$!
+mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
+  ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+gpu_tests "${FILTER:-SwigluGemm.*:*CudaEngineGolden*Packed*}" "${TEST_LIMIT:-120}"
+passed=$(grep -c '^tests rc 0$' "$R")
+echo "## workbench_gemm_swiglu ($(( $(date +%s) - t0 ))s)" | tee -a "$R"
+CLEF_BENCH_MS=${BENCH_MS:-1024,4096,6784,7040} timeout 150 workbench_gemm_swiglu \
+  > "$OUT/wb_swiglu.txt" 2>&1
+echo "rc $?" | tee -a "$R"
+grep -E "^M |MISMATCH|FAIL" "$OUT/wb_swiglu.txt" | tee -a "$R"
+wait $MKP
+if [ "$passed" = 1 ]; then
+  TESTS=0 MODES=${MODES:-"default serialepi"} scripts/device/invariance_check.sh > /dev/null 2>&1
+else
+  echo "tests did not pass: no served A/B" | tee -a "$R"
+fi
+echo "total $(( $(date +%s) - t0 ))s" | tee -a "$R"
