@@ -5,7 +5,9 @@
 // Usage: CLEF_BENCH_MS=384,1024,7040 workbench_gemm_swiglu (the default M list). Checks first (the
 // fused output against cuBLASLt + swiglu everywhere, and against a double-precision host reference
 // on sampled rows; the overlapped epilogue against the serial one bit for bit), then times the
-// fused kernel with each epilogue and with none (products only). First run: perf-log v29f.
+// fused kernel with each epilogue and with none (products only); CLEF_BENCH_PAIRS=1 adds the
+// CTA-pair form (checked against the serial bits, timed with and without outputs). First run:
+// perf-log v29f.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -100,8 +102,11 @@ int main() {
   bool ok = true;
   struct Row {
     int M;
-    double lt, sw, fused, serial, mainloop;
+    double lt, sw, fused, serial, mainloop, pairs, pairs_mainloop;
   };
+  // CLEF_BENCH_PAIRS=1: the CTA-pair form (clusters of two, the weight tile multicast) too.
+  const char* pe = std::getenv("CLEF_BENCH_PAIRS");
+  const bool pairs_too = pe && std::string(pe) == "1";
   std::vector<Row> rows;
   for (int M : ms) {
     LtGemm lt(M, 2 * I, K);
@@ -113,9 +118,9 @@ int main() {
     };
     unfused();
     using clef::engine::cuda::SwigluEpilogue;
-    auto fused = [&](SwigluEpilogue e) {
-      clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0,
-                                      e);
+    auto fused = [&](SwigluEpilogue e, bool pairs = false) {
+      clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0, e,
+                                      pairs);
     };
     DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
     fused(SwigluEpilogue::Serial);
@@ -131,6 +136,17 @@ int main() {
       for (size_t i = 0; i < got.size(); ++i) same += got[i] == serial[i];
       std::printf("M %d: overlapped vs serial epilogue: %zu of %zu equal\n", M, same, got.size());
       ok &= same == got.size();
+      if (pairs_too) {
+        DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
+        fused(SwigluEpilogue::Overlapped, true);
+        DEV_CUDA_CHECK(cudaGetLastError());
+        const std::vector<float> paired = to_host<bf16>(out, size_t(M) * I);
+        same = 0;
+        for (size_t i = 0; i < paired.size(); ++i) same += paired[i] == serial[i];
+        std::printf("M %d: CTA pairs vs serial epilogue: %zu of %zu equal\n", M, same,
+                    paired.size());
+        ok &= same == paired.size();
+      }
       size_t equal = 0;
       for (size_t i = 0; i < got.size(); ++i) equal += got[i] == want[i];
       std::printf("M %d: fused vs cuBLASLt + swiglu: %zu of %zu equal (%.2f %%)\n", M, equal,
@@ -163,7 +179,11 @@ int main() {
     const double ser_us = timer.median_us([&] { fused(SwigluEpilogue::Serial); });
     const double f_us = timer.median_us([&] { fused(SwigluEpilogue::Overlapped); });
     const double main_us = timer.median_us([&] { fused(SwigluEpilogue::MainloopOnly); });
-    rows.push_back({M, lt_us, sw_us, f_us, ser_us, main_us});
+    const double pair_us =
+        pairs_too ? timer.median_us([&] { fused(SwigluEpilogue::Overlapped, true); }) : 0.0;
+    const double pair_main_us =
+        pairs_too ? timer.median_us([&] { fused(SwigluEpilogue::MainloopOnly, true); }) : 0.0;
+    rows.push_back({M, lt_us, sw_us, f_us, ser_us, main_us, pair_us, pair_main_us});
   }
   if (!ok) {
     std::printf("gemm_swiglu: MISMATCH, nothing timed\n");
@@ -183,6 +203,11 @@ int main() {
         "%.1f us; products only %.1f us = %.3f of cuBLASLt)\n",
         r.M, r.lt + r.sw, r.fused, r.fused / (r.lt + r.sw), r.fused / r.lt, r.serial, r.mainloop,
         r.mainloop / r.lt);
+    if (pairs_too) {
+      print_row("gemm_swiglu", "fused, CTA pairs", r.M, r.pairs, flops, kBf16Tensor);
+      std::printf("M %d: CTA pairs %.1f us (%.3f of cuBLASLt), products only %.1f us\n", r.M,
+                  r.pairs, r.pairs / r.lt, r.pairs_mainloop);
+    }
   }
   return 0;
 }

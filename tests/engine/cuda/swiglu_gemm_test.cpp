@@ -130,6 +130,38 @@ TEST(SwigluGemm, OverlappedEpilogueGivesTheSerialBits) {
   }
 }
 
+// CTA pairs (clusters of two multicasting the weight tile) give the single CTAs' bits: an odd and
+// an even number of row tiles (a pair's missing tile), pairs taking one tile and several, K of 1
+// and 8 k-blocks, with each epilogue.
+TEST(SwigluGemm, CtaPairsGiveTheSingleCtasBits) {
+  CLEF_REQUIRE_GPU();
+  if (!swiglu_gemm_supported(128, 64)) GTEST_SKIP() << "not an sm_90 device";
+  auto rng = fresh_rng();
+  struct Case {
+    int M, I, K;
+  };
+  for (Case c :
+       {Case{2100, 1152, 64}, Case{1000, 384, 512}, Case{129, 128, 128}, Case{4100, 1024, 256}}) {
+    SCOPED_TRACE("M " + std::to_string(c.M) + " I " + std::to_string(c.I) + " K " +
+                 std::to_string(c.K));
+    const auto x = rand_bf16(rng, static_cast<size_t>(c.M) * c.K, 1.0f);
+    const auto w = rand_bf16(rng, static_cast<size_t>(2) * c.I * c.K, 1.0f / std::sqrt(c.K));
+    DeviceBuffer dx = to_device<bf16>(x), dw = regrouped(w, c.I, c.K);
+    const size_t n = static_cast<size_t>(c.M) * c.I;
+    DeviceBuffer single = poisoned<bf16>(n);
+    swiglu_gemm(dx.get<bf16>(), dw.get<bf16>(), single.get<bf16>(), c.M, c.K, c.I, nullptr,
+                SwigluEpilogue::Serial, false);
+    const auto want = bytes_to_host(single, n * 2);
+    for (SwigluEpilogue e : {SwigluEpilogue::Serial, SwigluEpilogue::Overlapped}) {
+      DeviceBuffer paired = poisoned<bf16>(n);
+      swiglu_gemm(dx.get<bf16>(), dw.get<bf16>(), paired.get<bf16>(), c.M, c.K, c.I, nullptr, e,
+                  true);
+      CLEF_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(bytes_to_host(paired, n * 2), want) << "epilogue " << static_cast<int>(e);
+    }
+  }
+}
+
 // swiglu over a gate_up whose columns come regrouped (blocks of 128 gates, then their ups) gives
 // the plain layout's bits, on both kernel paths; a group that does not divide I is refused.
 TEST(SwigluGemm, GroupedSwigluEqualsThePlainLayout) {

@@ -40,9 +40,15 @@ enum class SwigluEpilogue { Serial = 0, Overlapped = 1, MainloopOnly = 2 };
 // CLEF_SWIGLU_EPILOGUE=serial for the A/B, else Overlapped.
 SwigluEpilogue swiglu_epilogue();
 
+// Whether CTA pairs (clusters of two, each loading half of the weight tile into both by TMA
+// multicast) run it: CLEF_SWIGLU_PAIRS=1; off by default until measured (perf-log v34b). The same
+// bits either way.
+bool swiglu_pairs();
+
 // out [M, I] (row stride I) = swiglu(x [M, K] (row stride K) W^T) with W regrouped. x, w, out
 // 16-byte aligned. Requires swiglu_gemm_supported(I, K).
 void swiglu_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int K,
-                 int I, cudaStream_t s, SwigluEpilogue epilogue = swiglu_epilogue());
+                 int I, cudaStream_t s, SwigluEpilogue epilogue = swiglu_epilogue(),
+                 bool pairs = swiglu_pairs());
 
 }  // namespace clef::engine::cuda
