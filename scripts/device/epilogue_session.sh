@@ -4,7 +4,8 @@
 # epilogue against cuBLASLt + swiglu at CLEF_BENCH_MS) run; then, only if the tests passed, the
 # served A/B: invariance_check.sh with TESTS=0 and MODES (default "default serialepi": the 7 x 1000
 # floor with invariance off, one server a mode, RUNS, each mode's C1 answers against its packs).
-# Last, the CTA-pair form (PAIRS=0: not): its test and workbench_gemm_swiglu with CLEF_BENCH_PAIRS=1.
+# Then the CTA-pair form (PAIRS=0: not): its test and workbench_gemm_swiglu with CLEF_BENCH_PAIRS=1,
+# each under a timeout; the served runs last.
 # Everything lands in $OUT/result.txt as it comes.
 # Usage (repo root on the device): [MODES=...] [RUNS=...] [FILTER=...] [TEST_LIMIT=s]
 #   [BENCH_MS=...] scripts/device/epilogue_session.sh
@@ -21,26 +22,26 @@ mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve 
 gpu_tests "${FILTER:-SwigluGemm.*:*CudaEngineGolden*Packed*-SwigluGemm.CtaPairs*}" "${TEST_LIMIT:-120}"
 passed=$(grep -c '^tests rc 0$' "$R")
 echo "## workbench_gemm_swiglu ($(( $(date +%s) - t0 ))s)" | tee -a "$R"
-CLEF_BENCH_MS=${BENCH_MS:-1024,4096,6784,7040} timeout 150 workbench_gemm_swiglu \
+CLEF_BENCH_MS=${BENCH_MS:-1024,6784,7040} timeout 150 workbench_gemm_swiglu \
   > "$OUT/wb_swiglu.txt" 2>&1
 echo "rc $?" | tee -a "$R"
 grep -E "^M |MISMATCH|FAIL" "$OUT/wb_swiglu.txt" | tee -a "$R"
+# Before the served runs (bounded by timeouts): the CTA-pair form (CLEF_SWIGLU_PAIRS, off by default),
+# its test and its workbench timing.
+if [ "${PAIRS:-1}" = 1 ]; then
+  echo "## CTA pairs ($(( $(date +%s) - t0 ))s)" | tee -a "$R"
+  timeout 45 test_gpu --gtest_brief=1 --gtest_filter='SwigluGemm.CtaPairs*' > "$OUT/pairs.log" 2>&1
+  echo "pairs test rc $?" | tee -a "$R"
+  grep -E '^\[  (PASSED|FAILED)|Failure' "$OUT/pairs.log" | head -8 | tee -a "$R"
+  CLEF_BENCH_PAIRS=1 CLEF_BENCH_MS=${PAIR_MS:-6784,7040} timeout 75 workbench_gemm_swiglu \
+    > "$OUT/wb_pairs.txt" 2>&1
+  echo "rc $?" | tee -a "$R"
+  grep -E "^M |MISMATCH|FAIL" "$OUT/wb_pairs.txt" | tee -a "$R"
+fi
 wait $MKP
 if [ "$passed" = 1 ]; then
   TESTS=0 MODES=${MODES:-"default serialepi"} scripts/device/invariance_check.sh > /dev/null 2>&1
 else
   echo "tests did not pass: no served A/B" | tee -a "$R"
-fi
-# Last (a hang costs only what is left): the CTA-pair form (CLEF_SWIGLU_PAIRS, off by default),
-# its test and its workbench timing.
-if [ "${PAIRS:-1}" = 1 ]; then
-  echo "## CTA pairs ($(( $(date +%s) - t0 ))s)" | tee -a "$R"
-  timeout 60 test_gpu --gtest_brief=1 --gtest_filter='SwigluGemm.CtaPairs*' > "$OUT/pairs.log" 2>&1
-  echo "pairs test rc $?" | tee -a "$R"
-  grep -E '^\[  (PASSED|FAILED)|Failure' "$OUT/pairs.log" | head -8 | tee -a "$R"
-  CLEF_BENCH_PAIRS=1 CLEF_BENCH_MS=${PAIR_MS:-6784,7040} timeout 90 workbench_gemm_swiglu \
-    > "$OUT/wb_pairs.txt" 2>&1
-  echo "rc $?" | tee -a "$R"
-  grep -E "^M |MISMATCH|FAIL" "$OUT/wb_pairs.txt" | tee -a "$R"
 fi
 echo "total $(( $(date +%s) - t0 ))s" | tee -a "$R"
