@@ -2,7 +2,7 @@
 # The SwiGLU GEMM's overlapped epilogue in one call (perf-log v34a): make-model (flash) in the
 # background while the GPU tests (FILTER) and workbench_gemm_swiglu (serial / overlapped / no
 # epilogue against cuBLASLt + swiglu at CLEF_BENCH_MS) run; then, only if the tests passed, the
-# served A/B: invariance_check.sh with TESTS=0 and MODES (default "default serialepi": the 7 x 1000
+# served A/B: invariance_check.sh with TESTS=0 and MODES (default "default overlapepi": the 7 x 1000
 # floor with invariance off, one server a mode, RUNS, each mode's C1 answers against its packs).
 # Then the CTA-pair form (PAIRS=0: not): its test and workbench_gemm_swiglu with CLEF_BENCH_PAIRS=1,
 # each under a timeout; the served runs last.
@@ -44,7 +44,7 @@ fi
 if [ -z "$MKP" ]; then
   echo "no served runs (SERVED=0)" | tee -a "$R"
 elif wait $MKP && [ "$passed" = 1 ]; then
-  TESTS=0 MODES=${MODES:-"default serialepi"} scripts/device/invariance_check.sh > /dev/null 2>&1
+  TESTS=0 MODES=${MODES:-"default overlapepi"} scripts/device/invariance_check.sh > /dev/null 2>&1
 else
   echo "tests did not pass: no served A/B" | tee -a "$R"
 fi

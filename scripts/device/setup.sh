@@ -24,9 +24,9 @@ print_summary() {
 # wg64, not per-sequence key tiles), noown (CLEF_GEMM_OWN_CANDIDATES=0: each M's GEMM candidates
 # from the class probes only), noswiglu (CLEF_SWIGLU_GEMM=0: cuBLASLt gate_up + swiglu at every
 # M), noprogress (CLEF_GDN_SCAN_PROGRESS=0: the GDN output kernel waits for the whole scan), nowgmma
-# (CLEF_GDN_SCAN_WGMMA=0: the GDN scan's chain on mma.sync, as before perf-log v32d), serialepi
-# (CLEF_SWIGLU_EPILOGUE=serial: the SwiGLU GEMM's outputs after each tile's products, as before
-# perf-log v34a).
+# (CLEF_GDN_SCAN_WGMMA=0: the GDN scan's chain on mma.sync, as before perf-log v32d), overlapepi
+# (CLEF_SWIGLU_EPILOGUE=overlap: the SwiGLU GEMM's outputs beside the next tile's products,
+# perf-log v34a), pairs (that and CLEF_SWIGLU_PAIRS=1: CTA pairs multicasting the weight tile, v34b).
 # Status 1 for an unknown mode.
 mode_env() {
   case $1 in
@@ -37,7 +37,8 @@ mode_env() {
     noswiglu) echo "CLEF_SWIGLU_GEMM=0" ;;
     noprogress) echo "CLEF_GDN_SCAN_PROGRESS=0" ;;
     nowgmma) echo "CLEF_GDN_SCAN_WGMMA=0" ;;
-    serialepi) echo "CLEF_SWIGLU_EPILOGUE=serial" ;;
+    overlapepi) echo "CLEF_SWIGLU_EPILOGUE=overlap" ;;
+    pairs) echo "CLEF_SWIGLU_EPILOGUE=overlap CLEF_SWIGLU_PAIRS=1" ;;
     *) return 1 ;;
   esac
 }

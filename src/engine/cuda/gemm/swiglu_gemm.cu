@@ -2,7 +2,9 @@
 // threads: warpgroup 0 a TMA producer (one thread), two consumer warpgroups of 64 rows each running
 // m64n256k16 wgmmas from 128B-swizzled K-major tiles (BK 64, 4 stages: 192 KiB); tile 128 rows x
 // 256 regrouped weight rows (128 features). Tiles in bands of 16 row tiles with the weight block
-// outer within a band, so a wave's A rows and weight blocks stay in L2.
+// outer within a band, so a wave's A rows and weight blocks stay in L2. Two opt-in forms with the
+// same products (not yet run on a GPU: perf-log v34a, v34b): the epilogue beside the next tile's
+// first k-blocks, and CTA pairs multicasting the weight tile.
 // Workbench: dev/cuda/gemm_swiglu.cu (against cuBLASLt + swiglu_vec8); test: tests/engine/cuda/
 // swiglu_gemm_test.cpp (against a host reference).
 #include "engine/cuda/gemm/swiglu_gemm.h"
@@ -84,12 +86,13 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
+// Tiles in bands of kBands row tiles (or row-tile pairs), the weight block outer within a band.
+template <int kBands>
 struct TileOrder {
   int tm, tn;  // row tiles (ceil(M / BM)) or row-tile pairs, weight blocks (2I / BN)
-  int bands;   // row tiles (pairs) a band: the same rows in either form
   __device__ void at(int t, int& m, int& n) const {
-    const int band = t / (bands * tn), first = band * bands;
-    const int rows = min(bands, tm - first), i = t - band * bands * tn;
+    const int band = t / (kBands * tn), first = band * kBands;
+    const int rows = min(kBands, tm - first), i = t - band * kBands * tn;
     n = i / rows;
     m = first + i % rows;
   }
@@ -165,8 +168,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   else
     __syncthreads();
   const int row_tiles = (M + BM - 1) / BM;
-  const TileOrder order = kPair ? TileOrder{(row_tiles + 1) / 2, 2 * I / BN, kBand / 2}
-                                : TileOrder{row_tiles, 2 * I / BN, kBand};
+  // pairs: half as many pairs a band, the same rows
+  const TileOrder<kPair ? kBand / 2 : kBand> order{kPair ? (row_tiles + 1) / 2 : row_tiles,
+                                                   2 * I / BN};
   const int tiles = order.tm * order.tn, kt_n = K / BK;
   const int first = kPair ? blockIdx.x / 2 : blockIdx.x, stride = kPair ? gridDim.x / 2 : gridDim.x;
   // This CTA's row tile of tile t's (m, pair or single)
@@ -253,15 +257,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         done = 0, prow0 = row0, pcol0 = col0;
       } else if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Serial)) {
+        // straight from the accumulators (the form measured in perf-log v29f-v32d)
 #pragma unroll
-        for (int q = 0; q < 64; ++q) {
-          const __nv_bfloat162 v = __floats2bfloat162_rn(d[q], d[q + 64]);
-          pk[q] = *reinterpret_cast<const uint32_t*>(&v);
+        for (int half = 0; half < 2; ++half) {
+          const int row = row0 + 8 * half;
+          if (row >= M) continue;
+          bf16* o = out + static_cast<size_t>(row) * I + col0;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            float r[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float g = rnd<bf16>(d[4 * j + 2 * half + e]);
+              const float u = rnd<bf16>(d[4 * (j + 16) + 2 * half + e]);
+              r[e] = rnd<bf16>(silu_rounded_to<bf16>(g)) * u;
+            }
+            *reinterpret_cast<__nv_bfloat162*>(o + 8 * j) = __floats2bfloat162_rn(r[0], r[1]);
+          }
         }
-        swiglu_part<0>(pk, out, row0, col0, M, I);
-        swiglu_part<4>(pk, out, row0, col0, M, I);
-        swiglu_part<8>(pk, out, row0, col0, M, I);
-        swiglu_part<12>(pk, out, row0, col0, M, I);
       }
     }
     if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Overlapped)) {
@@ -354,8 +367,8 @@ void regroup_gate_up(bf16* w, bf16* scratch, int I, int K) {
 SwigluEpilogue swiglu_epilogue() {
   static const SwigluEpilogue e = [] {
     const char* v = std::getenv("CLEF_SWIGLU_EPILOGUE");
-    if (v && std::strcmp(v, "serial") == 0) return SwigluEpilogue::Serial;
-    return SwigluEpilogue::Overlapped;
+    if (v && std::strcmp(v, "overlap") == 0) return SwigluEpilogue::Overlapped;
+    return SwigluEpilogue::Serial;
   }();
   return e;
 }

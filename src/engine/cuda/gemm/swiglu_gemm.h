@@ -33,16 +33,17 @@ int swiglu_gemm_min_rows();
 void regroup_gate_up(__nv_bfloat16* w, __nv_bfloat16* scratch, int I, int K);
 
 // Where a tile's SwiGLU outputs are formed. Serial: after its last products, the tensor pipe
-// idle meanwhile. Overlapped: in four parts beside the next tile's first k-blocks (perf-log v34a);
-// the same bits. MainloopOnly: no outputs at all (the workbench's diagnostic of the products
-// alone).
+// idle meanwhile (the form measured in perf-log v29f-v32d). Overlapped: in four parts beside the
+// next tile's first k-blocks (perf-log v34a): the same operations on the same rounded values, so
+// the same bits, but not yet run on a GPU. MainloopOnly: no outputs at all (the workbench's
+// diagnostic of the products alone).
 enum class SwigluEpilogue { Serial = 0, Overlapped = 1, MainloopOnly = 2 };
-// CLEF_SWIGLU_EPILOGUE=serial for the A/B, else Overlapped.
+// CLEF_SWIGLU_EPILOGUE=overlap, else Serial (until v34a is measured).
 SwigluEpilogue swiglu_epilogue();
 
 // Whether CTA pairs (clusters of two, each loading half of the weight tile into both by TMA
-// multicast) run it: CLEF_SWIGLU_PAIRS=1; off by default until measured (perf-log v34b). The same
-// bits either way.
+// multicast) run it: CLEF_SWIGLU_PAIRS=1; off by default (perf-log v34b: not yet run on a GPU).
+// The same products in the same order either way.
 bool swiglu_pairs();
 
 // out [M, I] (row stride I) = swiglu(x [M, K] (row stride K) W^T) with W regrouped. x, w, out
