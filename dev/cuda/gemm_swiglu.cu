@@ -122,31 +122,27 @@ int main() {
       clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0, e,
                                       pairs);
     };
-    DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
-    fused(SwigluEpilogue::Serial);
-    DEV_CUDA_CHECK(cudaGetLastError());
-    const std::vector<float> serial = to_host<bf16>(out, size_t(M) * I);
-    DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
-    fused(SwigluEpilogue::Overlapped);
-    DEV_CUDA_CHECK(cudaGetLastError());
-    if (!skip_check()) {
-      const std::vector<float> got = to_host<bf16>(out, size_t(M) * I);
-      const std::vector<float> want = to_host<bf16>(ref, size_t(M) * I);
+    // The fused kernel in one form into a poisoned `out`, read back.
+    auto fused_out = [&](SwigluEpilogue e, bool pairs) {
+      DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
+      fused(e, pairs);
+      DEV_CUDA_CHECK(cudaGetLastError());
+      return to_host<bf16>(out, size_t(M) * I);
+    };
+    auto same_bits = [&](const char* what, const std::vector<float>& a,
+                         const std::vector<float>& b) {
       size_t same = 0;
-      for (size_t i = 0; i < got.size(); ++i) same += got[i] == serial[i];
-      std::printf("M %d: overlapped vs serial epilogue: %zu of %zu equal\n", M, same, got.size());
-      ok &= same == got.size();
-      if (pairs_too) {
-        DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
-        fused(SwigluEpilogue::Overlapped, true);
-        DEV_CUDA_CHECK(cudaGetLastError());
-        const std::vector<float> paired = to_host<bf16>(out, size_t(M) * I);
-        same = 0;
-        for (size_t i = 0; i < paired.size(); ++i) same += paired[i] == serial[i];
-        std::printf("M %d: CTA pairs vs serial epilogue: %zu of %zu equal\n", M, same,
-                    paired.size());
-        ok &= same == paired.size();
-      }
+      for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+      std::printf("M %d: %s vs serial epilogue: %zu of %zu equal\n", M, what, same, a.size());
+      return same == a.size();
+    };
+    if (!skip_check()) {
+      const std::vector<float> serial = fused_out(SwigluEpilogue::Serial, false);
+      const std::vector<float> got = fused_out(SwigluEpilogue::Overlapped, false);
+      const std::vector<float> want = to_host<bf16>(ref, size_t(M) * I);
+      ok &= same_bits("overlapped", got, serial);
+      if (pairs_too)
+        ok &= same_bits("CTA pairs", fused_out(SwigluEpilogue::Overlapped, true), serial);
       size_t equal = 0;
       for (size_t i = 0; i < got.size(); ++i) equal += got[i] == want[i];
       std::printf("M %d: fused vs cuBLASLt + swiglu: %zu of %zu equal (%.2f %%)\n", M, equal,

@@ -98,31 +98,40 @@ struct TileOrder {
   }
 };
 
-// One consumer thread's SwiGLU outputs for its n8 tiles J0 .. J0 + 3 of both row halves, from
-// pk: the tile's accumulators rounded to bf16 and paired, pk[4 j + 2 half + e] = (gate of column
-// 8 j + 2 (lane % 4) + e, its up) for row row0 + 8 half (the m64n256 fragment: n8 tile j of the
-// gate half, tile j + 16 of the up half). swiglu's rounding points (kernels/elementwise.cu) on the
-// bf16-rounded gate_up: bf16(bf16(silu(g)) * u).
-template <int J0>
-__device__ __forceinline__ void swiglu_part(const uint32_t (&pk)[64], bf16* __restrict__ out,
-                                            int row0, int col0, int M, int I) {
+// One consumer thread's SwiGLU outputs for its n8 tiles J0 .. J0 + NJ - 1 of both row halves.
+// gate_up(q) gives the bf16-rounded (gate, up) of fragment q = 4 j + 2 half + e: gate column
+// 8 j + 2 (lane % 4) + e of row row0 + 8 half (the m64n256 fragment: n8 tile j of the gate half,
+// tile j + 16 of the up half). swiglu's rounding points (kernels/elementwise.cu) on the rounded
+// gate_up: bf16(bf16(silu(g)) * u).
+template <int J0, int NJ, typename GateUp>
+__device__ __forceinline__ void swiglu_tiles(GateUp gate_up, bf16* __restrict__ out, int row0,
+                                             int col0, int M, int I) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + 8 * half;
     if (row >= M) continue;
     bf16* o = out + static_cast<size_t>(row) * I + col0;
 #pragma unroll
-    for (int j = J0; j < J0 + 4; ++j) {
+    for (int j = J0; j < J0 + NJ; ++j) {
       float r[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const uint32_t p = pk[4 * j + 2 * half + e];
-        const float g = __uint_as_float(p << 16), u = __uint_as_float(p & 0xFFFF0000u);
-        r[e] = rnd<bf16>(silu_rounded_to<bf16>(g)) * u;
+        const float2 gu = gate_up(4 * j + 2 * half + e);
+        r[e] = rnd<bf16>(silu_rounded_to<bf16>(gu.x)) * gu.y;
       }
       *reinterpret_cast<__nv_bfloat162*>(o + 8 * j) = __floats2bfloat162_rn(r[0], r[1]);
     }
   }
+}
+// Tiles J0 .. J0 + 3 from pk, the tile's (gate, up) pairs as bf16x2 (pk[q] = fragment q's).
+template <int J0>
+__device__ __forceinline__ void swiglu_part(const uint32_t (&pk)[64], bf16* __restrict__ out,
+                                            int row0, int col0, int M, int I) {
+  swiglu_tiles<J0, 4>(
+      [&](int q) {
+        return make_float2(__uint_as_float(pk[q] << 16), __uint_as_float(pk[q] & 0xFFFF0000u));
+      },
+      out, row0, col0, M, I);
 }
 // Part p (0..3) of the epilogue: n8 tiles 4p .. 4p + 3 (p known at run time, the parts inlined).
 __device__ __forceinline__ void swiglu_part_at(int p, const uint32_t (&pk)[64],
@@ -258,23 +267,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         done = 0, prow0 = row0, pcol0 = col0;
       } else if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Serial)) {
         // straight from the accumulators (the form measured in perf-log v29f-v32d)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = row0 + 8 * half;
-          if (row >= M) continue;
-          bf16* o = out + static_cast<size_t>(row) * I + col0;
-#pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            float r[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float g = rnd<bf16>(d[4 * j + 2 * half + e]);
-              const float u = rnd<bf16>(d[4 * (j + 16) + 2 * half + e]);
-              r[e] = rnd<bf16>(silu_rounded_to<bf16>(g)) * u;
-            }
-            *reinterpret_cast<__nv_bfloat162*>(o + 8 * j) = __floats2bfloat162_rn(r[0], r[1]);
-          }
-        }
+        swiglu_tiles<0, 16>(
+            [&](int q) { return make_float2(rnd<bf16>(d[q]), rnd<bf16>(d[q + 64])); }, out, row0,
+            col0, M, I);
       }
     }
     if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Overlapped)) {
@@ -391,19 +386,27 @@ Kernel kernel_for(SwigluEpilogue e) {
                                            : gemm_swiglu_kernel<2, kPair>;
 }
 
+// A launch of `clusters` pairs (clusters of two CTAs) of the kernel's block and shared memory; `at`
+// holds the cluster attribute the config points to.
+cudaLaunchConfig_t pair_config(int clusters, cudaStream_t s, cudaLaunchAttribute& at) {
+  at.id = cudaLaunchAttributeClusterDimension;
+  at.val.clusterDim.x = 2, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(2 * clusters);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmem;
+  cfg.stream = s;
+  cfg.attrs = &at;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // Clusters of two this device runs at once at one CTA an SM (a GPC with an odd number of free SMs
 // leaves one out): a persistent grid of more would run its last clusters after the others.
 int max_pair_clusters(Kernel k) {
   static const int n = [k] {
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 2, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(2 * device_attribute(DeviceAttr::SmCount));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmem;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = pair_config(device_attribute(DeviceAttr::SmCount), nullptr, at);
     int clusters = 0;
     CLEF_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, k, &cfg));
     return clusters;
@@ -433,16 +436,8 @@ void swiglu_gemm(const bf16* x, const bf16* w, bf16* out, int M, int K, int I, c
   const int pair_tiles = (row_tiles + 1) / 2 * (2 * I / BN);
   const int clusters = std::min(pair_tiles, max_pair_clusters(kernel));
   if (clusters < 1) throw std::runtime_error("swiglu_gemm: no cluster of two CTAs fits an SM pair");
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = 2, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(2 * clusters);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = s;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute at;
+  const cudaLaunchConfig_t cfg = pair_config(clusters, s, at);
   CLEF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mw, out, M, K, I));
 }
 
