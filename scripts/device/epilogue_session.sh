@@ -11,17 +11,7 @@
 #   [BENCH_MS=...] [PAIRS=0] [SERVED=0: no make-model, no served runs] scripts/device/epilogue_session.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-R=$OUT/result.txt
-t0=$(date +%s)
-nvidia-smi -L | tee -a "$R"
-MKP=
-if [ "${SERVED:-1}" = 1 ]; then
-  ( make_release flash /tmp/flash "$OUT/make_model.log"
-    echo "model rc $? ($(( $(date +%s) - t0 ))s)" >> "$R" ) &
-  MKP=$!
-fi
-mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
-  ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+session_start "${SERVED:-1}"
 gpu_tests "${FILTER:-SwigluGemm.*:*CudaEngineGolden*Packed*-SwigluGemm.CtaPairs*}" "${TEST_LIMIT:-120}"
 passed=$(grep -c '^tests rc 0$' "$R")
 echo "## workbench_gemm_swiglu ($(( $(date +%s) - t0 ))s)" | tee -a "$R"

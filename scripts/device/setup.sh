@@ -58,6 +58,23 @@ make_release() {
   [ -d "$2" ] || clefserve make-model --preset "$1" --force --out "$2" \
     --tokenizer tests/golden/tokenizers/qwen3 > "$3" 2>&1
 }
+# session_start [MODEL]: the one-call session scripts' common start (wgmma_session.sh,
+# epilogue_session.sh): R ($OUT/result.txt, where they append as results come) and t0, the GPU's name
+# in R, the serve tests' binary links, and with MODEL=1 `make-model --preset flash` into /tmp/flash in
+# the background (MKP = its pid, "model rc" in R when done; empty without MODEL).
+session_start() {
+  R=$OUT/result.txt
+  t0=$(date +%s)
+  nvidia-smi -L | tee -a "$R"
+  MKP=
+  if [ "${1:-0}" = 1 ]; then
+    ( make_release flash /tmp/flash "$OUT/make_model.log"
+      echo "model rc $? ($(( $(date +%s) - t0 ))s)" >> "$R" ) &
+    MKP=$!
+  fi
+  mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
+    ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+}
 # The check scripts' common start: the serve tests' binary links (tests/server/server_process.cpp
 # starts it from the checkout's build folders), M (the flash release folder), L (the logs, $OUT),
 # and when `profile` is a step `make-model --preset flash` into M in the background (MK = its pid,

@@ -11,14 +11,7 @@
 #   [TEST_LIMIT=s] [WB_MODES="..."] scripts/device/wgmma_session.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-R=$OUT/result.txt
-t0=$(date +%s)
-nvidia-smi -L | tee -a "$R"
-( make_release flash /tmp/flash "$OUT/make_model.log"
-  echo "model rc $? ($(( $(date +%s) - t0 ))s)" >> "$R" ) &
-MKP=$!
-mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
-  ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+session_start 1
 gpu_tests "${FILTER:-GdnLaunch.WgmmaScan*:GdnLaunch.PackedSequencesGiveTheirBitsAlone:GdnLaunch.PackedBatches*}" \
   "${TEST_LIMIT:-90}"
 passed=$(grep -c '^tests rc 0$' "$R")
