@@ -4,10 +4,7 @@
 // fused kernel never writes gate_up's [M, 2I] bf16 (344 MB at 7k rows) nor reads it back.
 // Usage: CLEF_BENCH_MS=384,1024,7040 workbench_gemm_swiglu (the default M list). Checks first (the
 // fused output against cuBLASLt + swiglu everywhere, and against a double-precision host reference
-// on sampled rows; the overlapped epilogue against the serial one bit for bit), then times the
-// fused kernel with each epilogue and with none (products only); CLEF_BENCH_PAIRS=1 adds the
-// CTA-pair form (checked against the serial bits, timed with and without outputs). First run:
-// perf-log v29f.
+// on sampled rows), then times. First run: perf-log v29f.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -102,11 +99,8 @@ int main() {
   bool ok = true;
   struct Row {
     int M;
-    double lt, sw, fused, serial, mainloop, pairs, pairs_mainloop;
+    double lt, sw, fused;
   };
-  // CLEF_BENCH_PAIRS=1: the CTA-pair form (clusters of two, the weight tile multicast) too.
-  const char* pe = std::getenv("CLEF_BENCH_PAIRS");
-  const bool pairs_too = pe && std::string(pe) == "1";
   std::vector<Row> rows;
   for (int M : ms) {
     LtGemm lt(M, 2 * I, K);
@@ -117,32 +111,12 @@ int main() {
                                        clef::engine::cuda::KernelPath::Auto, 0);
     };
     unfused();
-    using clef::engine::cuda::SwigluEpilogue;
-    auto fused = [&](SwigluEpilogue e, bool pairs = false) {
-      clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0, e,
-                                      pairs);
-    };
-    // The fused kernel in one form into a poisoned `out`, read back.
-    auto fused_out = [&](SwigluEpilogue e, bool pairs) {
-      DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
-      fused(e, pairs);
-      DEV_CUDA_CHECK(cudaGetLastError());
-      return to_host<bf16>(out, size_t(M) * I);
-    };
-    auto same_bits = [&](const char* what, const std::vector<float>& a,
-                         const std::vector<float>& b) {
-      size_t same = 0;
-      for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
-      std::printf("M %d: %s vs serial epilogue: %zu of %zu equal\n", M, what, same, a.size());
-      return same == a.size();
-    };
+    DEV_CUDA_CHECK(cudaMemset(out.get(), 0xFF, size_t(M) * I * 2));
+    clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0);
+    DEV_CUDA_CHECK(cudaGetLastError());
     if (!skip_check()) {
-      const std::vector<float> serial = fused_out(SwigluEpilogue::Serial, false);
-      const std::vector<float> got = fused_out(SwigluEpilogue::Overlapped, false);
+      const std::vector<float> got = to_host<bf16>(out, size_t(M) * I);
       const std::vector<float> want = to_host<bf16>(ref, size_t(M) * I);
-      ok &= same_bits("overlapped", got, serial);
-      if (pairs_too)
-        ok &= same_bits("CTA pairs", fused_out(SwigluEpilogue::Overlapped, true), serial);
       size_t equal = 0;
       for (size_t i = 0; i < got.size(); ++i) equal += got[i] == want[i];
       std::printf("M %d: fused vs cuBLASLt + swiglu: %zu of %zu equal (%.2f %%)\n", M, equal,
@@ -172,14 +146,10 @@ int main() {
       clef::engine::cuda::swiglu<bf16>(gu.get<bf16>(), ref.get<bf16>(), M, I,
                                        clef::engine::cuda::KernelPath::Auto, 0);
     });
-    const double ser_us = timer.median_us([&] { fused(SwigluEpilogue::Serial); });
-    const double f_us = timer.median_us([&] { fused(SwigluEpilogue::Overlapped); });
-    const double main_us = timer.median_us([&] { fused(SwigluEpilogue::MainloopOnly); });
-    const double pair_us =
-        pairs_too ? timer.median_us([&] { fused(SwigluEpilogue::Overlapped, true); }) : 0.0;
-    const double pair_main_us =
-        pairs_too ? timer.median_us([&] { fused(SwigluEpilogue::MainloopOnly, true); }) : 0.0;
-    rows.push_back({M, lt_us, sw_us, f_us, ser_us, main_us, pair_us, pair_main_us});
+    const double f_us = timer.median_us([&] {
+      clef::engine::cuda::swiglu_gemm(x.get<bf16>(), wg.get<bf16>(), out.get<bf16>(), M, K, I, 0);
+    });
+    rows.push_back({M, lt_us, sw_us, f_us});
   }
   if (!ok) {
     std::printf("gemm_swiglu: MISMATCH, nothing timed\n");
@@ -190,20 +160,9 @@ int main() {
     const double flops = 2.0 * r.M * 2.0 * I * K;
     print_row("gemm_swiglu", "cublaslt gate_up (best of 8)", r.M, r.lt, flops, kBf16Tensor);
     print_row("gemm_swiglu", "swiglu_vec8", r.M, r.sw, double(r.M) * 3 * I * 2, kHbm);
-    print_row("gemm_swiglu", "fused, serial epilogue", r.M, r.serial, flops, kBf16Tensor);
-    print_row("gemm_swiglu", "fused, overlapped epilogue", r.M, r.fused, flops, kBf16Tensor);
-    print_row("gemm_swiglu", "fused, products only (no output)", r.M, r.mainloop, flops,
-              kBf16Tensor);
-    std::printf(
-        "M %d: unfused %.1f us, fused (overlapped epilogue) %.1f us (%.3f of unfused; GEMM alone "
-        "%.3f; serial epilogue %.1f us; products only %.1f us = %.3f of cuBLASLt)\n",
-        r.M, r.lt + r.sw, r.fused, r.fused / (r.lt + r.sw), r.fused / r.lt, r.serial, r.mainloop,
-        r.mainloop / r.lt);
-    if (pairs_too) {
-      print_row("gemm_swiglu", "fused, CTA pairs", r.M, r.pairs, flops, kBf16Tensor);
-      std::printf("M %d: CTA pairs %.1f us (%.3f of cuBLASLt), products only %.1f us\n", r.M,
-                  r.pairs, r.pairs / r.lt, r.pairs_mainloop);
-    }
+    print_row("gemm_swiglu", "fused (tma wgmma)", r.M, r.fused, flops, kBf16Tensor);
+    std::printf("M %d: unfused %.1f us, fused %.1f us (%.3f of unfused; GEMM alone %.3f)\n", r.M,
+                r.lt + r.sw, r.fused, r.fused / (r.lt + r.sw), r.fused / r.lt);
   }
   return 0;
 }

@@ -24,9 +24,7 @@ print_summary() {
 # wg64, not per-sequence key tiles), noown (CLEF_GEMM_OWN_CANDIDATES=0: each M's GEMM candidates
 # from the class probes only), noswiglu (CLEF_SWIGLU_GEMM=0: cuBLASLt gate_up + swiglu at every
 # M), noprogress (CLEF_GDN_SCAN_PROGRESS=0: the GDN output kernel waits for the whole scan), nowgmma
-# (CLEF_GDN_SCAN_WGMMA=0: the GDN scan's chain on mma.sync, as before perf-log v32d), overlapepi
-# (CLEF_SWIGLU_EPILOGUE=overlap: the SwiGLU GEMM's outputs beside the next tile's products,
-# perf-log v34a), pairs (that and CLEF_SWIGLU_PAIRS=1: CTA pairs multicasting the weight tile, v34b).
+# (CLEF_GDN_SCAN_WGMMA=0: the GDN scan's chain on mma.sync, as before perf-log v32d).
 # Status 1 for an unknown mode.
 mode_env() {
   case $1 in
@@ -37,8 +35,6 @@ mode_env() {
     noswiglu) echo "CLEF_SWIGLU_GEMM=0" ;;
     noprogress) echo "CLEF_GDN_SCAN_PROGRESS=0" ;;
     nowgmma) echo "CLEF_GDN_SCAN_WGMMA=0" ;;
-    overlapepi) echo "CLEF_SWIGLU_EPILOGUE=overlap" ;;
-    pairs) echo "CLEF_SWIGLU_EPILOGUE=overlap CLEF_SWIGLU_PAIRS=1" ;;
     *) return 1 ;;
   esac
 }
@@ -58,10 +54,11 @@ make_release() {
   [ -d "$2" ] || clefserve make-model --preset "$1" --force --out "$2" \
     --tokenizer tests/golden/tokenizers/qwen3 > "$3" 2>&1
 }
-# session_start [MODEL]: the one-call session scripts' common start (wgmma_session.sh,
-# epilogue_session.sh): R ($OUT/result.txt, where they append as results come) and t0, the GPU's name
-# in R, the serve tests' binary links, and with MODEL=1 `make-model --preset flash` into /tmp/flash in
-# the background (MKP = its pid, "model rc" in R when done; empty without MODEL).
+# session_start [MODEL]: the common start of the one-call session scripts (wgmma_session.sh; a
+# session whose machine starts are scarce runs everything in one call): R ($OUT/result.txt, where
+# they append as results come) and t0, the GPU's name in R, the serve tests' binary links, and with
+# MODEL=1 `make-model --preset flash` into /tmp/flash in the background (MKP = its pid, "model rc"
+# in R when done; empty without MODEL).
 session_start() {
   R=$OUT/result.txt
   t0=$(date +%s)

@@ -2,9 +2,7 @@
 // threads: warpgroup 0 a TMA producer (one thread), two consumer warpgroups of 64 rows each running
 // m64n256k16 wgmmas from 128B-swizzled K-major tiles (BK 64, 4 stages: 192 KiB); tile 128 rows x
 // 256 regrouped weight rows (128 features). Tiles in bands of 16 row tiles with the weight block
-// outer within a band, so a wave's A rows and weight blocks stay in L2. Two opt-in forms with the
-// same products (not yet run on a GPU: perf-log v34a, v34b): the epilogue beside the next tile's
-// first k-blocks, and CTA pairs multicasting the weight tile.
+// outer within a band, so a wave's A rows and weight blocks stay in L2.
 // Workbench: dev/cuda/gemm_swiglu.cu (against cuBLASLt + swiglu_vec8); test: tests/engine/cuda/
 // swiglu_gemm_test.cpp (against a host reference).
 #include "engine/cuda/gemm/swiglu_gemm.h"
@@ -44,33 +42,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
-// The same copy into this CTA's and its cluster partner's shared memory at the same offset (cta
-// mask), each CTA's mbarrier at `bar` counting the bytes that land in it.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int c0,
-                                                      int c1, uint32_t bar, uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-}
-// An arrive on the mbarrier at the same shared-memory offset in cluster CTA `cta`.
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Every thread of both CTAs (not warp-aligned: the producer warp's idle lanes come here apart).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
 // K-major tile of 128-byte rows under the 128B swizzle (TMA's CU_TENSOR_MAP_SWIZZLE_128B): 8-row
 // groups 1024 bytes apart (SBO); LBO unused; the k16 step advances the start by 32 bytes.
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
@@ -86,73 +57,16 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
-// Tiles in bands of kBands row tiles (or row-tile pairs), the weight block outer within a band.
-template <int kBands>
 struct TileOrder {
-  int tm, tn;  // row tiles (ceil(M / BM)) or row-tile pairs, weight blocks (2I / BN)
+  int tm, tn;  // row tiles (ceil(M / BM)), weight blocks (2I / BN)
   __device__ void at(int t, int& m, int& n) const {
-    const int band = t / (kBands * tn), first = band * kBands;
-    const int rows = min(kBands, tm - first), i = t - band * kBands * tn;
+    const int band = t / (kBand * tn), first = band * kBand;
+    const int rows = min(kBand, tm - first), i = t - band * kBand * tn;
     n = i / rows;
     m = first + i % rows;
   }
 };
 
-// One consumer thread's SwiGLU outputs for its n8 tiles J0 .. J0 + NJ - 1 of both row halves.
-// gate_up(q) gives the bf16-rounded (gate, up) of fragment q = 4 j + 2 half + e: gate column
-// 8 j + 2 (lane % 4) + e of row row0 + 8 half (the m64n256 fragment: n8 tile j of the gate half,
-// tile j + 16 of the up half). swiglu's rounding points (kernels/elementwise.cu) on the rounded
-// gate_up: bf16(bf16(silu(g)) * u).
-template <int J0, int NJ, typename GateUp>
-__device__ __forceinline__ void swiglu_tiles(GateUp gate_up, bf16* __restrict__ out, int row0,
-                                             int col0, int M, int I) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + 8 * half;
-    if (row >= M) continue;
-    bf16* o = out + static_cast<size_t>(row) * I + col0;
-#pragma unroll
-    for (int j = J0; j < J0 + NJ; ++j) {
-      float r[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float2 gu = gate_up(4 * j + 2 * half + e);
-        r[e] = rnd<bf16>(silu_rounded_to<bf16>(gu.x)) * gu.y;
-      }
-      *reinterpret_cast<__nv_bfloat162*>(o + 8 * j) = __floats2bfloat162_rn(r[0], r[1]);
-    }
-  }
-}
-// Tiles J0 .. J0 + 3 from pk, the tile's (gate, up) pairs as bf16x2 (pk[q] = fragment q's).
-template <int J0>
-__device__ __forceinline__ void swiglu_part(const uint32_t (&pk)[64], bf16* __restrict__ out,
-                                            int row0, int col0, int M, int I) {
-  swiglu_tiles<J0, 4>(
-      [&](int q) {
-        return make_float2(__uint_as_float(pk[q] << 16), __uint_as_float(pk[q] & 0xFFFF0000u));
-      },
-      out, row0, col0, M, I);
-}
-// Part p (0..3) of the epilogue: n8 tiles 4p .. 4p + 3 (p known at run time, the parts inlined).
-__device__ __forceinline__ void swiglu_part_at(int p, const uint32_t (&pk)[64],
-                                               bf16* __restrict__ out, int row0, int col0, int M,
-                                               int I) {
-  if (p == 0) swiglu_part<0>(pk, out, row0, col0, M, I);
-  if (p == 1) swiglu_part<4>(pk, out, row0, col0, M, I);
-  if (p == 2) swiglu_part<8>(pk, out, row0, col0, M, I);
-  if (p == 3) swiglu_part<12>(pk, out, row0, col0, M, I);
-}
-
-// kEpi (SwigluEpilogue): Serial forms a tile's outputs after its last products while the tensor
-// pipe waits; Overlapped keeps them as bf16 pairs and forms them in four parts, each after the
-// next tile's first k-blocks are issued (the same values: the same operations on the same
-// rounded inputs); MainloopOnly (workbench diagnostic) writes nothing.
-// kPair: CTA pairs (clusters of 2) take row tiles 2 p and 2 p + 1 of the same weight block, each
-// loading half of the weight tile into both CTAs (TMA multicast): per k-block 32 KiB from L2 a CTA
-// instead of 48. A stage is refilled once both CTAs' consumers have released it (four arrivals on
-// each CTA's `empty`); the second tile of a pair past the last row tile loads a valid row tile
-// and skips its products and outputs. The products, in the same order, give the same bits.
-template <int kEpi, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_swiglu_kernel(const __grid_constant__ CUtensorMap map_a,
                        const __grid_constant__ CUtensorMap map_w, bf16* __restrict__ out, int M,
@@ -164,120 +78,82 @@ __global__ void __launch_bounds__(kThreads, 1)
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t a0 = smem_addr(base), w0 = a0 + kStages * kABytes;
   const uint32_t full = w0 + kStages * kBBytes, empty = full + kStages * 8;
-  const uint32_t rank = kPair ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, kPair ? 4 : 2);  // one arrive a consumer warpgroup (of each CTA)
+      mbar_init(empty + 8 * s, 2);  // one arrive a consumer warpgroup
     }
     mbar_init_fence();
   }
-  if constexpr (kPair)
-    cluster_sync();  // the partner's barriers exist before any multicast or remote arrive
-  else
-    __syncthreads();
-  const int row_tiles = (M + BM - 1) / BM;
-  // pairs: half as many pairs a band, the same rows
-  const TileOrder<kPair ? kBand / 2 : kBand> order{kPair ? (row_tiles + 1) / 2 : row_tiles,
-                                                   2 * I / BN};
+  __syncthreads();
+  const TileOrder order{(M + BM - 1) / BM, 2 * I / BN};
   const int tiles = order.tm * order.tn, kt_n = K / BK;
-  const int first = kPair ? blockIdx.x / 2 : blockIdx.x, stride = kPair ? gridDim.x / 2 : gridDim.x;
-  // This CTA's row tile of tile t's (m, pair or single)
-  auto my_rows = [&](int m) { return kPair ? 2 * m + static_cast<int>(rank) : m; };
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      int s = 0;
-      uint32_t phase = 0;
-      for (int t = first; t < tiles; t += stride) {
-        int tm, tn;
-        order.at(t, tm, tn);
-        const int rt = min(my_rows(tm), row_tiles - 1);  // a pair's missing tile: valid rows
-        for (int kt = 0; kt < kt_n; ++kt) {
-          mbar_wait(empty + 8 * s, phase ^ 1);
-          mbar_expect_tx(full + 8 * s, kABytes + kBBytes);
-          tma_load_2d(a0 + s * kABytes, &map_a, kt * BK, rt * BM, full + 8 * s);
-          if constexpr (kPair)
-            tma_load_2d_multicast(w0 + s * kBBytes + rank * (kBBytes / 2), &map_w, kt * BK,
-                                  tn * BN + static_cast<int>(rank) * (BN / 2), full + 8 * s, 0x3);
-          else
-            tma_load_2d(w0 + s * kBBytes, &map_w, kt * BK, tn * BN, full + 8 * s);
-          if (++s == kStages) s = 0, phase ^= 1;
-        }
-      }
-    }
-  } else {
-    setmaxnreg_inc<232>();
-    const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    const bool lead = threadIdx.x % 128 == 0;
-    auto release = [&](int st) {
-      mbar_arrive(empty + 8 * st);
-      if constexpr (kPair) mbar_arrive_remote(empty + 8 * st, rank ^ 1);
-    };
-    float d[128];
-    // Overlapped: the previous tile's outputs still to be formed (parts `done` .. 3), at rows
-    // from prow0 and columns from pcol0.
-    uint32_t pk[64];
-    int done = 4, prow0 = 0, pcol0 = 0;
+    if (threadIdx.x != 0) return;
     int s = 0;
     uint32_t phase = 0;
-    for (int t = first; t < tiles; t += stride) {
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       int tm, tn;
       order.at(t, tm, tn);
-      const int rt = my_rows(tm);
-      // kPair: false for the partner's tile only (its stages are waited for and released)
-      const bool mine = !kPair || rt < row_tiles;
-      int prev = -1;
       for (int kt = 0; kt < kt_n; ++kt) {
-        mbar_wait(full + 8 * s, phase);
-        wgmma_fence();
-        const uint32_t a = a0 + s * kABytes + c * 64 * 128, w = w0 + s * kBBytes;
-        if (mine) {
-#pragma unroll
-          for (int kk = 0; kk < BK / 16; ++kk)
-            wgmma::ss_m64n256k16(d, desc_sw128(a + 32 * kk), desc_sw128(w + 32 * kk),
-                                 kt > 0 || kk > 0);
-        }
-        wgmma_commit();
-        if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Overlapped)) {
-          // while this k-block's products run
-          if (done < 4) swiglu_part_at(done++, pk, out, prow0, pcol0, M, I);
-        }
-        wgmma_wait<1>();  // the previous stage's products are done: release it
-        if (prev >= 0 && lead) release(prev);
-        prev = s;
+        mbar_wait(empty + 8 * s, phase ^ 1);
+        mbar_expect_tx(full + 8 * s, kABytes + kBBytes);
+        tma_load_2d(a0 + s * kABytes, &map_a, kt * BK, tm * BM, full + 8 * s);
+        tma_load_2d(w0 + s * kBBytes, &map_w, kt * BK, tn * BN, full + 8 * s);
         if (++s == kStages) s = 0, phase ^= 1;
       }
-      wgmma_wait<0>();
-      fence_regs(d);
-      if (prev >= 0 && lead) release(prev);
-      if (!mine) continue;
-      // Fragment (j, e) of n8 tile j is row 16 warp + lane / 4 (+ 8 for e >= 2), column
-      // 8 j + 2 (lane % 4) + e % 2; gate columns are tiles 0..15, up the same features in 16..31.
-      const int row0 = rt * BM + c * 64 + 16 * warp + lane / 4;
-      const int col0 = tn * (BN / 2) + 2 * (lane % 4);
-      if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Overlapped)) {
-        while (done < 4) swiglu_part_at(done++, pk, out, prow0, pcol0, M, I);  // K < 4 BK
+    }
+    return;
+  }
+  setmaxnreg_inc<232>();
+  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  float d[128];
+  int s = 0;
+  uint32_t phase = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    order.at(t, tm, tn);
+    int prev = -1;
+    for (int kt = 0; kt < kt_n; ++kt) {
+      mbar_wait(full + 8 * s, phase);
+      wgmma_fence();
+      const uint32_t a = a0 + s * kABytes + c * 64 * 128, w = w0 + s * kBBytes;
 #pragma unroll
-        for (int q = 0; q < 64; ++q) {
-          const __nv_bfloat162 v = __floats2bfloat162_rn(d[q], d[q + 64]);  // (gate, up)
-          pk[q] = *reinterpret_cast<const uint32_t*>(&v);
+      for (int kk = 0; kk < BK / 16; ++kk)
+        wgmma::ss_m64n256k16(d, desc_sw128(a + 32 * kk), desc_sw128(w + 32 * kk), kt > 0 || kk > 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous stage's products are done: release it
+      if (prev >= 0 && threadIdx.x % 128 == 0) mbar_arrive(empty + 8 * prev);
+      prev = s;
+      if (++s == kStages) s = 0, phase ^= 1;
+    }
+    wgmma_wait<0>();
+    fence_regs(d);
+    if (prev >= 0 && threadIdx.x % 128 == 0) mbar_arrive(empty + 8 * prev);
+    // Epilogue: fragment (j, e) of n8 tile j is row 16 warp + lane / 4 (+ 8 for e >= 2), column
+    // 8 j + 2 (lane % 4) + e % 2; gate columns are tiles 0..15, up the same features in 16..31.
+    const int f0 = tn * (BN / 2);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = tm * BM + c * 64 + 16 * warp + lane / 4 + 8 * half;
+      if (row >= M) continue;
+      bf16* o = out + static_cast<size_t>(row) * I + f0 + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        float r[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          // swiglu's rounding points (kernels/elementwise.cu) on the bf16-rounded gate_up
+          const float g = rnd<bf16>(d[4 * j + 2 * half + e]);
+          const float u = rnd<bf16>(d[4 * (j + 16) + 2 * half + e]);
+          r[e] = rnd<bf16>(silu_rounded_to<bf16>(g)) * u;
         }
-        done = 0, prow0 = row0, pcol0 = col0;
-      } else if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Serial)) {
-        // straight from the accumulators (the form measured in perf-log v29f-v32d)
-        swiglu_tiles<0, 16>(
-            [&](int q) { return make_float2(rnd<bf16>(d[q]), rnd<bf16>(d[q + 64])); }, out, row0,
-            col0, M, I);
+        *reinterpret_cast<__nv_bfloat162*>(o + 8 * j) = __floats2bfloat162_rn(r[0], r[1]);
       }
     }
-    if constexpr (kEpi == static_cast<int>(SwigluEpilogue::Overlapped)) {
-      while (done < 4) swiglu_part_at(done++, pk, out, prow0, pcol0, M, I);
-    }
   }
-  // No CTA leaves while its partner may still multicast into it or arrive on its barriers.
-  if constexpr (kPair) cluster_sync();
 #else
   (void)map_a, (void)map_w, (void)out, (void)M, (void)K, (void)I;
   __trap();  // built without sm_90a features: swiglu_gemm_supported() says no on such builds'
@@ -359,86 +235,18 @@ void regroup_gate_up(bf16* w, bf16* scratch, int I, int K) {
   CLEF_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-SwigluEpilogue swiglu_epilogue() {
-  static const SwigluEpilogue e = [] {
-    const char* v = std::getenv("CLEF_SWIGLU_EPILOGUE");
-    if (v && std::strcmp(v, "overlap") == 0) return SwigluEpilogue::Overlapped;
-    return SwigluEpilogue::Serial;
-  }();
-  return e;
-}
-
-bool swiglu_pairs() {
-  static const bool on = [] {
-    const char* v = std::getenv("CLEF_SWIGLU_PAIRS");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
-namespace {
-using Kernel = void (*)(CUtensorMap, CUtensorMap, bf16*, int, int, int);
-
-template <bool kPair>
-Kernel kernel_for(SwigluEpilogue e) {
-  return e == SwigluEpilogue::Serial       ? gemm_swiglu_kernel<0, kPair>
-         : e == SwigluEpilogue::Overlapped ? gemm_swiglu_kernel<1, kPair>
-                                           : gemm_swiglu_kernel<2, kPair>;
-}
-
-// A launch of `clusters` pairs (clusters of two CTAs) of the kernel's block and shared memory; `at`
-// holds the cluster attribute the config points to.
-cudaLaunchConfig_t pair_config(int clusters, cudaStream_t s, cudaLaunchAttribute& at) {
-  at.id = cudaLaunchAttributeClusterDimension;
-  at.val.clusterDim.x = 2, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(2 * clusters);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = s;
-  cfg.attrs = &at;
-  cfg.numAttrs = 1;
-  return cfg;
-}
-
-// Clusters of two this device runs at once at one CTA an SM (a GPC with an odd number of free SMs
-// leaves one out): a persistent grid of more would run its last clusters after the others.
-int max_pair_clusters(Kernel k) {
-  static const int n = [k] {
-    cudaLaunchAttribute at;
-    const cudaLaunchConfig_t cfg = pair_config(device_attribute(DeviceAttr::SmCount), nullptr, at);
-    int clusters = 0;
-    CLEF_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, k, &cfg));
-    return clusters;
-  }();
-  return n;
-}
-}  // namespace
-
-void swiglu_gemm(const bf16* x, const bf16* w, bf16* out, int M, int K, int I, cudaStream_t s,
-                 SwigluEpilogue epilogue, bool pairs) {
+void swiglu_gemm(const bf16* x, const bf16* w, bf16* out, int M, int K, int I, cudaStream_t s) {
   if (M <= 0) return;
   if (!swiglu_gemm_supported(I, K))
     throw std::invalid_argument("swiglu_gemm: unsupported shape or device (I " + std::to_string(I) +
                                 ", K " + std::to_string(K) + ")");
-  Kernel kernel = pairs ? kernel_for<true>(epilogue) : kernel_for<false>(epilogue);
-  CLEF_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-  const CUtensorMap ma = tile_map(x, M, K, BM), mw = tile_map(w, 2 * I, K, pairs ? BN / 2 : BN);
-  const int row_tiles = (M + BM - 1) / BM;
-  if (!pairs) {
-    const int tiles = row_tiles * (2 * I / BN);
-    const int grid = std::min(tiles, device_attribute(DeviceAttr::SmCount));
-    kernel<<<grid, kThreads, kSmem, s>>>(ma, mw, out, M, K, I);
-    CLEF_CUDA_LAUNCH_CHECK();
-    return;
-  }
-  const int pair_tiles = (row_tiles + 1) / 2 * (2 * I / BN);
-  const int clusters = std::min(pair_tiles, max_pair_clusters(kernel));
-  if (clusters < 1) throw std::runtime_error("swiglu_gemm: no cluster of two CTAs fits an SM pair");
-  cudaLaunchAttribute at;
-  const cudaLaunchConfig_t cfg = pair_config(clusters, s, at);
-  CLEF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mw, out, M, K, I));
+  CLEF_CUDA_CHECK(cudaFuncSetAttribute(gemm_swiglu_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  const CUtensorMap ma = tile_map(x, M, K, BM), mw = tile_map(w, 2 * I, K, BN);
+  const int tiles = (M + BM - 1) / BM * (2 * I / BN);
+  const int grid = std::min(tiles, device_attribute(DeviceAttr::SmCount));
+  gemm_swiglu_kernel<<<grid, kThreads, kSmem, s>>>(ma, mw, out, M, K, I);
+  CLEF_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace clef::engine::cuda

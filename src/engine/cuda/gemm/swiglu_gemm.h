@@ -32,24 +32,9 @@ int swiglu_gemm_min_rows();
 // their up rows; scratch: 2 I K bf16 of device memory. Synchronous.
 void regroup_gate_up(__nv_bfloat16* w, __nv_bfloat16* scratch, int I, int K);
 
-// Where a tile's SwiGLU outputs are formed. Serial: after its last products, the tensor pipe
-// idle meanwhile (the form measured in perf-log v29f-v32d). Overlapped: in four parts beside the
-// next tile's first k-blocks (perf-log v34a): the same operations on the same rounded values, so
-// the same bits, but not yet run on a GPU. MainloopOnly: no outputs at all (the workbench's
-// diagnostic of the products alone).
-enum class SwigluEpilogue { Serial = 0, Overlapped = 1, MainloopOnly = 2 };
-// CLEF_SWIGLU_EPILOGUE=overlap, else Serial (until v34a is measured).
-SwigluEpilogue swiglu_epilogue();
-
-// Whether CTA pairs (clusters of two, each loading half of the weight tile into both by TMA
-// multicast) run it: CLEF_SWIGLU_PAIRS=1; off by default (perf-log v34b: not yet run on a GPU).
-// The same products in the same order either way.
-bool swiglu_pairs();
-
 // out [M, I] (row stride I) = swiglu(x [M, K] (row stride K) W^T) with W regrouped. x, w, out
 // 16-byte aligned. Requires swiglu_gemm_supported(I, K).
 void swiglu_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int M, int K,
-                 int I, cudaStream_t s, SwigluEpilogue epilogue = swiglu_epilogue(),
-                 bool pairs = swiglu_pairs());
+                 int I, cudaStream_t s);
 
 }  // namespace clef::engine::cuda
