@@ -54,11 +54,11 @@ make_release() {
   [ -d "$2" ] || clefserve make-model --preset "$1" --force --out "$2" \
     --tokenizer tests/golden/tokenizers/qwen3 > "$3" 2>&1
 }
-# session_start [MODEL]: the common start of the one-call session scripts (wgmma_session.sh; a
-# session whose machine starts are scarce runs everything in one call): R ($OUT/result.txt, where
-# they append as results come) and t0, the GPU's name in R, the serve tests' binary links, and with
-# MODEL=1 `make-model --preset flash` into /tmp/flash in the background (MKP = its pid, "model rc"
-# in R when done; empty without MODEL).
+# session_start [MODEL]: the common start of the one-call session scripts (wgmma_session.sh,
+# issue14_session.sh; sessions whose machine starts are scarce run everything in one call): R
+# ($OUT/result.txt, where they append as results come) and t0, the GPU's name in R, the serve
+# tests' binary links, and with MODEL=1 `make-model --preset flash` into /tmp/flash in the
+# background (MKP = its pid, "model rc" in R when done; empty without MODEL).
 session_start() {
   R=$OUT/result.txt
   t0=$(date +%s)
