@@ -37,6 +37,12 @@ __device__ __forceinline__ size_t w_frag(int tm, int kg, int kgs, int lane) {
   return (static_cast<size_t>(tm * kgs + kg) * 32 + lane) * 2;
 }
 
+// Lane offset of ldmatrix_x4_trans over a [k][n] bf16 tile (row stride ld) giving the B fragments
+// of n8 tiles 2 np and 2 np + 1 at k16 step k0: {b0, b1} of the first, then of the second.
+__device__ __forceinline__ int b_pair_offset(int k0, int np, int ld, int lane) {
+  return (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16);
+}
+
 // Xk^T's m16n8k16 A fragment for the state update S += Xk^T (F Vn): key dims 16 mt .. + 15 (the
 // state's rows) at chunk rows 16 kg .. + 15, by ldmatrix.trans of a chunk's keys in shared memory
 // ([C][ld] bf16, rows = chunk rows). (dev/cuda/gdn_chain.cu's xk_t_frags forms the same address

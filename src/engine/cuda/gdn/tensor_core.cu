@@ -250,12 +250,6 @@ __device__ __forceinline__ void lower_xyt(const bf16* X, const bf16* Y, int d, i
   }
 }
 
-// Lane offset of ldmatrix_x4_trans over a [k][n] bf16 tile (row stride ld) giving the B fragments
-// of n8 tiles 2 np and 2 np + 1 at k16 step k0: {b0, b1} of the first, then of the second.
-__device__ __forceinline__ int b_pair_offset(int k0, int np, int ld, int lane) {
-  return (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16);
-}
-
 // out[64 x d] = (L diag(f)) X for the lower-triangular L (64 x 64 fp32, row stride lda) and X (64 x
 // d bf16, rows kLdx apart, d % 16 == 0): L diag(f) split into three bf16 terms (fp32 accuracy), X
 // exact. Warp w takes row tiles {0, 3} (w < 4) or {1, 2} (five k16 steps either way) and columns
