@@ -186,26 +186,10 @@ __device__ __forceinline__ void lower_group(float (&acc)[2][4], const float* L, 
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
   for (int kk = 0; kk <= w; ++kk) {
-    const float* l = L + (16 * w + g) * kLdt + 16 * kk + 2 * t;
-    const float2 f0 = *reinterpret_cast<const float2*>(f + 16 * kk + 2 * t);
-    const float2 f1 = *reinterpret_cast<const float2*>(f + 16 * kk + 2 * t + 8);
-    const float2 x0 = *reinterpret_cast<const float2*>(l);
-    const float2 x1 = *reinterpret_cast<const float2*>(l + 8 * kLdt);
-    const float2 x2 = *reinterpret_cast<const float2*>(l + 8);
-    const float2 x3 = *reinterpret_cast<const float2*>(l + 8 * kLdt + 8);
-    uint32_t p0[3], p1[3], p2[3], p3[3];
-    split_pair(x0.x * f0.x, x0.y * f0.y, p0);
-    split_pair(x1.x * f0.x, x1.y * f0.y, p1);
-    split_pair(x2.x * f1.x, x2.y * f1.y, p2);
-    split_pair(x3.x * f1.x, x3.y * f1.y, p3);
-    uint32_t b[4];
+    uint32_t a[3][4], b[4];
+    lower_a_terms(L + (16 * w + g) * kLdt + 16 * kk + 2 * t, kLdt, f + 16 * kk + 2 * t, a);
     ldmatrix_x4_trans(b, X + b_pair_offset(16 * kk, 0, ldx, lane));
-#pragma unroll
-    for (int p = 0; p < 3; ++p) {
-      const uint32_t a[4] = {p0[p], p1[p], p2[p], p3[p]};
-      mma_bf16(acc[0], a, b[0], b[1]);
-      mma_bf16(acc[1], a, b[2], b[3]);
-    }
+    mma_terms(acc[0], acc[1], a, b);
   }
 }
 // W_c's A fragments of this warp's rows (w_frag's hi / lo terms) from Tm, cw and Xk in shared
@@ -348,7 +332,7 @@ __global__ void __launch_bounds__(256, 1)
     auto load = [&](int c) {
       const int b = c & 1;
       const size_t r = static_cast<size_t>(h) * Tc + row0 + c * C + 16 * warp + g;
-      if constexpr (kForm) {  // Tm, cw / beta, Xk and Xv's columns; then F as below
+      if constexpr (kForm) {  // Tm, cw / beta, Xk and Xv's columns (else W's fragments and U)
         const float* tsrc = fa.tm + (slot0 + c) * C * C;
         for (int e = vt; e < C * C / 4; e += 128)
           cp_async16(Tb + b * C * kLdt + (e / (C / 4)) * kLdt + 4 * (e % (C / 4)), tsrc + 4 * e,
@@ -369,24 +353,21 @@ __global__ void __launch_bounds__(256, 1)
           cp_async16(Xvb + b * C * (N + 8) + i * (N + 8) + cc,
                      vsrc + static_cast<size_t>(i) * Hv * dv + cc, 16);
         }
-        cp_async4(Fb + (b * 128 + vt) * 2, F + r);
-        cp_async4(Fb + (b * 128 + vt) * 2 + 1, F + r + 8);
-        cp_async_commit();
-        return;
+      } else {
+        const uint4* src = Wf + ((slot0 + c) * 4 * 8 + warp * 8) * 32 * 2;
+        uint4* dst = Wb + ((b * 4 + warp) * 8) * 32 * 2;
+#pragma unroll
+        for (int kg = 0; kg < 8; ++kg)
+#pragma unroll
+          for (int term = 0; term < 2; ++term)
+            cp_async16(dst + (kg * 32 + lane) * 2 + term, src + (kg * 32 + lane) * 2 + term, 16);
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+            cp_async8(Ub + ((b * NJ + j) * 2 + hr) * 128 + vt,
+                      U + (r + 8 * hr) * dv + c0 + 8 * j + 2 * t);
       }
-      const uint4* src = Wf + ((slot0 + c) * 4 * 8 + warp * 8) * 32 * 2;
-      uint4* dst = Wb + ((b * 4 + warp) * 8) * 32 * 2;
-#pragma unroll
-      for (int kg = 0; kg < 8; ++kg)
-#pragma unroll
-        for (int term = 0; term < 2; ++term)
-          cp_async16(dst + (kg * 32 + lane) * 2 + term, src + (kg * 32 + lane) * 2 + term, 16);
-#pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-          cp_async8(Ub + ((b * NJ + j) * 2 + hr) * 128 + vt,
-                    U + (r + 8 * hr) * dv + c0 + 8 * j + 2 * t);
       cp_async4(Fb + (b * 128 + vt) * 2, F + r);
       cp_async4(Fb + (b * 128 + vt) * 2 + 1, F + r + 8);
       cp_async_commit();

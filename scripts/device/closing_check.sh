@@ -13,8 +13,7 @@ nvidia-smi -L | tee -a "$R"
 ( make_release flash /tmp/flash "$OUT/make_model.log" ) &
 MKP=$!
 if [ "${TESTS:-1}" = 1 ]; then
-  mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
-    ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+  link_binaries
   # 300 s was too short for all of them beside make-model (perf-log v30b)
   gpu_tests "${FILTER:--GdnTiming*}" "${TEST_LIMIT:-450}"
 fi

@@ -6,7 +6,7 @@
 set -uo pipefail
 STEPS="${STEPS:-tests model profile}"
 source scripts/device/setup.sh > /dev/null
-mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+link_binaries
 M=/tmp/flash
 L=$OUT
 if has tests; then

@@ -54,6 +54,12 @@ make_release() {
   [ -d "$2" ] || clefserve make-model --preset "$1" --force --out "$2" \
     --tokenizer tests/golden/tokenizers/qwen3 > "$3" 2>&1
 }
+# link_binaries: the carried clefserve where the serve tests start it (tests/server/
+# server_process.cpp looks in the checkout's build folders).
+link_binaries() {
+  mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
+    ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+}
 # session_start [MODEL]: the common start of the one-call session scripts (wgmma_session.sh,
 # issue14_session.sh; sessions whose machine starts are scarce run everything in one call): R
 # ($OUT/result.txt, where they append as results come) and t0, the GPU's name in R, the serve
@@ -69,15 +75,14 @@ session_start() {
       echo "model rc $? ($(( $(date +%s) - t0 ))s)" >> "$R" ) &
     MKP=$!
   fi
-  mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
-    ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+  link_binaries
 }
 # The check scripts' common start: the serve tests' binary links (tests/server/server_process.cpp
 # starts it from the checkout's build folders), M (the flash release folder), L (the logs, $OUT),
 # and when `profile` is a step `make-model --preset flash` into M in the background (MK = its pid,
 # empty otherwise; the caller waits before profiling).
 start_check() {
-  mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+  link_binaries
   M=/tmp/flash
   L=$OUT
   MK=

@@ -8,7 +8,7 @@
 # Usage (repo root on the device): scripts/device/tune_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve && ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
+link_binaries
 M=/tmp/flash
 L=$OUT
 summary=()
