@@ -296,6 +296,17 @@ __device__ __forceinline__ void store_final(const float (&s)[2][N / 2], float* s
 }
 #endif
 
+// A chunk's keys (64 rows of key head kh from row r0, DK bf16 each) into dst [C][kLdx] by the
+// cp.async of 128 threads (tid 0 .. 127; the caller commits).
+__device__ __forceinline__ void copy_keys(bf16* dst, const bf16* Xk, int r0, int Hk, int kh,
+                                          int tid) {
+  const bf16* src = Xk + (static_cast<size_t>(r0) * Hk + kh) * DK;
+  for (int e = tid; e < C * DK / 8; e += 128) {
+    const int i = e / (DK / 8), cc = (e % (DK / 8)) * 8;
+    cp_async16(dst + i * kLdx + cc, src + static_cast<size_t>(i) * Hk * DK + cc, 16);
+  }
+}
+
 // Grid (dv / N, Hv, sequences), 256 threads; every sequence nC chunks (rows seq nC C ..).
 // kForm: W and U formed from fa (Wf and U unread); Smem<N>::kFormBytes of shared memory.
 template <int N, bool kOne, bool kForm>
@@ -341,12 +352,7 @@ __global__ void __launch_bounds__(256, 1)
           const float* v = (vt < C / 4 ? fa.cw : fa.beta) + (slot0 + c) * C;
           cp_async16(CWb + b * 2 * C + 4 * vt, v + 4 * (vt % (C / 4)), 16);
         }
-        const bf16* xsrc = Xk + (static_cast<size_t>(row0 + c * C) * Hk + kh) * DK;
-        for (int e = vt; e < C * DK / 8; e += 128) {
-          const int i = e / (DK / 8), cc = (e % (DK / 8)) * 8;
-          cp_async16(Xs + b * C * kLdx + i * kLdx + cc,
-                     xsrc + static_cast<size_t>(i) * Hk * DK + cc, 16);
-        }
+        copy_keys(Xs + b * C * kLdx, Xk, row0 + c * C, Hk, kh, vt);
         const bf16* vsrc = fa.xv + (static_cast<size_t>(row0 + c * C) * Hv + h) * dv + c0;
         for (int e = vt; e < C * N / 8; e += 128) {
           const int i = e / (N / 8), cc = (e % (N / 8)) * 8;
@@ -416,12 +422,7 @@ __global__ void __launch_bounds__(256, 1)
       for (int i = 0; i < N / 2; ++i) s[mt][i] = 0.f;
     auto loadx = [&](int c) {
       if constexpr (kForm) return;  // the value warpgroup copies Xk
-      bf16* dst = Xs + (c & 1) * C * kLdx;
-      const bf16* src = Xk + (static_cast<size_t>(row0 + c * C) * Hk + kh) * DK;
-      for (int e = st; e < C * DK / 8; e += 128) {
-        const int i = e / (DK / 8), cc = (e % (DK / 8)) * 8;
-        cp_async16(dst + i * kLdx + cc, src + static_cast<size_t>(i) * Hk * DK + cc, 16);
-      }
+      copy_keys(Xs + (c & 1) * C * kLdx, Xk, row0 + c * C, Hk, kh, st);
       cp_async_commit();
     };
     loadx(0);
