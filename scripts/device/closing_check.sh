@@ -8,12 +8,8 @@
 # Usage (repo root on the device): [TESTS=1] [FILTER=...] [TEST_LIMIT=s] scripts/device/closing_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-R=$OUT/result.txt
-nvidia-smi -L | tee -a "$R"
-( make_release flash /tmp/flash "$OUT/make_model.log" ) &
-MKP=$!
+session_start flash
 if [ "${TESTS:-1}" = 1 ]; then
-  link_binaries
   # 300 s was too short for all of them beside make-model (perf-log v30b)
   gpu_tests "${FILTER:--GdnTiming*}" "${TEST_LIMIT:-450}"
 fi

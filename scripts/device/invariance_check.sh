@@ -18,12 +18,7 @@ source scripts/device/setup.sh > /dev/null
 export LD_LIBRARY_PATH=/tmp/c/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 PRESET=${PRESET:-flash}
 M=/tmp/$PRESET
-R=$OUT/result.txt
-nvidia-smi -L | tee -a "$R"
-t0=$(date +%s)
-( make_release "$PRESET" "$M" "$OUT/make_model.log"
-  echo "model rc $? $(( $(date +%s) - t0 ))s" >> "$R" ) &
-MKP=$!
+session_start "$PRESET"
 if [ "${TESTS:-1}" = 1 ]; then
   gpu_tests 'GemmModule.*:GdnLaunch.PackedSequences*:GdnLaunch.PerPack*:GdnLaunch.ChunkPrefix*:*CudaEngineGolden*Packed*' 200
 fi

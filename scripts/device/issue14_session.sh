@@ -11,7 +11,7 @@
 #   scripts/device/issue14_session.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-session_start 0
+session_start
 TESTS=0 MODES=default RUNS=${RUNS:-"public231-shape:1 public231-shape:4 public231-shape:16 \
 public231-shape:64 public231-short:16 public231-short:64"} scripts/device/invariance_check.sh \
   > /dev/null 2>&1

@@ -15,12 +15,9 @@ set -uo pipefail
 source scripts/device/setup.sh > /dev/null
 PRESET=${PRESET:-flash}
 M=/tmp/$PRESET
-R=$OUT/result.txt
 PACKS=${PACKS-"1000,1000,1000,1000,1000,1000,1000;446,412,5538,330,303,404,345;4993,365,260,833,2442,268,362;246,279,276,800,297,295,324;3508,301,275,3864,326,2566,344"}
-nvidia-smi -L | tee -a "$R"
-t0=$(date +%s)
-make_release "$PRESET" "$M" "$OUT/make_model.log"
-echo "model $(( $(date +%s) - t0 ))s" | tee -a "$R"
+session_start "$PRESET"
+wait "$MKP"
 for mode in ${MODES:-default off}; do
   e=$(mode_env "$mode") || { echo "unknown mode $mode" | tee -a "$R"; continue; }
   env=()

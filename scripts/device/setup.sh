@@ -60,18 +60,18 @@ link_binaries() {
   mkdir -p build-dev build-gpu && ln -sf /tmp/c/bin/clefserve build-dev/clefserve &&
     ln -sf /tmp/c/bin/clefserve build-gpu/clefserve
 }
-# session_start [MODEL]: the common start of the one-call session scripts (wgmma_session.sh,
-# issue14_session.sh; sessions whose machine starts are scarce run everything in one call): R
-# ($OUT/result.txt, where they append as results come) and t0, the GPU's name in R, the serve
-# tests' binary links, and with MODEL=1 `make-model --preset flash` into /tmp/flash in the
-# background (MKP = its pid, "model rc" in R when done; empty without MODEL).
+# session_start [PRESET]: the common start of the one-call device scripts (wgmma_session.sh,
+# issue14_session.sh, invariance_check.sh, closing_check.sh, pack_profile.sh): R ($OUT/result.txt,
+# where they append as results come) and t0, the GPU's name in R (once: a script started by another
+# shares its R), the serve tests' binary links, and with a PRESET `make-model --preset PRESET` into
+# /tmp/PRESET in the background (MKP = its pid, "model rc" in R when done; empty without PRESET).
 session_start() {
   R=$OUT/result.txt
   t0=$(date +%s)
-  nvidia-smi -L | tee -a "$R"
+  grep -q '^GPU ' "$R" 2>/dev/null || nvidia-smi -L | tee -a "$R"
   MKP=
-  if [ "${1:-0}" = 1 ]; then
-    ( make_release flash /tmp/flash "$OUT/make_model.log"
+  if [ -n "${1:-}" ]; then
+    ( make_release "$1" "/tmp/$1" "$OUT/make_model.log"
       echo "model rc $? ($(( $(date +%s) - t0 ))s)" >> "$R" ) &
     MKP=$!
   fi

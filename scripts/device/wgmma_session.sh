@@ -11,7 +11,7 @@
 #   [TEST_LIMIT=s] [WB_MODES="..."] scripts/device/wgmma_session.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-session_start 1
+session_start flash
 gpu_tests "${FILTER:-GdnLaunch.WgmmaScan*:GdnLaunch.PackedSequencesGiveTheirBitsAlone:GdnLaunch.PackedBatches*}" \
   "${TEST_LIMIT:-90}"
 passed=$(grep -c '^tests rc 0$' "$R")
