@@ -44,11 +44,12 @@ using bf16 = __nv_bfloat16;
 constexpr int C = 64, DK = 128;
 constexpr int kLdx = DK + 8;  // Xk rows in shared memory (conflict-free ldmatrix)
 
-// Shared memory of an N-column CTA (bytes from the dynamic base).
-template <int N>
+// Shared memory of an N-column CTA (bytes from the dynamic base). kForm: no W slots (W's
+// fragments are formed in registers), so that the forming inputs fit at 64 columns.
+template <int N, bool kForm = false>
 struct Smem {
-  static constexpr int kW = 0;                             // uint4 [2][4 warps][8 kg][32][2 terms]
-  static constexpr int kU = kW + 2 * 4 * 8 * 32 * 2 * 16;  // float2 [2][128][N / 8][2]
+  static constexpr int kW = 0;  // uint4 [2][4 warps][8 kg][32][2 terms]
+  static constexpr int kU = kW + (kForm ? 0 : 2 * 4 * 8 * 32 * 2 * 16);  // float2 [2][128][N/8][2]
   static constexpr int kF = kU + 2 * 128 * (N / 8) * 2 * 8;  // float [2][128][2]
   static constexpr int kS = kF + 2 * 128 * 2 * 4;            // bf16 [2 terms][DK x N] canonical
   static constexpr int kV = kS + 2 * DK * N * 2;             // bf16 [2 terms][C x N] canonical
@@ -59,6 +60,7 @@ struct Smem {
   static constexpr int kCw = kT + 2 * C * (C + 4) * 4;  // float [2][2][C]
   static constexpr int kXv = kCw + 2 * 2 * C * 4;       // bf16 [2][C][N + 8]
   static constexpr int kFormBytes = kXv + 2 * C * (N + 8) * 2;
+  static_assert(!kForm || kFormBytes <= 227 * 1024, "the forming CTA fits an SM's opt-in");
 };
 constexpr int kLdt = C + 4;  // Tm rows in shared memory (prep's lda: conflict-free pair loads)
 
@@ -308,7 +310,7 @@ __device__ __forceinline__ void copy_keys(bf16* dst, const bf16* Xk, int r0, int
 }
 
 // Grid (dv / N, Hv, sequences), 256 threads; every sequence nC chunks (rows seq nC C ..).
-// kForm: W and U formed from fa (Wf and U unread); Smem<N>::kFormBytes of shared memory.
+// kForm: W and U formed from fa (Wf and U unread); Smem<N, true>::kFormBytes of shared memory.
 template <int N, bool kOne, bool kForm>
 __global__ void __launch_bounds__(256, 1)
     chain_kernel(const uint4* __restrict__ Wf, const float* __restrict__ U,
@@ -317,7 +319,7 @@ __global__ void __launch_bounds__(256, 1)
                  uint4* __restrict__ Hpub, uint4* __restrict__ Vn, float* __restrict__ Sfin,
                  FormArgs fa) {
 #ifdef CLEF_WGMMA_AVAILABLE
-  using SM = Smem<N>;
+  using SM = Smem<N, kForm>;
   extern __shared__ __align__(128) unsigned char smem[];
   uint4* Wb = reinterpret_cast<uint4*>(smem + SM::kW);
   float2* Ub = reinterpret_cast<float2*>(smem + SM::kU);
@@ -735,7 +737,7 @@ void launch(const Problem& p, const Device& d, bool publish) {
   static_assert(N > 0 || !kForm, "the solo kernel does not form W and U");
   constexpr int cols = N == 0 ? 64 : N;
   constexpr int bytes = N == 0  ? SoloSmem::kBytes
-                        : kForm ? Smem<cols>::kFormBytes
+                        : kForm ? Smem<cols, true>::kFormBytes
                                 : Smem<cols>::kBytes;
   static bool set = false;
   if constexpr (N == 0) {
