@@ -16,11 +16,6 @@
 // behind named barriers; each loads its next chunk's operands by cp.async while the other works.
 // Products: two-term (the engine's numerics: W hi S hi + W lo S hi + W hi S lo, Xk (F Vn hi + lo))
 // or one-term (FlashInfer's: W hi S hi, Xk (F Vn hi)).
-// Forming (kForm, perf-log v36): instead of W's fragments and U, the value warpgroup loads prep's
-// Tm (fp32 [64][64], lower), its row factors cw and beta, Xk and its own columns of Xv, and forms
-// W_c (its A fragments) and U_c itself before it waits for S_c, with prep's lower_times arithmetic
-// (Tm_ij f_j in fp32 split into three bf16 terms, mma.sync, k16 steps then terms in order), while
-// the state warpgroup updates S; Xk then comes by the value warpgroup's copy.
 // Checked against a double-precision recurrence on the host (the final state and every Vn), then
 // timed: packs of 7 x 16 chunks (a 7 x 1000 pack's waves) and one sequence of 87 chunks (the
 // chain alone), at 64 and 32 columns a CTA.
@@ -44,32 +39,16 @@ using bf16 = __nv_bfloat16;
 constexpr int C = 64, DK = 128;
 constexpr int kLdx = DK + 8;  // Xk rows in shared memory (conflict-free ldmatrix)
 
-// Shared memory of an N-column CTA (bytes from the dynamic base). kForm: no W slots (W's
-// fragments are formed in registers), so that the forming inputs fit at 64 columns.
-template <int N, bool kForm = false>
+// Shared memory of an N-column CTA (bytes from the dynamic base).
+template <int N>
 struct Smem {
-  static constexpr int kW = 0;  // uint4 [2][4 warps][8 kg][32][2 terms]
-  static constexpr int kU = kW + (kForm ? 0 : 2 * 4 * 8 * 32 * 2 * 16);  // float2 [2][128][N/8][2]
+  static constexpr int kW = 0;                             // uint4 [2][4 warps][8 kg][32][2 terms]
+  static constexpr int kU = kW + 2 * 4 * 8 * 32 * 2 * 16;  // float2 [2][128][N / 8][2]
   static constexpr int kF = kU + 2 * 128 * (N / 8) * 2 * 8;  // float [2][128][2]
   static constexpr int kS = kF + 2 * 128 * 2 * 4;            // bf16 [2 terms][DK x N] canonical
   static constexpr int kV = kS + 2 * DK * N * 2;             // bf16 [2 terms][C x N] canonical
   static constexpr int kX = kV + 2 * C * N * 2;              // bf16 [2][C][kLdx]
   static constexpr int kBytes = kX + 2 * C * kLdx * 2;
-  // kForm: Tm, {cw, beta} and Xv's N columns a chunk, double-buffered
-  static constexpr int kT = kBytes;                     // float [2][C][kLdt]
-  static constexpr int kCw = kT + 2 * C * (C + 4) * 4;  // float [2][2][C]
-  static constexpr int kXv = kCw + 2 * 2 * C * 4;       // bf16 [2][C][N + 8]
-  static constexpr int kFormBytes = kXv + 2 * C * (N + 8) * 2;
-  static_assert(!kForm || kFormBytes <= 227 * 1024, "the forming CTA fits an SM's opt-in");
-};
-constexpr int kLdt = C + 4;  // Tm rows in shared memory (prep's lda: conflict-free pair loads)
-
-// kForm's inputs: prep's Tm [slot][C][C] (lower, fp32), cw and beta [slot][C], Xv [row][Hv][dv].
-struct FormArgs {
-  const float* tm = nullptr;
-  const float* cw = nullptr;
-  const float* beta = nullptr;
-  const bf16* xv = nullptr;
 };
 
 #ifdef CLEF_WGMMA_AVAILABLE
@@ -176,57 +155,6 @@ __device__ __forceinline__ void vn_terms(float (&acc)[N / 2], const float2* u, i
       if constexpr (!kOne) *reinterpret_cast<uint32_t*>(Vl + canon(r, col, N)) = p[1];
     }
 }
-// One 16-column group of (L diag(f)) X for chunk rows 16 w .. + 15, as prep's lower_times forms it
-// (gdn/tensor_core.cu): per k16 step kk <= w, L_ij f_j (fp32) split into three bf16 terms, the
-// B fragments of X's n8 tiles 2 q and 2 q + 1 by ldmatrix.trans, three mma.sync each in term
-// order; acc[0] / acc[1]: the two n8 tiles' m16n8 accumulators.
-__device__ __forceinline__ void lower_group(float (&acc)[2][4], const float* L, const float* f,
-                                            const bf16* X, int ldx, int w, int lane) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
-  for (int kk = 0; kk <= w; ++kk) {
-    uint32_t a[3][4], b[4];
-    lower_a_terms(L + (16 * w + g) * kLdt + 16 * kk + 2 * t, kLdt, f + 16 * kk + 2 * t, a);
-    ldmatrix_x4_trans(b, X + b_pair_offset(16 * kk, 0, ldx, lane));
-    mma_terms(acc[0], acc[1], a, b);
-  }
-}
-// W_c's A fragments of this warp's rows (w_frag's hi / lo terms) from Tm, cw and Xk in shared
-// memory: k16 group kg is X's columns 16 kg .. + 15.
-__device__ __forceinline__ void form_w(const float* Tm, const float* cw, const bf16* Xs, int w,
-                                       int lane, uint32_t (&wh)[8][4], uint32_t (&wl)[8][4]) {
-#pragma unroll
-  for (int kg = 0; kg < 8; ++kg) {
-    float acc[2][4];
-    lower_group(acc, Tm, cw, Xs + 16 * kg, kLdx, w, lane);
-    uint32_t q[4][2];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      split_pair(acc[i / 2][2 * (i % 2)], acc[i / 2][2 * (i % 2) + 1], q[i]);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) wh[kg][i] = q[i][0], wl[kg][i] = q[i][1];
-  }
-}
-// U_c = Tm diag(beta) Xv for this warp's rows and the CTA's N columns, into this thread's U slots
-// (element (j, hr) at u[(2 j + hr) stride], what vn_terms reads).
-template <int N>
-__device__ __forceinline__ void form_u(const float* Tm, const float* beta, const bf16* Xv, int w,
-                                       int lane, float2* u, int stride) {
-#pragma unroll
-  for (int jp = 0; jp < N / 16; ++jp) {
-    float acc[2][4];
-    lower_group(acc, Tm, beta, Xv + 16 * jp, N + 8, w, lane);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int j = 2 * jp + q;
-      u[(2 * j) * stride] = make_float2(acc[q][0], acc[q][1]);
-      u[(2 * j + 1) * stride] = make_float2(acc[q][2], acc[q][3]);
-    }
-  }
-}
 // A = Xk^T (key dims 64 mt + 16 w .., chunk rows 16 kk ..) by ldmatrix.trans of the chunk's keys.
 __device__ __forceinline__ void xk_t_frags(uint32_t (&xa)[2][4][4], const bf16* xs, int w,
                                            int lane) {
@@ -298,28 +226,15 @@ __device__ __forceinline__ void store_final(const float (&s)[2][N / 2], float* s
 }
 #endif
 
-// A chunk's keys (64 rows of key head kh from row r0, DK bf16 each) into dst [C][kLdx] by the
-// cp.async of 128 threads (tid 0 .. 127; the caller commits).
-__device__ __forceinline__ void copy_keys(bf16* dst, const bf16* Xk, int r0, int Hk, int kh,
-                                          int tid) {
-  const bf16* src = Xk + (static_cast<size_t>(r0) * Hk + kh) * DK;
-  for (int e = tid; e < C * DK / 8; e += 128) {
-    const int i = e / (DK / 8), cc = (e % (DK / 8)) * 8;
-    cp_async16(dst + i * kLdx + cc, src + static_cast<size_t>(i) * Hk * DK + cc, 16);
-  }
-}
-
 // Grid (dv / N, Hv, sequences), 256 threads; every sequence nC chunks (rows seq nC C ..).
-// kForm: W and U formed from fa (Wf and U unread); Smem<N, true>::kFormBytes of shared memory.
-template <int N, bool kOne, bool kForm>
+template <int N, bool kOne>
 __global__ void __launch_bounds__(256, 1)
     chain_kernel(const uint4* __restrict__ Wf, const float* __restrict__ U,
                  const float* __restrict__ F, const float* __restrict__ gC,
                  const bf16* __restrict__ Xk, int Hk, int Hv, int nC, int dv, bool publish,
-                 uint4* __restrict__ Hpub, uint4* __restrict__ Vn, float* __restrict__ Sfin,
-                 FormArgs fa) {
+                 uint4* __restrict__ Hpub, uint4* __restrict__ Vn, float* __restrict__ Sfin) {
 #ifdef CLEF_WGMMA_AVAILABLE
-  using SM = Smem<N, kForm>;
+  using SM = Smem<N>;
   extern __shared__ __align__(128) unsigned char smem[];
   uint4* Wb = reinterpret_cast<uint4*>(smem + SM::kW);
   float2* Ub = reinterpret_cast<float2*>(smem + SM::kU);
@@ -329,11 +244,7 @@ __global__ void __launch_bounds__(256, 1)
   bf16* Vh = reinterpret_cast<bf16*>(smem + SM::kV);
   bf16* Vl = Vh + C * N;
   bf16* Xs = reinterpret_cast<bf16*>(smem + SM::kX);
-  float* Tb = reinterpret_cast<float*>(smem + SM::kT);
-  float* CWb = reinterpret_cast<float*>(smem + SM::kCw);
-  bf16* Xvb = reinterpret_cast<bf16*>(smem + SM::kXv);
   const int h = blockIdx.y, c0 = blockIdx.x * N, seq = blockIdx.z, n_seq = gridDim.z;
-  const int kh = h / (Hv / Hk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const size_t Tc = static_cast<size_t>(n_seq) * nC * C;  // rows a head
   const int row0 = seq * nC * C;                          // the sequence's first row
@@ -344,38 +255,20 @@ __global__ void __launch_bounds__(256, 1)
     const int vt = threadIdx.x;
     auto load = [&](int c) {
       const int b = c & 1;
+      const uint4* src = Wf + ((slot0 + c) * 4 * 8 + warp * 8) * 32 * 2;
+      uint4* dst = Wb + ((b * 4 + warp) * 8) * 32 * 2;
+#pragma unroll
+      for (int kg = 0; kg < 8; ++kg)
+#pragma unroll
+        for (int term = 0; term < 2; ++term)
+          cp_async16(dst + (kg * 32 + lane) * 2 + term, src + (kg * 32 + lane) * 2 + term, 16);
       const size_t r = static_cast<size_t>(h) * Tc + row0 + c * C + 16 * warp + g;
-      if constexpr (kForm) {  // Tm, cw / beta, Xk and Xv's columns (else W's fragments and U)
-        const float* tsrc = fa.tm + (slot0 + c) * C * C;
-        for (int e = vt; e < C * C / 4; e += 128)
-          cp_async16(Tb + b * C * kLdt + (e / (C / 4)) * kLdt + 4 * (e % (C / 4)), tsrc + 4 * e,
-                     16);
-        if (vt < 2 * C / 4) {
-          const float* v = (vt < C / 4 ? fa.cw : fa.beta) + (slot0 + c) * C;
-          cp_async16(CWb + b * 2 * C + 4 * vt, v + 4 * (vt % (C / 4)), 16);
-        }
-        copy_keys(Xs + b * C * kLdx, Xk, row0 + c * C, Hk, kh, vt);
-        const bf16* vsrc = fa.xv + (static_cast<size_t>(row0 + c * C) * Hv + h) * dv + c0;
-        for (int e = vt; e < C * N / 8; e += 128) {
-          const int i = e / (N / 8), cc = (e % (N / 8)) * 8;
-          cp_async16(Xvb + b * C * (N + 8) + i * (N + 8) + cc,
-                     vsrc + static_cast<size_t>(i) * Hv * dv + cc, 16);
-        }
-      } else {
-        const uint4* src = Wf + ((slot0 + c) * 4 * 8 + warp * 8) * 32 * 2;
-        uint4* dst = Wb + ((b * 4 + warp) * 8) * 32 * 2;
 #pragma unroll
-        for (int kg = 0; kg < 8; ++kg)
+      for (int j = 0; j < NJ; ++j)
 #pragma unroll
-          for (int term = 0; term < 2; ++term)
-            cp_async16(dst + (kg * 32 + lane) * 2 + term, src + (kg * 32 + lane) * 2 + term, 16);
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr)
-            cp_async8(Ub + ((b * NJ + j) * 2 + hr) * 128 + vt,
-                      U + (r + 8 * hr) * dv + c0 + 8 * j + 2 * t);
-      }
+        for (int hr = 0; hr < 2; ++hr)
+          cp_async8(Ub + ((b * NJ + j) * 2 + hr) * 128 + vt,
+                    U + (r + 8 * hr) * dv + c0 + 8 * j + 2 * t);
       cp_async4(Fb + (b * 128 + vt) * 2, F + r);
       cp_async4(Fb + (b * 128 + vt) * 2 + 1, F + r + 8);
       cp_async_commit();
@@ -383,25 +276,11 @@ __global__ void __launch_bounds__(256, 1)
     load(0);
     for (int c = 0; c < nC; ++c) {
       const int b = c & 1;
+      cp_async_wait<0>();  // this thread's own operands of chunk c (no other thread reads them)
+      if (c + 1 < nC) load(c + 1);
       uint32_t wh[8][4], wl[8][4];
-      if constexpr (kForm) {
-        // chunk c's operands, every value thread's copies, then W_c and U_c while the state
-        // warpgroup still updates S; the next chunk's copies only once S_c is published (the
-        // state warpgroup has then read Xk's other buffer)
-        cp_async_wait<0>();
-        bar_sync(4, 128);
-        const float* tm = Tb + b * C * kLdt;
-        form_w(tm, CWb + b * 2 * C, Xs + b * C * kLdx, warp, lane, wh, wl);
-        form_u<N>(tm, CWb + b * 2 * C + C, Xvb + b * C * (N + 8), warp, lane,
-                  Ub + b * NJ * 2 * 128 + vt, 128);
-        bar_sync(1, 256);  // S_c's terms are in Sh / Sl
-        if (c + 1 < nC) load(c + 1);
-      } else {
-        cp_async_wait<0>();  // this thread's own operands of chunk c (no other thread reads them)
-        if (c + 1 < nC) load(c + 1);
-        w_frags(Wb + ((b * 4 + warp) * 8) * 32 * 2, lane, wh, wl);
-        bar_sync(1, 256);  // S_c's terms are in Sh / Sl
-      }
+      w_frags(Wb + ((b * 4 + warp) * 8) * 32 * 2, lane, wh, wl);
+      bar_sync(1, 256);  // S_c's terms are in Sh / Sl
       float acc[N / 2];
       issue_ws<N, kOne>(acc, wh, wl, Sh, Sl);
       wgmma_wait<0>();
@@ -422,9 +301,14 @@ __global__ void __launch_bounds__(256, 1)
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int i = 0; i < N / 2; ++i) s[mt][i] = 0.f;
+    const int kh = h / (Hv / Hk);
     auto loadx = [&](int c) {
-      if constexpr (kForm) return;  // the value warpgroup copies Xk
-      copy_keys(Xs + (c & 1) * C * kLdx, Xk, row0 + c * C, Hk, kh, st);
+      bf16* dst = Xs + (c & 1) * C * kLdx;
+      const bf16* src = Xk + (static_cast<size_t>(row0 + c * C) * Hk + kh) * DK;
+      for (int e = st; e < C * DK / 8; e += 128) {
+        const int i = e / (DK / 8), cc = (e % (DK / 8)) * 8;
+        cp_async16(dst + i * kLdx + cc, src + static_cast<size_t>(i) * Hk * DK + cc, 16);
+      }
       cp_async_commit();
     };
     loadx(0);
@@ -437,17 +321,12 @@ __global__ void __launch_bounds__(256, 1)
       if (publish) publish_state<N>(s, Hpub + (slot0 + c) * (DK * dv / 8), wq, c0, dv, lane);
       const float gc = gnext;
       if (c + 1 < nC) gnext = __ldg(gC + slot0 + c + 1);
+      cp_async_wait<0>();
+      bar_sync(3, 128);  // Xk_c visible to the warpgroup; every read of the other buffer done
+      if (c + 1 < nC) loadx(c + 1);
       uint32_t xa[2][4][4];
-      if constexpr (kForm) {
-        bar_sync(2, 256);  // F Vn_c's terms are in Vh / Vl, and Xk_c (the value warpgroup's copy)
-        xk_t_frags(xa, Xs + (c & 1) * C * kLdx, wq, lane);
-      } else {
-        cp_async_wait<0>();
-        bar_sync(3, 128);  // Xk_c visible to the warpgroup; every read of the other buffer done
-        if (c + 1 < nC) loadx(c + 1);
-        xk_t_frags(xa, Xs + (c & 1) * C * kLdx, wq, lane);
-        bar_sync(2, 256);  // F Vn_c's terms are in Vh / Vl
-      }
+      xk_t_frags(xa, Xs + (c & 1) * C * kLdx, wq, lane);
+      bar_sync(2, 256);  // F Vn_c's terms are in Vh / Vl
       scale_state<N>(s, gc);
       issue_update<N, kOne>(s, xa, Vh, Vl);
       wgmma_wait<0>();
@@ -586,16 +465,11 @@ struct Problem {
   int Hk = 16, Hv = 32, dv = 128, n_seq = 7, nC = 16;
   std::vector<float> W, U, F, gC, Xk;  // W exact (hi + lo), Xk bf16-exact
   std::vector<uint32_t> Wfrag;         // uint4s as 4 words
-  // what W and U come from (prep's outputs for kForm): Tm [slot][C][C] (unit lower triangle),
-  // cw and beta [slot][C], Xv [row][Hv][dv] bf16-exact; W = Tm diag(cw) Xk, U = Tm diag(beta) Xv
-  std::vector<float> Tm, cw, beta, Xv;
   size_t rows() const { return static_cast<size_t>(n_seq) * nC * C; }
   size_t slots() const { return static_cast<size_t>(Hv) * n_seq * nC; }
 };
 
-// Contractive random dynamics, like the real ones: unit-norm keys, W ~ beta K, decays < 1; W and U
-// formed (in double, rounded to float) from a random Tm, row factors and values, as prep forms
-// them.
+// Contractive random dynamics, like the real ones: unit-norm keys, W ~ beta K, decays < 1.
 Problem make_problem(std::mt19937_64& rng, int n_seq, int nC, int Hv, int dv) {
   Problem p;
   p.Hv = Hv, p.Hk = Hv / 2, p.dv = dv, p.n_seq = n_seq, p.nC = nC;
@@ -604,19 +478,8 @@ Problem make_problem(std::mt19937_64& rng, int n_seq, int nC, int Hv, int dv) {
   std::uniform_real_distribution<float> ud(0.f, 1.f);
   p.Xk.resize(T * p.Hk * DK);
   for (auto& x : p.Xk) x = bits_f(bf16_bits(nd(rng) / std::sqrt(float(DK))));
-  p.Xv.resize(T * Hv * dv);
-  for (auto& x : p.Xv) x = bits_f(bf16_bits(nd(rng)));
-  p.Tm.assign(p.slots() * C * C, 0.f);
-  p.cw.resize(p.slots() * C);
-  p.beta.resize(p.slots() * C);
-  for (size_t sl = 0; sl < p.slots(); ++sl)
-    for (int i = 0; i < C; ++i) {
-      for (int j = 0; j < i; ++j) p.Tm[(sl * C + i) * C + j] = 0.1f * nd(rng) / std::sqrt(float(C));
-      p.Tm[(sl * C + i) * C + i] = 1.f;
-      p.cw[sl * C + i] = 0.5f * (0.3f + 0.7f * ud(rng));
-      p.beta[sl * C + i] = 0.3f + 0.7f * ud(rng);
-    }
   p.U.resize(static_cast<size_t>(Hv) * T * dv);
+  for (auto& x : p.U) x = nd(rng);
   p.F.resize(static_cast<size_t>(Hv) * T);
   for (auto& x : p.F) x = 0.3f + 0.7f * ud(rng);
   p.gC.resize(p.slots());
@@ -625,26 +488,11 @@ Problem make_problem(std::mt19937_64& rng, int n_seq, int nC, int Hv, int dv) {
   p.Wfrag.resize(p.W.size());  // two bf16 terms of each value = one word a value
   for (int h = 0; h < Hv; ++h)
     for (size_t sc = 0; sc < static_cast<size_t>(n_seq) * nC; ++sc) {
-      const size_t sl = static_cast<size_t>(h) * n_seq * nC + sc;
-      const float* tm = &p.Tm[sl * C * C];
-      const int kh = h / (Hv / p.Hk);
-      for (int i = 0; i < C; ++i)
-        for (int n = 0; n < dv; ++n) {
-          double u = 0;
-          for (int j = 0; j <= i; ++j)
-            u += double(tm[i * C + j]) * p.beta[sl * C + j] *
-                 p.Xv[((sc * C + j) * Hv + h) * static_cast<size_t>(dv) + n];
-          p.U[((static_cast<size_t>(h) * T) + sc * C + i) * dv + n] = static_cast<float>(u);
-        }
       float w[C][DK];
       uint16_t hi[C][DK], lo[C][DK];
       for (int i = 0; i < C; ++i)
         for (int k = 0; k < DK; ++k) {
-          double a = 0;
-          for (int j = 0; j <= i; ++j)
-            a += double(tm[i * C + j]) * p.cw[sl * C + j] *
-                 p.Xk[((sc * C + j) * p.Hk + kh) * DK + k];
-          w[i][k] = static_cast<float>(a);
+          w[i][k] = 0.5f * nd(rng) / std::sqrt(float(DK));
           hi[i][k] = bf16_bits(w[i][k]);
           lo[i][k] = bf16_bits(w[i][k] - bits_f(hi[i][k]));
           p.W[((static_cast<size_t>(h) * T) + sc * C + i) * DK + k] =
@@ -707,10 +555,7 @@ void reference(const Problem& p, std::vector<float>& vn, std::vector<float>& sfi
 }
 
 struct Device {
-  Buf W, U, F, gC, Xk, H, Vn, S, Tm, cw, beta, Xv;
-  FormArgs form() const {
-    return {Tm.get<float>(), cw.get<float>(), beta.get<float>(), Xv.get<bf16>()};
-  }
+  Buf W, U, F, gC, Xk, H, Vn, S;
 };
 Device upload(const Problem& p) {
   Device d;
@@ -720,10 +565,6 @@ Device upload(const Problem& p) {
   d.F = to_device<float>(p.F);
   d.gC = to_device<float>(p.gC);
   d.Xk = to_device<bf16>(p.Xk);
-  d.Tm = to_device<float>(p.Tm);
-  d.cw = to_device<float>(p.cw);
-  d.beta = to_device<float>(p.beta);
-  d.Xv = to_device<bf16>(p.Xv);
   d.H = poisoned<bf16>(p.slots() * DK * p.dv);
   d.Vn = poisoned<bf16>(static_cast<size_t>(p.Hv) * p.rows() * p.dv);
   d.S = poisoned<float>(static_cast<size_t>(p.Hv) * p.n_seq * DK * p.dv);
@@ -731,32 +572,19 @@ Device upload(const Problem& p) {
 }
 
 // N: the columns a CTA of the hand-over kernel (64 or 32); 0: solo_kernel (64 a CTA, 32 a chain).
-// kForm (hand-over kernel only): W and U formed in the kernel from prep's Tm (perf-log v36).
-template <int N, bool kOne, bool kForm = false>
+template <int N, bool kOne>
 void launch(const Problem& p, const Device& d, bool publish) {
-  static_assert(N > 0 || !kForm, "the solo kernel does not form W and U");
+  auto k = N == 0 ? solo_kernel<kOne> : chain_kernel < N == 0 ? 64 : N, kOne > ;
+  constexpr int bytes = N == 0 ? SoloSmem::kBytes : Smem < N == 0 ? 64 : N > ::kBytes;
   constexpr int cols = N == 0 ? 64 : N;
-  constexpr int bytes = N == 0  ? SoloSmem::kBytes
-                        : kForm ? Smem<cols, true>::kFormBytes
-                                : Smem<cols>::kBytes;
   static bool set = false;
-  if constexpr (N == 0) {
-    auto k = solo_kernel<kOne>;
-    if (!set)
-      DEV_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    k<<<dim3(p.dv / cols, p.Hv, p.n_seq), 256, bytes>>>(
-        d.W.get<uint4>(), d.U.get<float>(), d.F.get<float>(), d.gC.get<float>(), d.Xk.get<bf16>(),
-        p.Hk, p.Hv, p.nC, p.dv, publish, d.H.get<uint4>(), d.Vn.get<uint4>(), d.S.get<float>());
-  } else {
-    auto k = chain_kernel<cols, kOne, kForm>;
-    if (!set)
-      DEV_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    k<<<dim3(p.dv / cols, p.Hv, p.n_seq), 256, bytes>>>(
-        d.W.get<uint4>(), d.U.get<float>(), d.F.get<float>(), d.gC.get<float>(), d.Xk.get<bf16>(),
-        p.Hk, p.Hv, p.nC, p.dv, publish, d.H.get<uint4>(), d.Vn.get<uint4>(), d.S.get<float>(),
-        d.form());
+  if (!set) {
+    DEV_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    set = true;
   }
-  set = true;
+  k<<<dim3(p.dv / cols, p.Hv, p.n_seq), 256, bytes>>>(
+      d.W.get<uint4>(), d.U.get<float>(), d.F.get<float>(), d.gC.get<float>(), d.Xk.get<bf16>(),
+      p.Hk, p.Hv, p.nC, p.dv, publish, d.H.get<uint4>(), d.Vn.get<uint4>(), d.S.get<float>());
   DEV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -780,14 +608,14 @@ std::vector<float> unfrag(const std::vector<float>& f, int slots, int K, int dv)
   return out;
 }
 
-template <int N, bool kOne, bool kForm = false>
+template <int N, bool kOne>
 bool check_variant(const Problem& p, const std::vector<float>& vn, const std::vector<float>& sf) {
   Device d = upload(p);
-  launch<N, kOne, kForm>(p, d, true);
+  launch<N, kOne>(p, d, true);
   const std::string name = std::string(N == 0    ? "wgmma solo32"
                                        : N == 64 ? "wgmma n64"
                                                  : "wgmma n32") +
-                           (kOne ? " one-term" : " two-term") + (kForm ? " forming W, U" : "");
+                           (kOne ? " one-term" : " two-term");
   const double s_tol = kOne ? 2e-2 : 1e-3;
   bool ok = check(name, "S", to_host<float>(d.S, sf.size()), sf, s_tol);
   ok = check(name, "Vn", unfrag(to_host<bf16>(d.Vn, vn.size()), p.Hv * p.n_seq * p.nC, C, p.dv), vn,
@@ -796,11 +624,11 @@ bool check_variant(const Problem& p, const std::vector<float>& vn, const std::ve
   return ok;
 }
 
-template <int N, bool kOne, bool kForm = false>
+template <int N, bool kOne>
 void time_variant(Timer& timer, const Problem& p, const char* label) {
   Device d = upload(p);
   for (int publish = 1; publish >= 0; --publish) {
-    const double us = timer.median_us([&] { launch<N, kOne, kForm>(p, d, publish != 0); });
+    const double us = timer.median_us([&] { launch<N, kOne>(p, d, publish != 0); });
     constexpr int cols = N == 0 ? 64 : N;
     const double steps = static_cast<double>(p.dv / cols) * p.Hv * p.n_seq * p.nC;
     // one chain's step: the time over the chunks a CTA walks, times the waves of CTAs
@@ -809,14 +637,14 @@ void time_variant(Timer& timer, const Problem& p, const char* label) {
     DEV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const double waves = std::ceil(ctas / sms);
     std::printf(
-        "%-22s %-6s %-9s %-7s publish %d  %8.1f us  %6.0f CTAs (%2.0f waves) x %3d chunks  "
+        "%-22s %-6s %-9s publish %d  %8.1f us  %6.0f CTAs (%2.0f waves) x %3d chunks  "
         "%5.2f us a step a wave  %6.1f CTA-steps/us\n",
         label,
         N == 0    ? "solo32"
         : N == 64 ? "n64"
                   : "n32",
-        kOne ? "one-term" : "two-term", kForm ? "forms" : "loads", publish, us, ctas, waves, p.nC,
-        us / (waves * p.nC), steps / us);
+        kOne ? "one-term" : "two-term", publish, us, ctas, waves, p.nC, us / (waves * p.nC),
+        steps / us);
   }
 }
 }  // namespace
@@ -834,8 +662,6 @@ int main() {
   ok = check_variant<32, true>(small, vn, sf) && ok;
   ok = check_variant<0, false>(small, vn, sf) && ok;
   ok = check_variant<0, true>(small, vn, sf) && ok;
-  ok = check_variant<64, false, true>(small, vn, sf) && ok;
-  ok = check_variant<32, false, true>(small, vn, sf) && ok;
   if (!ok) {
     std::printf("gdn_chain: MISMATCH, nothing timed\n");
     return 1;
@@ -858,10 +684,5 @@ int main() {
   time_variant<32, false>(timer, chain, "chain 1 x 87 chunks");
   time_variant<64, true>(timer, chain, "chain 1 x 87 chunks");
   time_variant<32, true>(timer, chain, "chain 1 x 87 chunks");
-  // v36: W and U formed in the chain's CTA from Tm, against the loads above (two-term)
-  time_variant<64, false, true>(timer, pack, "pack 7 x 16 chunks");
-  time_variant<32, false, true>(timer, pack, "pack 7 x 16 chunks");
-  time_variant<64, false, true>(timer, chain, "chain 1 x 87 chunks");
-  time_variant<32, false, true>(timer, chain, "chain 1 x 87 chunks");
   return 0;
 }

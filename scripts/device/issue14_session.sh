@@ -4,10 +4,9 @@
 # (public231-shape at C1 / C4 / C16 / C64, public231-short at C16 / C64, the floor, the C1-vs-packs
 # compares), then Nsight Compute on the packed 7 x 1000 GDN kernels (ncu_gdn.sh: prep's issue,
 # tensor and stall sections decide between v33's 32-column core and a cluster-shared prep).
-# Then, where carried, workbench_gdn_chain (v36: the chain's CTA forming W and U from prep's Tm,
-# against loading them). Everything lands in $OUT/result.txt (ncu's report in $OUT/ncu_gdn.txt).
-# About 9-10 minutes on a fresh machine (served ~5, ncu <= 2, the chain <= 2.5): run it with the
-# call's full 600 s. Usage (repo root on the device): [RUNS="..."] [NCU=0]
+# Everything lands in $OUT/result.txt (ncu's report in $OUT/ncu_gdn.txt). About 4 minutes on a
+# fresh H100 (session 43: served 200 s, ncu 20 s); give it the call's full 600 s anyway.
+# Usage (repo root on the device): [RUNS="..."] [NCU=0]
 #   scripts/device/issue14_session.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
@@ -21,11 +20,5 @@ if [ "${NCU:-1}" = 1 ]; then
   echo "ncu rc $?" | tee -a "$R"
   grep -E "^  [a-z_]+kernel|Duration|Executed Ipc Active|Issue Slots Busy|Compute \(SM\) Throughput|\
 DRAM Throughput|Warp Cycles Per Issued|Achieved Occupancy" "$OUT/ncu_gdn.txt" | head -40 | tee -a "$R"
-fi
-if [ -x /tmp/c/bin/workbench_gdn_chain ]; then  # perf-log v36: the chain forming W and U itself
-  echo "## workbench_gdn_chain ($(( $(date +%s) - t0 ))s)" | tee -a "$R"
-  timeout 150 workbench_gdn_chain > "$OUT/wb_chain.txt" 2>&1
-  echo "rc $?" | tee -a "$R"
-  grep -E "MISMATCH|^check .*forming| n(64|32) +two-term" "$OUT/wb_chain.txt" | tee -a "$R"
 fi
 echo "total $(( $(date +%s) - t0 ))s" | tee -a "$R"
