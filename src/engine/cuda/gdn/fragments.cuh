@@ -47,7 +47,7 @@ __device__ __forceinline__ int b_pair_offset(int k0, int np, int ld, int lane) {
 // The m16n8k16 A fragment of (L diag(f)) at one k16 step in three bf16 terms a[0..2] (fp32
 // accuracy): l = L + (16 tm + lane / 4) ld + 16 kk + 2 (lane % 4), f = f + 16 kk + 2 (lane % 4)
 // (L fp32, row stride ld; f the column factors): prep's W and U products (tensor_core.cu
-// lower_times). (The gdn_chain workbench formed them this way too, in perf-log v36: refuted, removed.)
+// lower_times; perf-log v36 formed them in the scan's CTA this way: refuted, removed).
 __device__ __forceinline__ void lower_a_terms(const float* l, int ld, const float* f,
                                               uint32_t (&a)[3][4]) {
   const float2 f0 = *reinterpret_cast<const float2*>(f);
