@@ -2,8 +2,8 @@
 # Issue 14's served table and the fused GDN core's deciding counters in one call (perf-log v35 and
 # "v33 weighed again"): invariance_check.sh on the default server with every run the issue asks for
 # (public231-shape at C1 / C4 / C16 / C64, public231-short at C16 / C64, the floor, the C1-vs-packs
-# compares), then Nsight Compute on the packed 7 x 1000 GDN kernels (ncu_gdn.sh: prep's issue,
-# tensor and stall sections decide between v33's 32-column core and a cluster-shared prep).
+# compares), then Nsight Compute on the packed 7 x 1000 GDN kernels (ncu_gdn.sh: issue, tensor and
+# stall sections of prep, scan and output; session 43's are in perf-log "v35 again").
 # Everything lands in $OUT/result.txt (ncu's report in $OUT/ncu_gdn.txt). About 4 minutes on a
 # fresh H100 (session 43: served 200 s, ncu 20 s); give it the call's full 600 s anyway.
 # Usage (repo root on the device): [RUNS="..."] [NCU=0]

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/cuda/gdn/bf16_split.cuh"
 #include "engine/cuda/mma_sync.cuh"
 
 namespace clef::engine::cuda::gdn {
@@ -36,43 +35,6 @@ __device__ __forceinline__ uint4 acc_b_frag(const float (&a)[4], const float (&b
 // Index in uint4 units from the slot's first row of W (row0 * dk floats).
 __device__ __forceinline__ size_t w_frag(int tm, int kg, int kgs, int lane) {
   return (static_cast<size_t>(tm * kgs + kg) * 32 + lane) * 2;
-}
-
-// Lane offset of ldmatrix_x4_trans over a [k][n] bf16 tile (row stride ld) giving the B fragments
-// of n8 tiles 2 np and 2 np + 1 at k16 step k0: {b0, b1} of the first, then of the second.
-__device__ __forceinline__ int b_pair_offset(int k0, int np, int ld, int lane) {
-  return (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16);
-}
-
-// The m16n8k16 A fragment of (L diag(f)) at one k16 step in three bf16 terms a[0..2] (fp32
-// accuracy): l = L + (16 tm + lane / 4) ld + 16 kk + 2 (lane % 4), f = f + 16 kk + 2 (lane % 4)
-// (L fp32, row stride ld; f the column factors): prep's W and U products (tensor_core.cu
-// lower_times; perf-log v36 formed them in the scan's CTA this way: refuted, removed).
-__device__ __forceinline__ void lower_a_terms(const float* l, int ld, const float* f,
-                                              uint32_t (&a)[3][4]) {
-  const float2 f0 = *reinterpret_cast<const float2*>(f);
-  const float2 f1 = *reinterpret_cast<const float2*>(f + 8);
-  const float2 x0 = *reinterpret_cast<const float2*>(l);
-  const float2 x1 = *reinterpret_cast<const float2*>(l + 8 * ld);
-  const float2 x2 = *reinterpret_cast<const float2*>(l + 8);
-  const float2 x3 = *reinterpret_cast<const float2*>(l + 8 * ld + 8);
-  uint32_t p0[3], p1[3], p2[3], p3[3];
-  split_pair(x0.x * f0.x, x0.y * f0.y, p0);
-  split_pair(x1.x * f0.x, x1.y * f0.y, p1);
-  split_pair(x2.x * f1.x, x2.y * f1.y, p2);
-  split_pair(x3.x * f1.x, x3.y * f1.y, p3);
-#pragma unroll
-  for (int p = 0; p < 3; ++p) a[p][0] = p0[p], a[p][1] = p1[p], a[p][2] = p2[p], a[p][3] = p3[p];
-}
-// acc0 / acc1 (n8 tiles 2 np, 2 np + 1) += the three terms of a times b (ldmatrix_x4_trans at
-// b_pair_offset), term by term.
-__device__ __forceinline__ void mma_terms(float (&acc0)[4], float (&acc1)[4],
-                                          const uint32_t (&a)[3][4], const uint32_t (&b)[4]) {
-#pragma unroll
-  for (int p = 0; p < 3; ++p) {
-    mma_bf16(acc0, a[p], b[0], b[1]);
-    mma_bf16(acc1, a[p], b[2], b[3]);
-  }
 }
 
 // Xk^T's m16n8k16 A fragment for the state update S += Xk^T (F Vn): key dims 16 mt .. + 15 (the

@@ -250,6 +250,12 @@ __device__ __forceinline__ void lower_xyt(const bf16* X, const bf16* Y, int d, i
   }
 }
 
+// Lane offset of ldmatrix_x4_trans over a [k][n] bf16 tile (row stride ld) giving the B fragments
+// of n8 tiles 2 np and 2 np + 1 at k16 step k0: {b0, b1} of the first, then of the second.
+__device__ __forceinline__ int b_pair_offset(int k0, int np, int ld, int lane) {
+  return (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16);
+}
+
 // out[64 x d] = (L diag(f)) X for the lower-triangular L (64 x 64 fp32, row stride lda) and X (64 x
 // d bf16, rows kLdx apart, d % 16 == 0): L diag(f) split into three bf16 terms (fp32 accuracy), X
 // exact. Warp w takes row tiles {0, 3} (w < 4) or {1, 2} (five k16 steps either way) and columns
@@ -266,14 +272,29 @@ __device__ __forceinline__ void lower_times(const float* L, int lda, const float
     const int tm = warp < 4 ? 3 * s : 1 + s;
     float acc[4][4] = {};
     for (int kk = 0; kk <= tm; ++kk) {
-      uint32_t a[3][4];
-      lower_a_terms(L + (16 * tm + g) * lda + 16 * kk + 2 * t, lda, f + 16 * kk + 2 * t, a);
+      const float* l = L + (16 * tm + g) * lda + 16 * kk + 2 * t;
+      const float2 f0 = *reinterpret_cast<const float2*>(f + 16 * kk + 2 * t);
+      const float2 f1 = *reinterpret_cast<const float2*>(f + 16 * kk + 2 * t + 8);
+      const float2 x0 = *reinterpret_cast<const float2*>(l);
+      const float2 x1 = *reinterpret_cast<const float2*>(l + 8 * lda);
+      const float2 x2 = *reinterpret_cast<const float2*>(l + 8);
+      const float2 x3 = *reinterpret_cast<const float2*>(l + 8 * lda + 8);
+      uint32_t p0[3], p1[3], p2[3], p3[3];
+      split_pair(x0.x * f0.x, x0.y * f0.y, p0);
+      split_pair(x1.x * f0.x, x1.y * f0.y, p1);
+      split_pair(x2.x * f1.x, x2.y * f1.y, p2);
+      split_pair(x3.x * f1.x, x3.y * f1.y, p3);
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
         if (np == 1 && !on1) break;
         uint32_t b[4];
         ldmatrix_x4_trans(b, X + c0 + b_pair_offset(16 * kk, np, kLdx, lane));
-        mma_terms(acc[2 * np], acc[2 * np + 1], a, b);
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+          const uint32_t a[4] = {p0[p], p1[p], p2[p], p3[p]};
+          mma_bf16(acc[2 * np], a, b[0], b[1]);
+          mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+        }
       }
     }
     if constexpr (kFrag) {
