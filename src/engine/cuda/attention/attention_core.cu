@@ -44,13 +44,13 @@ __global__ void __launch_bounds__(kFThreads)
 
   int q0, s0, s1;  // query rows [q0, q0 + kFBr) of the sequence [s0, s1), as in the bf16 kernel
   if (tiles) {
-    const int4 tl = tiles[blockIdx.x];
+    const int4 tl = tiles[cta_tile()];
     if (tl.x < 0) return;
     q0 = tl.x, s0 = tl.y, s1 = tl.z;
   } else {
-    q0 = (gridDim.x - 1 - blockIdx.x) * kFBr, s0 = 0, s1 = T;
+    q0 = (gridDim.y - 1 - cta_tile()) * kFBr, s0 = 0, s1 = T;
   }
-  const int h = blockIdx.y, kvh = h / group, n_kv = n_heads / group;
+  const int h = cta_head(), kvh = h / group, n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
   const int r = threadIdx.x / 4, sub = threadIdx.x % 4;
   const int row = q0 + r;
@@ -135,7 +135,7 @@ void launch_f32_kernel(const float* q, const float* k, const float* v, float* ou
   if (e != cudaSuccess)
     throw std::runtime_error("attention_core_f32: cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
-  flash_attn_f32_kernel<HD, CAUSAL><<<dim3(grid_x, n_heads), kFThreads, smem, stream>>>(
+  flash_attn_f32_kernel<HD, CAUSAL><<<attention_grid(grid_x, n_heads), kFThreads, smem, stream>>>(
       q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale, tiles);
   CLEF_CUDA_LAUNCH_CHECK();
 }

@@ -76,17 +76,32 @@ inline const int4* tile_table(const AttnSequences* seqs) {
   return seqs ? reinterpret_cast<const int4*>(seqs->tiles) : nullptr;
 }
 
-// This CTA's query rows [q0, q0 + rows) of its sequence [s0, s1): the tile table's slot blockIdx.x
+// The attention grids are (heads, query tiles): CTAs start in linear order, so one tile of every
+// head starts before the next tile of any, and with the tiles heaviest first the grid ends on the
+// lightest tiles of all heads instead of the heaviest tiles of the last head (a one-CTA-an-SM
+// kernel's tail: perf-log v38a).
+__device__ __forceinline__ int cta_head() {
+  return blockIdx.x;
+}
+__device__ __forceinline__ int cta_tile() {
+  return blockIdx.y;
+}
+inline dim3 attention_grid(int tiles, int n_heads) {
+  if (tiles > 65535) throw std::invalid_argument("attention: more query tiles than a grid's y");
+  return dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(tiles));
+}
+
+// This CTA's query rows [q0, q0 + rows) of its sequence [s0, s1): the tile table's slot cta_tile()
 // (false for an unused slot), or without a table one sequence of T rows, heaviest (last) query
 // tile first.
 __device__ __forceinline__ bool cta_rows(const int4* tiles, int rows, int T, int& q0, int& s0,
                                          int& s1) {
   if (tiles) {
-    const int4 tl = tiles[blockIdx.x];
+    const int4 tl = tiles[cta_tile()];
     if (tl.x < 0) return false;
     q0 = tl.x, s0 = tl.y, s1 = tl.z;
   } else {
-    q0 = (gridDim.x - 1 - blockIdx.x) * rows, s0 = 0, s1 = T;
+    q0 = (gridDim.y - 1 - cta_tile()) * rows, s0 = 0, s1 = T;
   }
   return true;
 }
@@ -180,7 +195,7 @@ __global__ void __launch_bounds__(WARPS * 32, bf16_min_blocks(HD, WARPS, MT, STA
   // the host sorts heaviest first).
   int q0, s0, s1;
   if (!cta_rows(tiles, kBr, T, q0, s0, s1)) return;  // an unused slot
-  const int h = blockIdx.y;
+  const int h = cta_head();
   const int kvh = h / group;
   const int n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
@@ -474,7 +489,7 @@ void launch_bf16_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __
   if (e != cudaSuccess)
     throw std::runtime_error("attention_core_bf16: cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
-  kernel<<<dim3(grid_x, n_heads), WARPS * 32, smem, stream>>>(
+  kernel<<<attention_grid(grid_x, n_heads), WARPS * 32, smem, stream>>>(
       q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2, tiles);
   CLEF_CUDA_LAUNCH_CHECK();
 }

@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
 
   int q0, s0, s1;
   if (!cta_rows(tiles, kBr, T, q0, s0, s1)) return;  // an unused slot
-  const int h = blockIdx.y, kvh = h / group, n_kv = n_heads / group;
+  const int h = cta_head(), kvh = h / group, n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
   const __nv_bfloat16* qh = q + static_cast<size_t>(h) * HD;
   // Row layout: the head's first column; key tiles: the head's first block (per-sequence tiles,
@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(threads(WG), wgmma_min_blocks(HD, BC, OVERLAP,
   // Tile j holds keys key_base + j BC .. (global key tiles: from s0's block, whose keys before s0
   // are masked) in block block0 + j.
   const int key_base = KVT && !per_seq ? s0 / BC * BC : s0;
-  const int block0 = per_seq ? tiles[blockIdx.x].w : key_base / BC;
+  const int block0 = per_seq ? tiles[cta_tile()].w : key_base / BC;
   const int n_tiles = (last_key - key_base) / BC + 1;
   const uint32_t sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
   using Plan = TilePlan<HD, HDK, BC, kThreads>;
@@ -622,7 +622,7 @@ void launch_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bf
   if (e != cudaSuccess)
     throw std::runtime_error("attention_core_bf16 (wgmma): cannot get " + std::to_string(smem) +
                              " bytes of shared memory: " + cudaGetErrorString(e));
-  kernel<<<dim3(grid_x, n_heads), threads(WG), smem, stream>>>(
+  kernel<<<attention_grid(grid_x, n_heads), threads(WG), smem, stream>>>(
       q, k, v, out, T, n_heads, n_heads / n_kv_heads, scale_log2, tiles, layout, kv_head_blocks);
   CLEF_CUDA_LAUNCH_CHECK();
 }
