@@ -15,7 +15,6 @@
 #   [RUNS="..."] scripts/device/invariance_check.sh
 set -uo pipefail
 source scripts/device/setup.sh > /dev/null
-export LD_LIBRARY_PATH=/tmp/c/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 PRESET=${PRESET:-flash}
 M=/tmp/$PRESET
 session_start "$PRESET"

@@ -5,8 +5,10 @@
 # kernel at 72, non-causal, overlapped); VARIANT the workbench variant that launches it.
 # Usage (repo root on the device): [KERNEL=...] [VARIANT=wg64o] scripts/device/ncu_attention.sh > $OUT/ncu_attention.txt
 set -uo pipefail
-[ -x /tmp/c/bin/workbench_attention ] || source scripts/device/setup.sh > /dev/null
-export LD_LIBRARY_PATH=/tmp/c/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# setup.sh unpacks the binaries and exports their library path; a script that sourced it already
+# passes both on.
+[[ -x /tmp/c/bin/workbench_attention && ":${LD_LIBRARY_PATH:-}:" == *:/tmp/c/lib:* ]] ||
+  source scripts/device/setup.sh > /dev/null
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 # The text rows run first (CLEF_BENCH_T=64 keeps them short); skip the check and warm-up launches.
 CLEF_BENCH_T=64 CLEF_BENCH_SKIP_CHECK=1 CLEF_ATTN_VARIANT=${VARIANT:-wg64o} "$NCU" --clock-control none \

@@ -4,8 +4,10 @@
 # Usage (repo root on the device): T=5661 | PACK=1000x7 scripts/device/ncu_gdn.sh > $OUT/ncu_gdn.txt
 # (other variables, e.g. CLEF_GDN_SCAN_NT=4, pass through to the workbench).
 set -uo pipefail
-[ -x /tmp/c/bin/workbench_gdn ] || source scripts/device/setup.sh > /dev/null
-export LD_LIBRARY_PATH=/tmp/c/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# setup.sh unpacks the binaries and exports their library path; a script that sourced it already
+# passes both on.
+[[ -x /tmp/c/bin/workbench_gdn && ":${LD_LIBRARY_PATH:-}:" == *:/tmp/c/lib:* ]] ||
+  source scripts/device/setup.sh > /dev/null
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 # T mode: the tensor-core path runs first: skip its two warm-up repetitions (3 kernels each),
 # profile one. PACK mode (CLEF_BENCH_PACK, e.g. PACK=1000x7): per launch form 32 launches of each
