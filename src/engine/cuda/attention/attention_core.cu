@@ -43,13 +43,7 @@ __global__ void __launch_bounds__(kFThreads)
   float* sP = sKV + kFBc * kS;  // [kFBr][kFBc + 1]
 
   int q0, s0, s1;  // query rows [q0, q0 + kFBr) of the sequence [s0, s1), as in the bf16 kernel
-  if (tiles) {
-    const int4 tl = tiles[cta_tile()];
-    if (tl.x < 0) return;
-    q0 = tl.x, s0 = tl.y, s1 = tl.z;
-  } else {
-    q0 = (gridDim.y - 1 - cta_tile()) * kFBr, s0 = 0, s1 = T;
-  }
+  if (!cta_rows(tiles, kFBr, T, q0, s0, s1)) return;  // an unused slot
   const int h = cta_head(), kvh = h / group, n_kv = n_heads / group;
   const int q_stride = n_heads * HD, kv_stride = n_kv * HD;
   const int r = threadIdx.x / 4, sub = threadIdx.x % 4;
