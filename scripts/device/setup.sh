@@ -50,9 +50,20 @@ gpu_tests() {
 }
 # make_release PRESET DIR LOG: a random release of PRESET (make-model, the Qwen3 tokenizer) in DIR
 # unless one is there already (a warm machine keeps /tmp), make-model's output in LOG; its status.
+# DIR appears only once complete (made as DIR.partial, then renamed); a second caller while one is
+# making it waits for that one instead of taking the half-written folder.
 make_release() {
-  [ -d "$2" ] || clefserve make-model --preset "$1" --force --out "$2" \
-    --tokenizer tests/golden/tokenizers/qwen3 > "$3" 2>&1
+  [ -d "$2" ] && return 0
+  if mkdir "$2.lock" 2> /dev/null; then
+    rm -rf "$2.partial"
+    clefserve make-model --preset "$1" --force --out "$2.partial" \
+      --tokenizer tests/golden/tokenizers/qwen3 > "$3" 2>&1 && mv "$2.partial" "$2"
+    local rc=$?
+    rmdir "$2.lock"
+    return $rc
+  fi
+  while [ -d "$2.lock" ]; do sleep 1; done
+  [ -d "$2" ]
 }
 # link_binaries: the carried clefserve where the serve tests start it (tests/server/
 # server_process.cpp looks in the checkout's build folders).
