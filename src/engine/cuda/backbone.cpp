@@ -23,6 +23,7 @@
 #include "engine/cuda/kernels/quantize.h"
 #include "engine/cuda/kernels/vision.h"
 #include "engine/cuda/profile.h"
+#include "engine/prepare/token_buckets.h"
 
 namespace clef::engine::cuda {
 
@@ -66,7 +67,7 @@ std::array<GemmProblem, 5> CudaBackbone::layer_gemms(const LayerWeights& L, cons
                                   gemm(a.normed, L.gate_up, a.proj, L.gate_up.n, false),
                                   gemm(a.mixer_out, L.down, a.residual, D, true)};
   // FP8 shapes tune() found slower than bf16 at this bucket run their bf16 copies.
-  const auto fb = bf16_at_.find(Tp);
+  const auto fb = bf16_at_.find(bucket_tokens(Tp));  // tune() times at buckets
   if (fb != bf16_at_.end()) {
     const std::array<const WeightRef*, 5> ws = {&L.in_proj, nullptr, &L.out_proj, &L.gate_up,
                                                 &L.down};
@@ -296,6 +297,10 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   auto mark = [&](const char* l) {
     if (rec) rec->mark(l);
   };
+  // Tp is a token bucket, or a pack's exact rows (rounded up to 8) between two buckets: every
+  // choice is then the bucket's (the GEMMs' algorithms through Gemm::run_as, so nothing is timed
+  // here; the attention kernel, the SwiGLU GEMM) and every kernel runs Tp rows.
+  const int algo_m = bucket_tokens(Tp);
   E* h = static_cast<E*>(a.residual);
   E* u = static_cast<E*>(a.normed);
   E* proj = static_cast<E*>(a.proj);
@@ -305,9 +310,10 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
   if (media && media->n > 0)
     scatter_rows<E>(h, D, static_cast<const E*>(media->rows), media->pad_rows, media->n, D, path_,
                     s);
-  // The full-attention layers' kernel (bf16: tuning.h's pick at Tp) and, for a pack, its table.
+  // The full-attention layers' kernel (bf16: tuning.h's pick at the bucket, as the pack's tables
+  // were cut for it) and, for a pack, its table.
   AttnVariant kernel;
-  if constexpr (std::is_same_v<E, bf16>) kernel = attention_kernel(Tp, pack != nullptr);
+  if constexpr (std::is_same_v<E, bf16>) kernel = attention_kernel(algo_m, pack != nullptr);
   // Per-sequence key tiles (pack_view sets kv_head_blocks where they are on) leave the rows
   // between a pack's sequences unwritten: zeros, once a forward, so the masked keys there read
   // finite values (the kernel weighs them by 0).
@@ -339,8 +345,8 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       rms_norm_1p<E>(h, D, L.input_norm, u, D, Tp, D, eps, path_, s);
     }
     mark("norms_elementwise");
-    gemm_.run(g[0], s);
-    gemm_.run(g[1], s);
+    gemm_.run_as(g[0], algo_m, s);
+    gemm_.run_as(g[1], algo_m, s);
     mark("gemm");
     const int n_in = L.proj_ld;
     if (L.linear) {
@@ -448,7 +454,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       if (!gated) attn_output_gate<E>(mid, proj, n_in, Tp, nh, hd, path_, s);
       mark("norms_elementwise");
     }
-    gemm_.run(g[2], s);
+    gemm_.run_as(g[2], algo_m, s);
     mark("gemm");
     bool done = false;
     if constexpr (std::is_same_v<E, bf16>) {
@@ -463,14 +469,14 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
     const int group = g[3].b.ptr == L.gate_up.ptr ? L.gate_up_group : 0;
     done = false;
     if constexpr (std::is_same_v<E, bf16>) {
-      if (group && !is_fp8(g[4]) && swiglu_gemm_at(Tp)) {
+      if (group && !is_fp8(g[4]) && swiglu_gemm_at(algo_m)) {
         swiglu_gemm(u, static_cast<const bf16*>(L.gate_up.ptr), mid, Tp, D, I, s);
         mark("gemm");
         done = true;
       }
     }
     if (!done) {
-      gemm_.run(g[3], s);
+      gemm_.run_as(g[3], algo_m, s);
       mark("gemm");
       if constexpr (std::is_same_v<E, bf16>) {
         if (is_fp8(g[4])) {
@@ -482,7 +488,7 @@ void CudaBackbone::enqueue_as(const Activations& a, int Tp, cudaStream_t s, Stag
       if (!done) swiglu<E>(proj, mid, Tp, I, path_, s, group);
       mark("norms_elementwise");
     }
-    gemm_.run(g[4], s);
+    gemm_.run_as(g[4], algo_m, s);
     mark("gemm");
   }
   rms_norm_1p<E>(h, D, w_.final_norm, static_cast<E*>(a.final_hidden), D, Tp, D, eps, path_, s);

@@ -5,6 +5,7 @@
 // (engine_prepare.cpp) does all of the one-time work for every admitted length before serving.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "engine/cuda/attention/kv_tiles.h"
@@ -48,6 +49,14 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
   device_ = "cuda:" + std::to_string(dev) + " " + device_name_ + ", sm_" + std::to_string(cc_);
   versions_ = cuda_versions();
   validate_config();
+  if (const char* v = std::getenv("CLEF_EXACT_ROWS_FROM")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (!*v || *end || n < 1)
+      throw std::runtime_error(std::string("CLEF_EXACT_ROWS_FROM: a positive token count, not '") +
+                               v + "'");
+    exact_rows_from_ = static_cast<int>(std::min<long>(n, 1L << 30));
+  }
   CLEF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // The head's short kernels first wherever both streams have work: its batch's answers wait
   // for it, the next backbone hardly notices.
@@ -147,7 +156,7 @@ ForwardPipeline::Ticket CudaEngineImpl::begin(
     ++p.count;
   }
   for (Pack& p : packs) {
-    p.Tp = bucket_tokens(p.tokens);
+    p.Tp = p.count > 1 ? pack_rows(p.tokens) : bucket_tokens(p.tokens);
     if (p.count > 1) {
       p.tables = pack_tables(p.lengths, p.Tp, sequence_bucket(p.count), rows_per_tile(p.Tp));
       staged += table_ints(p.tables);
@@ -273,8 +282,10 @@ void CudaEngineImpl::require_no_flight(const char* what) const {
 }
 
 int CudaEngineImpl::rows_per_tile(int Tp) const {
-  return attention_rows_per_tile(config_.activations != DataType::F32, Tp, cfg_.num_attention_heads,
-                                 cfg_.head_dim, config_.kernels == KernelPath::Generic);
+  // The kernel the backbone picks at Tp's bucket (pack_rows: Tp may lie between two).
+  return attention_rows_per_tile(config_.activations != DataType::F32, bucket_tokens(Tp),
+                                 cfg_.num_attention_heads, cfg_.head_dim,
+                                 config_.kernels == KernelPath::Generic);
 }
 
 int32_t* CudaEngineImpl::pinned_staging(size_t ints) {
@@ -323,7 +334,20 @@ PackView CudaEngineImpl::upload_pack(const int32_t* padded_ids, const PackTables
   return pack_view(t.rows, t.seq_slots);
 }
 
+int CudaEngineImpl::pack_rows(int tokens) const {
+  const int bucket = bucket_tokens(tokens);
+  return bucket >= exact_rows_from_ ? (tokens + 7) / 8 * 8 : bucket;
+}
+
+bool CudaEngineImpl::eager_rows(int rows) const {
+  return bucket_tokens(rows) >= exact_rows_from_;  // bucket_tokens(pack_rows(T)) = that of T
+}
+
 void CudaEngineImpl::launch_or_capture(const GraphKey& key, const PackView* view) {
+  if (view && eager_rows(key.tokens)) {
+    backbone_->enqueue(workspace_->buffers(), key.tokens, stream_, nullptr, view);
+    return;
+  }
   if (cudaGraphExec_t ge = graphs_.find(key)) {
     CLEF_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
     return;
@@ -401,7 +425,11 @@ EngineInfo CudaEngineImpl::info() const {
 void CudaEngineImpl::reserve(int Tp) {
   // A growth frees the old block, whose final_hidden an open head may still be reading.
   if (Tp > workspace_->tokens()) CLEF_CUDA_CHECK(cudaStreamSynchronize(head_stream_));
-  if (workspace_->reserve(Tp)) graphs_.clear();  // captured graphs hold the old pointers
+  if (workspace_->reserve(Tp)) {
+    graphs_.clear();  // captured graphs hold the old pointers
+    // Rows past a pack's exact rows keep what they held (pack_rows): finite from the start.
+    CLEF_CUDA_CHECK(cudaMemsetAsync(workspace_->base(), 0, workspace_->bytes(), stream_));
+  }
 }
 
 void CudaEngineImpl::check_ids(const std::vector<int32_t>& ids) const {

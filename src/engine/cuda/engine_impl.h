@@ -102,8 +102,17 @@ class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
   // run_packed's uploads (the workspace reserved for t.rows first): the view of the tables.
   PackView upload_pack(const int32_t* padded_ids, const PackTables& t, int32_t* staging);
   // Replays the graph of `key` (the inputs already uploaded), capturing it first when new after
-  // one eager run (which chooses the bucket's GEMM algorithms outside the capture).
+  // one eager run (which chooses the bucket's GEMM algorithms outside the capture); a pack at its
+  // exact rows (pack_rows) runs eagerly instead.
   void launch_or_capture(const GraphKey& key, const PackView* view);
+  // The rows a pack of `tokens` tokens runs: its token bucket (a captured graph), or from
+  // exact_rows_from_ tokens' buckets on, the tokens rounded up to 8 (every bucket is a multiple
+  // of 8, so each kernel meets row counts it meets at small buckets), run eagerly with the
+  // bucket's GEMM choices (Gemm::run_as): the bucket's padding rows (up to 1/32 of the pack) cost
+  // GEMM time a graph would spend, while at these sizes the launches of an eager forward (~400)
+  // hide behind the device's work (docs/perf-log.md v40). Lone requests keep their buckets.
+  int pack_rows(int tokens) const;
+  bool eager_rows(int rows) const;  // a pack at these rows runs eagerly (no graph)
   PackView pack_view(int Tp, int seq_slots) const;
   // A request with images or videos (checked by check_media): the vision tower, then the backbone
   // eagerly (no graph: the tower's rows and 3-D positions are per request) on Tp right-padded ids
@@ -163,10 +172,14 @@ class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
   // Rows one packed forward takes at most: the largest prepared bucket (the default request
   // length until prepare() says otherwise).
   int pack_tokens_ = encoding::kDefaultMaxLength;
+  // Buckets from which packs run at their exact rows: CLEF_EXACT_ROWS_FROM (tokens; read when
+  // the engine is made), else kExactRowsFrom.
+  static constexpr int kExactRowsFrom = 4096;
+  int exact_rows_from_ = kExactRowsFrom;
   // A batch's run of consecutive requests sharing one forward.
   struct Pack {
     size_t first = 0;
-    int count = 0, tokens = 0, Tp = 0;  // Tp: the padded bucket
+    int count = 0, tokens = 0, Tp = 0;  // Tp: the rows run (a bucket, or pack_rows)
     bool media = false;                 // one request with images or videos (count 1)
     std::vector<int> lengths;
     PackTables tables;       // count > 1

@@ -149,10 +149,12 @@ PrepareReport CudaEngineImpl::prepare(const PrepareOptions& o) {
   backbone_->enqueue(a, buckets.front(), stream_);
   CLEF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   // Packed forwards: per bucket, every sequence bucket whose smallest packing (S/2 + 1 sequences
-  // of kMinPackedRows rows) fits it; rarer packings are captured when first seen.
+  // of kMinPackedRows rows) fits it; rarer packings are captured when first seen. Packs of the
+  // buckets that run at their exact rows (pack_rows) need none.
   std::vector<GraphKey> keys;
   for (int Tp : buckets) {
     keys.push_back({Tp, 1, config_.weights});
+    if (eager_rows(Tp)) continue;
     for (int S = 2; S <= kMaxPackedSequences && (S / 2 + 1) * kMinPackedRows <= Tp; S *= 2)
       keys.push_back({Tp, S, config_.weights});
   }

@@ -8,17 +8,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "answer/answer.h"
 #include "engine/cpu/backbone.h"
 #include "engine/cpu/cpu_engine.h"
+#include "engine/cuda/batch_invariance.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/gpu_test_util.h"
 #include "engine/engine.h"
 #include "engine/golden_models.h"
 #include "engine/pipeline.h"
+#include "engine/prepare/token_buckets.h"
 #include "model/make_model.h"
 #include "model/safetensors.h"
 #include "support/scratch_dir.h"
@@ -344,6 +347,58 @@ TEST_P(CudaEngineGolden, PackedBatchesMatchAloneAndRepeatBitwise) {
     EXPECT_THROW(eng->forward({&encs[0], &bad_span}), std::runtime_error);
     const auto after = eng->forward({&encs[2], &encs[0]});
     EXPECT_EQ(after.size(), 2u);
+  }
+}
+
+// Packs at their exact rows (cuda engine_impl.h pack_rows; CLEF_EXACT_ROWS_FROM=1 puts every pack
+// there) run eagerly, their GEMMs with the algorithms of their token bucket: each request answers
+// bit for bit as in the same pack at its bucket (an engine with the default threshold, where these
+// packs replay their bucket's graph) and as alone, in bf16 and float32, and twice the same. Packs
+// whose rows lie between two buckets (rows the kernels and GEMMs never met before) must be among
+// them, or the test would prove nothing.
+TEST_P(CudaEngineGolden, PacksAtExactRowsMatchTheirBucketBitwise) {
+  CLEF_REQUIRE_GPU();
+  if (!engine::cuda::batch_invariant())
+    GTEST_SKIP() << "CLEF_BATCH_INVARIANT=0: the two engines' GEMM classes may differ";
+  const std::vector<encoding::EncodedRequest> encs = testing::encode_golden(GetParam());
+  auto rng = gputest::fresh_rng();
+  for (const char* dtype : {"bfloat16", "float32"}) {
+    SCOPED_TRACE(dtype);
+    ASSERT_EQ(::setenv("CLEF_EXACT_ROWS_FROM", "1", 1), 0);
+    auto exact = make(GetParam(), dtype);
+    ASSERT_EQ(::unsetenv("CLEF_EXACT_ROWS_FROM"), 0);
+    auto bucketed = make(GetParam(), dtype);
+    std::vector<std::vector<std::vector<float>>> alone;
+    for (const auto& e : encs) alone.push_back(exact->forward({&e}).at(0).logits);
+    int between = 0, trial = 0;
+    for (; trial < 40 && between < 6; ++trial) {
+      std::uniform_int_distribution<size_t> pick(0, encs.size() - 1), size(3, 14);
+      std::vector<size_t> idx(size(rng));
+      std::vector<const encoding::EncodedRequest*> batch;
+      int tokens = 0;
+      for (size_t& i : idx) {
+        i = pick(rng);
+        batch.push_back(&encs[i]);
+        tokens += static_cast<int>(encs[i].input_ids.size());
+      }
+      ASSERT_LT(tokens, 4096) << "the default engine runs this pack at its bucket";
+      const bool off_bucket = (tokens + 7) / 8 * 8 != engine::bucket_tokens(tokens);
+      between += off_bucket ? 1 : 0;
+      const auto want = bucketed->forward(batch);
+      const auto got = exact->forward(batch);
+      const auto again = exact->forward(batch);
+      ASSERT_EQ(got.size(), batch.size());
+      ASSERT_EQ(want.size(), batch.size());
+      for (size_t j = 0; j < batch.size(); ++j) {
+        EXPECT_EQ(got[j].logits, want[j].logits)
+            << "trial " << trial << " (" << tokens << " tokens) request " << j;
+        EXPECT_EQ(got[j].logits, alone[idx[j]]) << "trial " << trial << " request " << j;
+        EXPECT_EQ(again[j].logits, got[j].logits) << "trial " << trial << " request " << j;
+      }
+    }
+    std::printf("[%s %s: %d of %d packs between two buckets]\n", GetParam().c_str(), dtype, between,
+                trial);
+    EXPECT_EQ(between, 6);
   }
 }
 

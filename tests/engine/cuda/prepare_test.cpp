@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -113,6 +115,47 @@ TEST_P(CudaPrepare, NoOneTimeWorkOnAnyAdmittedRequestAfterPrepare) {
     EXPECT_LE(e.rel_l2, std::string(GetParam()) == "float32" ? 1e-5 : 0.15) << "T=" << T;
   }
   EXPECT_TRUE(same(diag(*eng).cold_work(), before));
+}
+
+// Packs at their exact rows (CLEF_EXACT_ROWS_FROM=512 here: the packs of the 512..700-token
+// buckets) after prepare(): no graph for those buckets' packs was captured and none is, no GEMM is
+// timed (each borrows its bucket's choice), and the answers are finite.
+TEST_P(CudaPrepare, PacksAtExactRowsDoNoOneTimeWork) {
+  CLEF_REQUIRE_GPU();
+  testing::ScratchDir d;
+  ASSERT_EQ(::setenv("CLEF_EXACT_ROWS_FROM", "512", 1), 0);
+  auto eng = make(GetParam());
+  ASSERT_EQ(::unsetenv("CLEF_EXACT_ROWS_FROM"), 0);
+  const engine::PrepareReport rep = eng->prepare(options(d.path()));
+  const auto before = diag(*eng).cold_work();
+  EXPECT_EQ(before.graphs_captured, static_cast<size_t>(rep.graphs));
+  auto release = testing::load_golden_model("tiny-r2");
+  auto rng = gputest::fresh_rng();
+  for (int trial = 0; trial < 12; ++trial) {
+    const int n = std::uniform_int_distribution<int>(2, 9)(rng);
+    int total = std::uniform_int_distribution<int>(513, kMaxTokens)(rng);
+    // Between two buckets (16-token steps here): not in the last 8 tokens of one.
+    if ((total + 7) / 8 * 8 == engine::bucket_tokens(total)) total -= 8;
+    std::vector<encoding::EncodedRequest> encs;
+    for (int j = 0, left = total; j < n; ++j) {
+      const int T = j + 1 == n ? left : left / (n - j);
+      encs.push_back(gputest::random_request(rng, T, release->text.vocab_size, 4, 4));
+      left -= T;
+    }
+    ASSERT_LT((total + 7) / 8 * 8, engine::bucket_tokens(total));
+    std::vector<const encoding::EncodedRequest*> batch;
+    for (const auto& e : encs) batch.push_back(&e);
+    SCOPED_TRACE("packed batch of " + std::to_string(n) + ", " + std::to_string(total) + " tokens");
+    const auto out = eng->forward(batch);
+    ASSERT_EQ(out.size(), batch.size());
+    for (const auto& o : out)
+      for (const auto& q : o.logits)
+        for (float x : q) ASSERT_TRUE(std::isfinite(x));
+    const auto now = diag(*eng).cold_work();
+    EXPECT_TRUE(same(now, before))
+        << "graphs " << now.graphs_captured << " plans " << now.gemm_plans << " head allocations "
+        << now.head_allocations << " workspace " << now.workspace_growths;
+  }
 }
 
 TEST_P(CudaPrepare, TuningCacheIsReusedAndRebuiltWhenDamaged) {

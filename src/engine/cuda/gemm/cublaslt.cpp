@@ -26,6 +26,7 @@ Gemm::Gemm(bool batch_invariant) : batch_invariant_(batch_invariant), workspace_
 
 Gemm::~Gemm() {
   for (auto& [k, p] : plans_) destroy(p);
+  for (auto& [k, b] : borrowed_) destroy(b.plan);
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -361,6 +362,34 @@ void Gemm::run(const GemmProblem& p, cudaStream_t s) {
   if (p.M <= 0 || p.N <= 0 || p.K <= 0 || p.batch <= 0) return;
   const Plan& pl = plan(p, s);
   CLEF_CUBLAS_CHECK(launch(pl, pl.algo, p, p.c, s));
+}
+
+void Gemm::run_as(const GemmProblem& p, int algo_m, cudaStream_t s) {
+  if (algo_m == p.M || p.M <= 0) return run(p, s);
+  check_gelu(p);
+  if (p.tuning != GemmTuning::Timed || algo_m < p.M)
+    throw std::logic_error("gemm " + shape_text(p) + ": run_as borrows a Timed problem's choice " +
+                           "at no fewer rows (asked for M = " + std::to_string(algo_m) + ")");
+  if (p.N <= 0 || p.K <= 0 || p.batch <= 0) return;
+  const auto key = std::make_pair(key_of(p), algo_m);
+  auto it = borrowed_.find(key);
+  if (it == borrowed_.end()) {
+    GemmProblem at = p;
+    at.M = algo_m;
+    const Plan& src = plan(at, s);
+    if (borrowed_.size() >= kMaxBorrowedPlans) {
+      for (auto& [k, b] : borrowed_) destroy(b.plan);
+      borrowed_.clear();
+    }
+    Borrowed b;
+    b.plan = make_descriptors(p);
+    b.plan.algo = src.algo;
+    b.plan.workspace = src.workspace;
+    b.refused = !accepts(b.plan, b.plan.algo, b.plan.workspace);
+    it = borrowed_.emplace(key, b).first;
+  }
+  if (it->second.refused) return run(p, s);
+  CLEF_CUBLAS_CHECK(launch(it->second.plan, it->second.plan.algo, p, p.c, s));
 }
 
 }  // namespace clef::engine::cuda

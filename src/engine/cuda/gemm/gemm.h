@@ -95,6 +95,13 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   void run(const GemmProblem& p, cudaStream_t s);
+  // p (a Timed problem) with the algorithm chosen for the same problem at algo_m rows (>= p.M;
+  // chosen now if it was not before), so an M between two tuned sizes times nothing: a forward at
+  // its exact rows borrows its token bucket's choice. Rows do not depend on M for one algorithm
+  // (no split K across rows), so p's rows get the bucket's bits. Where cuBLASLt refuses the
+  // algorithm at p.M, p's own choice (plan) runs instead. algo_m == p.M: run(p).
+  void run_as(const GemmProblem& p, int algo_m, cudaStream_t s);
+  size_t borrowed_plans() const { return borrowed_.size(); }
   // Chooses (and caches) the algorithm now; run() does it lazily otherwise.
   void tune(const GemmProblem& p, cudaStream_t s);
 
@@ -185,6 +192,15 @@ class Gemm {
   std::map<TuningEntry::Shape, cublasLtMatmulAlgo_t> preloaded_;
   size_t preloaded_used_ = 0, preloaded_rejected_ = 0;
   std::map<Key, Group> groups_;  // by key_of with M = 0
+  // run_as's plans: p's descriptors with the algorithm of p at algo_m, by (key_of(p), algo_m).
+  // refused: cuBLASLt did not take that algorithm at p.M (plan(p) runs). Bounded: cleared when
+  // full (a rebuild is a few descriptor calls).
+  struct Borrowed {
+    Plan plan;
+    bool refused = false;
+  };
+  std::map<std::pair<Key, int>, Borrowed> borrowed_;
+  static constexpr size_t kMaxBorrowedPlans = 8192;
   size_t own_admitted_ = 0;
 };
 
