@@ -24,9 +24,9 @@ print_summary() {
 # wg64, not per-sequence key tiles), noown (CLEF_GEMM_OWN_CANDIDATES=0: each M's GEMM candidates
 # from the class probes only), noswiglu (CLEF_SWIGLU_GEMM=0: cuBLASLt gate_up + swiglu at every
 # M), noprogress (CLEF_GDN_SCAN_PROGRESS=0: the GDN output kernel waits for the whole scan), nowgmma
-# (CLEF_GDN_SCAN_WGMMA=0: the GDN scan's chain on mma.sync, as before perf-log v32d), bucket
-# (CLEF_EXACT_ROWS_FROM=1000000000: every pack at its token bucket's graph, as before v40), exact2k
-# (CLEF_EXACT_ROWS_FROM=2048: packs at their exact rows from the 2048-token buckets on).
+# (CLEF_GDN_SCAN_WGMMA=0: the GDN scan's chain on mma.sync, as before perf-log v32d), exact
+# (CLEF_EXACT_ROWS_FROM=4096: packs of the 4096-token buckets and up at their exact rows, eagerly,
+# perf-log v40; off by default), exact2k (CLEF_EXACT_ROWS_FROM=2048: the same from 2048 on).
 # Status 1 for an unknown mode.
 mode_env() {
   case $1 in
@@ -37,7 +37,7 @@ mode_env() {
     noswiglu) echo "CLEF_SWIGLU_GEMM=0" ;;
     noprogress) echo "CLEF_GDN_SCAN_PROGRESS=0" ;;
     nowgmma) echo "CLEF_GDN_SCAN_WGMMA=0" ;;
-    bucket) echo "CLEF_EXACT_ROWS_FROM=1000000000" ;;
+    exact) echo "CLEF_EXACT_ROWS_FROM=4096" ;;
     exact2k) echo "CLEF_EXACT_ROWS_FROM=2048" ;;
     *) return 1 ;;
   esac

@@ -55,7 +55,7 @@ CudaEngineImpl::CudaEngineImpl(std::shared_ptr<const model::Release> release,
     if (!*v || *end || n < 1)
       throw std::runtime_error(std::string("CLEF_EXACT_ROWS_FROM: a positive token count, not '") +
                                v + "'");
-    exact_rows_from_ = static_cast<int>(std::min<long>(n, 1L << 30));
+    exact_rows_from_ = static_cast<int>(std::min<long>(n, kExactRowsOff));
   }
   CLEF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // The head's short kernels first wherever both streams have work: its batch's answers wait

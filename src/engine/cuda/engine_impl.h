@@ -108,9 +108,9 @@ class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
   // The rows a pack of `tokens` tokens runs: its token bucket (a captured graph), or from
   // exact_rows_from_ tokens' buckets on, the tokens rounded up to 8 (every bucket is a multiple
   // of 8, so each kernel meets row counts it meets at small buckets), run eagerly with the
-  // bucket's GEMM choices (Gemm::run_as): the bucket's padding rows (up to 1/32 of the pack) cost
-  // GEMM time a graph would spend, while at these sizes the launches of an eager forward (~400)
-  // hide behind the device's work (docs/perf-log.md v40). Lone requests keep their buckets.
+  // bucket's choices (Gemm::run_as for the GEMMs): the bucket's padding rows (up to 1/32 of the
+  // pack) would cost GEMM time, while at large sizes the launches of an eager forward (~400)
+  // should hide behind the device's work (docs/perf-log.md v40). Lone requests keep their buckets.
   int pack_rows(int tokens) const;
   bool eager_rows(int rows) const;  // a pack at these rows runs eagerly (no graph)
   PackView pack_view(int Tp, int seq_slots) const;
@@ -173,9 +173,10 @@ class CudaEngineImpl final : public CudaEngine, public ForwardPipeline {
   // length until prepare() says otherwise).
   int pack_tokens_ = encoding::kDefaultMaxLength;
   // Buckets from which packs run at their exact rows: CLEF_EXACT_ROWS_FROM (tokens; read when
-  // the engine is made), else kExactRowsFrom.
-  static constexpr int kExactRowsFrom = 4096;
-  int exact_rows_from_ = kExactRowsFrom;
+  // the engine is made), else none: off by default until a device measures it (perf-log v40 has
+  // the prediction; 4096 is the candidate default).
+  static constexpr int kExactRowsOff = 1 << 30;
+  int exact_rows_from_ = kExactRowsOff;
   // A batch's run of consecutive requests sharing one forward.
   struct Pack {
     size_t first = 0;
