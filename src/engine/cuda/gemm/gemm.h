@@ -97,11 +97,11 @@ class Gemm {
   void run(const GemmProblem& p, cudaStream_t s);
   // p (a Timed problem) with the algorithm chosen for the same problem at algo_m rows (>= p.M;
   // chosen now if it was not before), so an M between two tuned sizes times nothing: a forward at
-  // its exact rows borrows its token bucket's choice. Rows do not depend on M for one algorithm
-  // (no split K across rows), so p's rows get the bucket's bits. Where cuBLASLt refuses the
-  // algorithm at p.M, p's own choice (plan) runs instead. algo_m == p.M: run(p).
+  // its exact rows borrows its token bucket's choice. Under batch invariance that choice is a
+  // member of the shape's class, which gives a row the same bits at every M, so p's rows get the
+  // bits they get at algo_m. Where cuBLASLt refuses the algorithm at p.M, p's own choice (plan:
+  // timed now, a class member under invariance) runs instead. algo_m == p.M: run(p).
   void run_as(const GemmProblem& p, int algo_m, cudaStream_t s);
-  size_t borrowed_plans() const { return borrowed_.size(); }
   // Chooses (and caches) the algorithm now; run() does it lazily otherwise.
   void tune(const GemmProblem& p, cudaStream_t s);
 
