@@ -427,7 +427,8 @@ void CudaEngineImpl::reserve(int Tp) {
   if (Tp > workspace_->tokens()) CLEF_CUDA_CHECK(cudaStreamSynchronize(head_stream_));
   if (workspace_->reserve(Tp)) {
     graphs_.clear();  // captured graphs hold the old pointers
-    // Rows past a pack's exact rows keep what they held (pack_rows): finite from the start.
+    // Finite from the start: prepare()'s GEMM timing reads whatever the activations hold, and
+    // rows past a pack's exact rows (pack_rows) keep what they held.
     CLEF_CUDA_CHECK(cudaMemsetAsync(workspace_->base(), 0, workspace_->bytes(), stream_));
   }
 }
